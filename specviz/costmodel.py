@@ -1,0 +1,104 @@
+"""Measured verify cost: how long one target forward takes for q tree tokens on this machine and model."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from specviz.models import LoadedModel, cache_root
+from specviz.tree import DraftTree
+from specviz.verify import tree_forward
+
+CALIBRATION_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+@dataclass
+class CostModel:
+    sizes: list[int]          # tree tokens in one forward (root included)
+    ms: list[float]           # median milliseconds of that forward
+    context_len: int          # cache length it was measured on
+    model: str
+    device: str
+    dtype: str
+    threads: int
+
+    def cost_ms(self, q: int) -> float:
+        """Interpolated cost of a forward over q tokens; linear extrapolation past the last size."""
+        if q <= self.sizes[-1]:
+            return float(np.interp(q, self.sizes, self.ms))
+        slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
+        return self.ms[-1] + slope * (q - self.sizes[-1])
+
+    def relative(self, q: int) -> float:
+        """Cost of q tokens in units of a one-token step."""
+        return self.cost_ms(q) / self.ms[0]
+
+    def table(self) -> str:
+        lines = [f"verify cost on {self.model} ({self.device}, {self.dtype}, {self.threads} threads, "
+                 f"cache of {self.context_len} tokens)", "  tokens      ms   x one-token"]
+        for q, ms in zip(self.sizes, self.ms):
+            lines.append(f"  {q:6d} {ms:8.1f} {ms / self.ms[0]:8.2f}")
+        return "\n".join(lines)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-80:]
+
+
+def stored_path(lm: LoadedModel) -> Path:
+    name = f"{_slug(lm.name)}-{lm.device.type}-{str(lm.dtype).replace('torch.', '')}-{torch.get_num_threads()}t.json"
+    return cache_root() / "costs" / name
+
+
+def load(lm: LoadedModel) -> CostModel | None:
+    path = stored_path(lm)
+    if not path.is_file():
+        return None
+    try:
+        return CostModel(**json.loads(path.read_text()))
+    except (ValueError, TypeError):
+        return None  # an unreadable file is recalibrated, never trusted
+
+
+def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, repeats: int = 5,
+              save: bool = True) -> CostModel:
+    """Median time of a tree forward (a chain of q tokens) on a cache of context_len tokens."""
+    model = lm.model
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([context], device=lm.device), past_key_values=cache, use_cache=True)
+    medians = []
+    for q in sizes:
+        tree = DraftTree(context[-1])
+        tree.add_path(context[:q - 1], "retrieval")
+        times = []
+        for _ in range(repeats + 1):  # the first run warms up this shape
+            started = time.perf_counter()
+            tree_forward(model, cache, tree, context_len)
+            if lm.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - started) * 1000)
+            cache.crop(-q)
+        medians.append(round(statistics.median(times[1:]), 3))
+    cost = CostModel(sizes=list(sizes), ms=medians, context_len=context_len, model=lm.name,
+                     device=lm.device.type, dtype=str(lm.dtype).replace("torch.", ""),
+                     threads=torch.get_num_threads())
+    if save:
+        path = stored_path(lm)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(cost), indent=1))
+    return cost
+
+
+def load_or_calibrate(lm: LoadedModel) -> CostModel:
+    return load(lm) or calibrate(lm)

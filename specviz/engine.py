@@ -1,0 +1,220 @@
+"""Session: prefill, then one verified draft tree per step(), with the full history kept."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+from transformers import DynamicCache
+
+from specviz import costmodel
+from specviz.budget import AcceptanceModel, plan
+from specviz.drafters.base import StepOutcome
+from specviz.errors import SpecvizError
+from specviz.kv import keep_accepted
+from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
+from specviz.models import LoadedModel
+from specviz.prompts import encode
+from specviz.trace import NodeRecord, StepRecord, Trace
+from specviz.tree import DraftTree
+from specviz.verify import greedy_accept, sampling_accept, tree_forward
+
+PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
+
+
+class TokenTexts:
+    """Decoded text of single tokens, memoised (every step shows up to a few hundred of them)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.texts = tokenizer, {}
+
+    def __call__(self, token: int) -> str:
+        text = self.texts.get(token)
+        if text is None:
+            text = self.texts[token] = self.tokenizer.decode([token])
+        return text
+
+
+class Session:
+    def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
+                 temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None):
+        self.lm = lm
+        self.method = get_method(method)
+        self.params = self.method.resolve_params(params)
+        self.budget = parse_budget(budget)
+        if not 0.0 <= float(temperature) <= 5.0:
+            raise SpecvizError(f"temperature must be between 0 and 5, got {temperature}.")
+        self.temperature = float(temperature)
+        self.generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        self._cost_model = cost_model
+        self.acceptance = AcceptanceModel()
+        self.token_text = TokenTexts(lm.tokenizer)
+        self.prompt_ids: list[int] = []
+        self.context: list[int] = []
+        self.records: list[StepRecord] = []
+        self.finish_reason: str | None = None
+        self.prefill_s = 0.0
+        self.step_s = 0.0
+        self.cache = None
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    @property
+    def cost_model(self) -> costmodel.CostModel:
+        if self._cost_model is None:
+            self._cost_model = costmodel.load_or_calibrate(self.lm)
+        return self._cost_model
+
+    def start(self, prompt) -> "Session":
+        """Encode a text or chat prompt (one user message for plain text) and prefill."""
+        return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context))
+
+    @torch.inference_mode()
+    def start_ids(self, prompt_ids: list[int]) -> "Session":
+        """Prefill every prompt token but the last: that one is the first step's root."""
+        if not prompt_ids:
+            raise SpecvizError("The prompt is empty: write something for the model to answer.")
+        if len(prompt_ids) >= self.lm.max_context:
+            raise SpecvizError(f"The prompt is {len(prompt_ids)} tokens long; the context holds {self.lm.max_context}.")
+        started = time.perf_counter()
+        self.prompt_ids = list(prompt_ids)
+        self.context = list(prompt_ids)
+        self.records, self.finish_reason = [], None
+        self.drafters = self.method.make_drafters(self.lm, self.params)
+        self.cache = DynamicCache(config=self.lm.model.config)
+        for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
+            chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
+            out = self.lm.model(input_ids=torch.tensor([chunk], device=self.lm.device),
+                                past_key_values=self.cache, use_cache=True)
+            for drafter in self.drafters:
+                drafter.prefill_chunk(self.context, start, out.logits[0].float())
+        self.prefill_s = time.perf_counter() - started
+        self.step_s = 0.0
+        return self
+
+    # ---- reading --------------------------------------------------------------------------------
+    @property
+    def output_ids(self) -> list[int]:
+        return self.context[len(self.prompt_ids):]
+
+    @property
+    def text(self) -> str:
+        return self.lm.tokenizer.decode(self.output_ids, skip_special_tokens=True)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def started(self) -> bool:
+        return bool(self.prompt_ids)
+
+    def stats(self) -> dict:
+        new_tokens = len(self.output_ids)
+        steps = len(self.records)
+        wall_s = self.prefill_s + self.step_s
+        return {"new_tokens": new_tokens, "steps": steps,
+                "mean_accepted": round(new_tokens / steps, 4) if steps else 0.0,
+                "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
+
+    def trace(self) -> Trace:
+        return Trace(model=self.lm.name, method=self.method.name,
+                     params={**self.params, "budget": self.budget, "temperature": self.temperature},
+                     prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
+                     finish_reason=self.finish_reason or "length", steps=list(self.records))
+
+    # ---- one step -------------------------------------------------------------------------------
+    def _draft(self, room: int) -> tuple:
+        """The tree to verify, the budget it was held to and how that was decided."""
+        if not self.drafters:
+            return DraftTree(self.context[-1]), 0, {}
+        if self.budget == "auto":
+            offered = self.method.draft(self.drafters, self.context, min(AUTO_MAX_NODES, room))
+            order, decision = plan(offered, self.acceptance, self.cost_model, min(AUTO_MAX_NODES, room))
+            return offered.truncate(len(order), order), len(order), decision
+        budget = min(self.budget, room)
+        return self.method.draft(self.drafters, self.context, budget).truncate(budget), budget, {}
+
+    @torch.inference_mode()
+    def step(self, max_new_tokens: int | None = None) -> StepRecord:
+        if not self.started:
+            raise SpecvizError("No prompt yet: start a session with a prompt first.")
+        if self.finished:
+            raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
+        t0 = time.perf_counter()
+        past_len = len(self.context) - 1
+        room = self.lm.max_context - len(self.context)  # positions left for draft nodes
+        tree, budget, decision = self._draft(room)
+        t1 = time.perf_counter()
+        logits = tree_forward(self.lm.model, self.cache, tree, past_len)
+        if self.lm.device.type == "cuda":
+            torch.cuda.synchronize()
+        t_forward = time.perf_counter()
+        if self.temperature > 0:
+            verification = sampling_accept(tree, logits, self.temperature, self.generator)
+        else:
+            verification = greedy_accept(tree, logits)
+        t2 = time.perf_counter()
+
+        committed = verification.accepted_tokens
+        if max_new_tokens is not None:
+            committed = committed[:max(1, max_new_tokens - len(self.output_ids))]
+        eos_at = next((i for i, t in enumerate(committed) if t in self.lm.eos_ids), None)
+        if eos_at is not None:
+            committed = committed[:eos_at + 1]
+        # the cache keeps the root and the accepted nodes whose successors were committed too
+        keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
+        self.context.extend(committed)
+        outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context)
+        for drafter in self.drafters:
+            drafter.observe(outcome)
+        if self.budget == "auto":
+            self.acceptance.update(tree, verification.statuses)
+        # reaching max_new_tokens is no finish: a later run with a higher limit carries on
+        if eos_at is not None:
+            self.finish_reason = "eos"
+        elif len(self.context) >= self.lm.max_context:
+            self.finish_reason = "context"
+        t3 = time.perf_counter()
+
+        record = self._record(tree, verification, committed, past_len, budget, decision,
+                              {"draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1,
+                               "update": t3 - t2, "total": t3 - t0})
+        self.records.append(record)
+        self.step_s += t3 - t0
+        return record
+
+    def _record(self, tree, verification, committed, past_len, budget, decision, seconds) -> StepRecord:
+        nodes = []
+        for n in range(len(tree)):
+            draft_prob = tree.meta[n].get("model", {}).get("draft_prob")
+            nodes.append(NodeRecord(
+                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
+                text=self.token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
+                status=verification.statuses[n],
+                target_prob=None if n == 0 else round(float(verification.target_probs[n]), 6),
+                target_rank=None if n == 0 else int(verification.target_ranks[n]),
+                draft_prob=draft_prob, score=None if n == 0 else round(tree.score(n), 6),
+                meta=tree.meta[n]))
+        origins = ["+".join(sorted(tree.sources[n])) for n in verification.path[:len(committed) - 1]]
+        origins += ["bonus"] * (len(committed) - len(origins))
+        return StepRecord(
+            step=len(self.records), prefix_len=past_len + 1, budget=budget,
+            budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
+            accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
+            timings_ms={k: round(v * 1000, 3) for k, v in seconds.items()},
+            notes={"budget_decision": decision} if decision else {})
+
+    # ---- many steps -----------------------------------------------------------------------------
+    def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
+            on_step: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
+        """Step until max_new_tokens output tokens, EOS, the context limit or should_stop()."""
+        new_records = []
+        while not self.finished and len(self.output_ids) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                break
+            record = self.step(max_new_tokens)
+            new_records.append(record)
+            if on_step is not None:
+                on_step(record)
+        return new_records

@@ -1,0 +1,54 @@
+"""Hyperparameters as the app shows them: a name, a default, a range, and one clear error for bad values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.errors import SpecvizError
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float | int
+    low: float | int
+    high: float | int
+    kind: type = int          # int or float
+    help: str = ""
+
+    def coerce(self, value) -> float | int:
+        """Parse and range-check one value (from a slider, a CLI string or JSON)."""
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise SpecvizError(f"{self.name} must be a number, got {value!r}.") from None
+        if self.kind is int:
+            if number != int(number):
+                raise SpecvizError(f"{self.name} must be a whole number, got {value!r}.")
+            number = int(number)
+        if not self.low <= number <= self.high:
+            raise SpecvizError(f"{self.name} must be between {self.low} and {self.high}, got {value!r}.")
+        return number
+
+
+def resolve(specs: list[Param], overrides: dict | None, method: str) -> dict:
+    """Defaults overridden by the user's values; an unknown name is an error that lists the known ones."""
+    by_name = {p.name: p for p in specs}
+    values = {p.name: p.default for p in specs}
+    for name, value in (overrides or {}).items():
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise SpecvizError(f"Method '{method}' has no parameter '{name}' (it has: {known}).")
+        values[name] = by_name[name].coerce(value)
+    return values
+
+
+def parse_assignments(pairs: list[str] | None) -> dict:
+    """CLI --param NAME=VALUE pairs into a dict (values are checked later, against the method)."""
+    parsed = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise SpecvizError(f"--param takes NAME=VALUE, got {pair!r}.")
+        parsed[name.strip()] = value.strip()
+    return parsed

@@ -1,0 +1,171 @@
+"""DraftTree: a trie of candidate tokens under the last committed token.
+
+Node 0 is the root: the last committed token, whose KV entry is not in the cache yet. It goes into the
+verify forward with the draft nodes, and its logits decide the first drafted level. Nodes are stored in
+insertion order and a parent always comes before its children, so one pass computes masks and paths.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterable
+
+import numpy as np
+
+SOURCES = ("logits", "retrieval", "model")
+ROOT = 0
+
+
+class DraftTree:
+    def __init__(self, root_token: int):
+        self.tokens: list[int] = [int(root_token)]
+        self.parents: list[int] = [-1]
+        self.depths: list[int] = [0]
+        self.sources: list[set[str]] = [set()]
+        # per node, per source: what that source said about it (score in [0, 1], rank among siblings,
+        # draft probability for a model drafter, anything else worth showing)
+        self.meta: list[dict[str, dict]] = [{}]
+        self._child_of: dict[tuple[int, int], int] = {}
+        self._children: list[list[int]] = [[]]
+
+    # ---- building -------------------------------------------------------------------------------
+    def add(self, parent: int, token: int, source: str, score: float = 1.0, **meta) -> int:
+        """Add token under parent (or merge into the existing node with that token); return its index."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r}")
+        key = (parent, int(token))
+        node = self._child_of.get(key)
+        if node is None:
+            node = len(self.tokens)
+            self.tokens.append(int(token))
+            self.parents.append(parent)
+            self.depths.append(self.depths[parent] + 1)
+            self.sources.append(set())
+            self.meta.append({})
+            self._children.append([])
+            self._children[parent].append(node)
+            self._child_of[key] = node
+        self.sources[node].add(source)
+        previous = self.meta[node].get(source)
+        if previous is None or score > previous.get("score", 0.0):
+            self.meta[node][source] = {"score": float(score), **meta}
+        return node
+
+    def add_path(self, tokens: Iterable[int], source: str, parent: int = ROOT,
+                 scores: Iterable[float] | None = None, **meta) -> list[int]:
+        """Add a chain of tokens below parent; scores default to 1.0."""
+        nodes = []
+        scores = list(scores) if scores is not None else None
+        for i, token in enumerate(tokens):
+            parent = self.add(parent, token, source, 1.0 if scores is None else scores[i], **meta)
+            nodes.append(parent)
+        return nodes
+
+    # ---- reading --------------------------------------------------------------------------------
+    @property
+    def root_token(self) -> int:
+        return self.tokens[ROOT]
+
+    @property
+    def num_drafted(self) -> int:
+        """Draft nodes, root excluded: what the budget counts."""
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def children(self, node: int) -> list[int]:
+        return self._children[node]
+
+    def child_with_token(self, node: int, token: int) -> int | None:
+        return self._child_of.get((node, int(token)))
+
+    def score(self, node: int) -> float:
+        """Best score any source gave the node (what breadth-first truncation keeps)."""
+        return max((m.get("score", 0.0) for m in self.meta[node].values()), default=0.0)
+
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's child down to node."""
+        path = []
+        while node > ROOT:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def leaves(self) -> list[int]:
+        return [n for n in range(1, len(self.tokens)) if not self._children[n]]
+
+    def paths(self) -> list[list[int]]:
+        """Every root-to-leaf path (root included) as node indices."""
+        if len(self.tokens) == 1:
+            return [[ROOT]]
+        return [[ROOT] + self.path_to(leaf) for leaf in self.leaves()]
+
+    def allocation(self) -> dict[str, int]:
+        """Draft nodes per source (a node proposed by two sources counts for both)."""
+        counts = {s: 0 for s in SOURCES}
+        for node in range(1, len(self.tokens)):
+            for s in self.sources[node]:
+                counts[s] += 1
+        return counts
+
+    # ---- combining and cutting -------------------------------------------------------------------
+    def union(self, other: "DraftTree") -> "DraftTree":
+        """Trie union: a token both trees hold at the same place becomes one node with both sources."""
+        if other.root_token != self.root_token:
+            raise ValueError("trees with different roots cannot be merged")
+        merged = self.select(range(len(self.tokens)))
+        mapped = {ROOT: ROOT}
+        for node in range(1, len(other.tokens)):
+            parent = mapped[other.parents[node]]
+            for source, meta in other.meta[node].items():
+                mapped[node] = merged.add(parent, other.tokens[node], source, **meta)
+        return merged
+
+    def select(self, nodes: Iterable[int]) -> "DraftTree":
+        """A new tree of the given nodes (each one's parent must be among them or earlier in the list)."""
+        fresh = DraftTree(self.root_token)
+        mapped = {ROOT: ROOT}
+        for node in sorted(set(nodes) - {ROOT}):
+            parent = mapped.get(self.parents[node])
+            if parent is None:
+                raise ValueError(f"node {node} selected without its parent")
+            for source, meta in self.meta[node].items():
+                mapped[node] = fresh.add(parent, self.tokens[node], source, **meta)
+        return fresh
+
+    def expansion_order(self, key: Callable[[int], tuple | float] | None = None) -> list[int]:
+        """Draft nodes in the order a budget keeps them: smallest key first among nodes whose parent
+        is already kept. The default key (depth, -score) is breadth-first, each level best-scored first."""
+        key = key or (lambda n: (self.depths[n], -self.score(n), n))
+        frontier = [(key(c), c) for c in self._children[ROOT]]
+        heapq.heapify(frontier)
+        order = []
+        while frontier:
+            _, node = heapq.heappop(frontier)
+            order.append(node)
+            for child in self._children[node]:
+                heapq.heappush(frontier, (key(child), child))
+        return order
+
+    def truncate(self, budget: int, order: list[int] | None = None) -> "DraftTree":
+        """Keep at most budget draft nodes, taken in expansion order (breadth-first by default)."""
+        if budget >= self.num_drafted:
+            return self
+        order = order if order is not None else self.expansion_order()
+        return self.select(order[:max(0, budget)])
+
+    # ---- what the verify forward needs -------------------------------------------------------------
+    def ancestor_mask(self) -> np.ndarray:
+        """mask[i, j] is True when node j is node i or one of its ancestors (tree attention)."""
+        n = len(self.tokens)
+        mask = np.zeros((n, n), dtype=bool)
+        parents = self.parents
+        for node in range(n):
+            if node:
+                mask[node] = mask[parents[node]]
+            mask[node, node] = True
+        return mask

@@ -1,0 +1,124 @@
+"""Verify a draft tree in one forward pass with tree attention, then decide which nodes the target accepts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specviz.tree import ROOT, DraftTree
+
+ACCEPTED, REJECTED, UNREACHED, RELAXED, ROOT_STATUS = "accepted", "rejected", "unreached", "relaxed", "root"
+
+
+def tree_attention_mask(tree: DraftTree, past_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive 4D mask (1, 1, q, past + q): every node sees the whole cache and its own ancestors.
+    An additive float mask in the model dtype (0 / finfo.min) is what every attention backend accepts;
+    a 0/1 float mask would be silently wrong."""
+    ancestors = torch.from_numpy(tree.ancestor_mask()).to(device)
+    q = ancestors.shape[0]
+    visible = torch.ones((q, past_len + q), dtype=torch.bool, device=device)
+    visible[:, past_len:] = ancestors
+    mask = torch.zeros((q, past_len + q), dtype=dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.view(1, 1, q, past_len + q)
+
+
+@torch.inference_mode()
+def tree_forward(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
+    """Logits (q, vocab) for every tree node, root first; the cache grows by q entries."""
+    device = model.device
+    input_ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
+    position_ids = torch.tensor([tree.depths], dtype=torch.long, device=device) + past_len
+    mask = tree_attention_mask(tree, past_len, model.dtype, device)
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                past_key_values=cache, use_cache=True)
+    return out.logits[0].float()
+
+
+@dataclass
+class Verification:
+    path: list[int]                  # accepted draft nodes, root's child first
+    accepted_draft_tokens: list[int]  # their tokens
+    bonus_token: int                 # the target's own token after the last accepted node
+    statuses: list[str]              # per node, root included
+    target_probs: np.ndarray         # p_target(node token | its parent's context), per node (root: nan)
+    target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
+
+    @property
+    def accepted_tokens(self) -> list[int]:
+        """Tokens this step commits: the accepted drafts, then the bonus."""
+        return self.accepted_draft_tokens + [self.bonus_token]
+
+
+def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Target probability and rank of every draft node's token under its parent's logits."""
+    n = len(tree)
+    probs = np.full(n, np.nan)
+    ranks = np.full(n, -1, dtype=np.int64)
+    if n > 1:
+        parents = torch.tensor(tree.parents[1:], device=logits.device)
+        tokens = torch.tensor(tree.tokens[1:], device=logits.device)
+        rows = logits.index_select(0, parents)
+        token_logits = rows.gather(1, tokens[:, None])
+        log_probs = token_logits[:, 0] - torch.logsumexp(rows, dim=-1)
+        probs[1:] = log_probs.exp().cpu().numpy()
+        ranks[1:] = (rows > token_logits).sum(-1).cpu().numpy()
+    return probs, ranks
+
+
+def _verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
+                  compared: set[int]) -> Verification:
+    """Statuses: accepted on the path; rejected if compared against the target and refused; else unreached."""
+    on_path = set(path)
+    statuses = [ROOT_STATUS] + [ACCEPTED if n in on_path else REJECTED if n in compared else UNREACHED
+                                for n in range(1, len(tree))]
+    probs, ranks = node_target_stats(tree, logits)
+    return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
+                        statuses=statuses, target_probs=probs, target_ranks=ranks)
+
+
+def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
+    """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes."""
+    argmax = logits.argmax(-1).tolist()
+    path, node = [], ROOT
+    compared: set[int] = set()
+    while True:
+        compared.update(tree.children(node))
+        child = tree.child_with_token(node, argmax[node])
+        if child is None:
+            break
+        path.append(child)
+        node = child
+    return _verification(tree, logits, path, argmax[node], compared)
+
+
+def sampling_accept(tree: DraftTree, logits: torch.Tensor, temperature: float,
+                    generator: torch.Generator) -> Verification:
+    """Lossless speculative sampling for drafts that carry no draft distribution (deterministic
+    proposals): at each accepted node, try its children in order; child c is accepted with the current
+    residual probability p(c), and on refusal p loses c's mass and is renormalised. The bonus token is
+    drawn from the residual left at the last accepted node. The output follows the target's sampling
+    distribution exactly, whatever the drafts."""
+    probs_all = torch.softmax(logits / temperature, dim=-1)
+    path, node = [], ROOT
+    compared: set[int] = set()
+    while True:
+        residual = probs_all[node].clone()
+        accepted_child = None
+        for child in tree.children(node):
+            compared.add(child)
+            token = tree.tokens[child]
+            total = float(residual.sum())
+            p_token = float(residual[token]) / total if total > 0 else 0.0
+            if torch.rand((), generator=generator).item() < p_token:
+                accepted_child = child
+                break
+            residual[token] = 0.0
+        if accepted_child is None:
+            bonus = int(torch.multinomial(residual / residual.sum(), 1, generator=generator).item())
+            break
+        path.append(accepted_child)
+        node = accepted_child
+    return _verification(tree, logits, path, bonus, compared)
