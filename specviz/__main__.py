@@ -1,0 +1,161 @@
+"""Command line: generate, bench, calibrate, params (see README)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specviz.errors import SpecvizError
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
+    parser.add_argument("--draft-model", default=None, help="draft model for hf-assisted and model drafters")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
+    parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="generate from one prompt with one method")
+    gen.add_argument("--method", required=True)
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt")
+    source.add_argument("--prompt-file")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--budget", default="auto", help="draft nodes per step, or auto")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    gen.add_argument("--trace", default=None, help="write the step-by-step trace as JSON here")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+    _model_args(gen)
+
+    bench = commands.add_parser("bench", help="benchmark methods on a suite, interleaved per prompt")
+    bench.add_argument("--suite", required=True)
+    bench.add_argument("--methods", required=True, help="comma-separated, e.g. ar,pld,hf-pld")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--budget", default="auto")
+    bench.add_argument("--repeats", type=int, default=1, help="runs per method and prompt (median time)")
+    bench.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _model_args(bench)
+
+    cal = commands.add_parser("calibrate", help="measure the verify cost of 1..128 tree tokens")
+    cal.add_argument("--repeats", type=int, default=5)
+    cal.add_argument("--context", type=int, default=512)
+    _model_args(cal)
+
+    par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
+    par.add_argument("method")
+    return parser
+
+
+def _positive(name: str, value: int, high: int = 100_000) -> int:
+    if not 1 <= value <= high:
+        raise SpecvizError(f"{name} must be between 1 and {high}, got {value}.")
+    return value
+
+
+def cmd_generate(args) -> dict:
+    from specviz.engine import Session
+    from specviz.methods import PEER_METHODS
+    from specviz.models import load_model
+    from specviz.params import parse_assignments
+    from specviz.prompts import encode, read_prompt_file
+
+    _positive("--max-new-tokens", args.max_new_tokens)
+    prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
+    params = parse_assignments(args.param)
+    lm = load_model(args.model, args.device, args.dtype)
+    if args.method in PEER_METHODS:
+        from specviz.peers import hf_generate
+        draft = load_model(args.draft_model, args.device, args.dtype) if args.method == "hf-assisted" else None
+        if params:
+            raise SpecvizError(f"{args.method} takes no --param.")
+        run = hf_generate(lm, encode(lm.tokenizer, prompt, lm.max_context), args.method, args.max_new_tokens, draft)
+        stats = {"new_tokens": run["new_tokens"], "steps": run["steps"],
+                 "mean_accepted": round(run["new_tokens"] / max(1, run["steps"]), 4), "wall_s": round(run["wall_s"], 4),
+                 "tokens_per_s": round(run["new_tokens"] / run["wall_s"], 3)}
+        output_ids = run["output_ids"]
+    else:
+        session = Session(lm, args.method, params, budget=args.budget, temperature=args.temperature,
+                          seed=args.seed).start(prompt)
+        session.run(args.max_new_tokens)
+        stats, output_ids = session.stats(), session.output_ids
+        if args.trace:
+            session.trace().save(args.trace)
+    text = lm.tokenizer.decode(output_ids, skip_special_tokens=True)
+    return {"method": args.method, "output_ids": output_ids, "text": text, **stats}
+
+
+def cmd_bench(args) -> dict:
+    from specviz.bench import format_table, load_suite, run_bench
+    from specviz.models import load_model
+    from specviz.params import parse_assignments
+
+    _positive("--max-new-tokens", args.max_new_tokens)
+    _positive("--repeats", args.repeats, 50)
+    suite = load_suite(args.suite)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    params = parse_assignments(args.param)
+    lm = load_model(args.model, args.device, args.dtype)
+    draft = load_model(args.draft_model, args.device, args.dtype) if "hf-assisted" in methods else None
+    report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_table(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
+def cmd_calibrate(args) -> None:
+    from specviz import costmodel
+    from specviz.models import load_model
+
+    lm = load_model(args.model, args.device, args.dtype)
+    cost = costmodel.calibrate(lm, context_len=_positive("--context", args.context, lm.max_context - 200),
+                               repeats=_positive("--repeats", args.repeats, 100))
+    print(cost.table())
+    print(f"saved to {costmodel.stored_path(lm)}")
+
+
+def cmd_params(args) -> None:
+    from specviz.methods import get_method
+
+    method = get_method(args.method)
+    print(f"{method.name}: {method.summary}")
+    print("  budget        default auto   range 1..256 or auto (draft nodes per step)")
+    for p in method.params:
+        print(f"  {p.name:<13} default {p.default!s:<6} range {p.low}..{p.high}  {p.help}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            result = cmd_generate(args)
+            if args.json:
+                print(json.dumps(result, ensure_ascii=False))
+            else:
+                print(result["text"])
+                print(f"\n[{result['new_tokens']} tokens in {result['steps']} steps, "
+                      f"{result['mean_accepted']:.2f} per step, {result['tokens_per_s']:.1f} tok/s]", file=sys.stderr)
+        elif args.command == "bench":
+            cmd_bench(args)
+        elif args.command == "calibrate":
+            cmd_calibrate(args)
+        elif args.command == "params":
+            cmd_params(args)
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

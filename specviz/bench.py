@@ -1,0 +1,144 @@
+"""Benchmark: every method on every suite prompt, interleaved per prompt, against plain greedy `ar`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from specviz.engine import Session
+from specviz.errors import SpecvizError
+from specviz.methods import METHODS, PEER_METHODS, get_method
+from specviz.models import LoadedModel
+from specviz.prompts import as_messages, encode, validate_messages
+
+BASELINE = "ar"
+
+
+def load_suite(path: str | Path) -> list[dict]:
+    """Lines of {"id", "category", "messages" | "prompt", optional "max_new_tokens"}."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecvizError(f"Suite file '{path}' does not exist.")
+    suite = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecvizError(f"{path}:{number} is not valid JSON: {exc}") from exc
+        if not isinstance(item, dict) or not {"id", "category"} <= item.keys():
+            raise SpecvizError(f"{path}:{number} needs an \"id\" and a \"category\".")
+        if "messages" in item:
+            item["messages"] = validate_messages(item["messages"])
+        elif "prompt" in item:
+            item["messages"] = as_messages(item["prompt"])
+        else:
+            raise SpecvizError(f"{path}:{number} needs \"messages\" or \"prompt\".")
+        suite.append(item)
+    if not suite:
+        raise SpecvizError(f"Suite file '{path}' holds no prompts.")
+    return suite
+
+
+def check_methods(methods: list[str]) -> list[str]:
+    for name in methods:
+        if name not in METHODS and name not in PEER_METHODS:
+            raise SpecvizError(f"Unknown method '{name}'; choose from {', '.join([*METHODS, *PEER_METHODS])}.")
+    return [BASELINE] + [m for m in methods if m != BASELINE]  # speedups need the baseline
+
+
+def params_for(method: str, params: dict) -> dict:
+    """The subset of the shared --param values this method has (peers take none)."""
+    if method in PEER_METHODS:
+        return {}
+    names = {p.name for p in get_method(method).params}
+    return {k: v for k, v in params.items() if k in names}
+
+
+def check_params(methods: list[str], params: dict) -> None:
+    known = {p.name for m in methods if m in METHODS for p in get_method(m).params}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise SpecvizError(f"No method in {methods} has parameter(s) {unknown}.")
+
+
+def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens: int, params: dict,
+             budget="auto", draft: LoadedModel | None = None) -> dict:
+    """One generation; returns output ids, new tokens, steps, wall seconds."""
+    if method in PEER_METHODS:
+        from specviz.peers import hf_generate
+        return hf_generate(lm, prompt_ids, method, max_new_tokens, draft)
+    session = Session(lm, method, params_for(method, params), budget=budget).start_ids(prompt_ids)
+    session.run(max_new_tokens)
+    stats = session.stats()
+    return {"output_ids": session.output_ids, "new_tokens": stats["new_tokens"], "steps": stats["steps"],
+            "wall_s": stats["wall_s"]}
+
+
+def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_tokens: int = 128,
+              params: dict | None = None, budget="auto", repeats: int = 1, draft: LoadedModel | None = None,
+              log: Callable[[str], None] = lambda s: None) -> dict:
+    methods = check_methods(methods)
+    params = params or {}
+    check_params(methods, params)
+    encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context)) for item in suite]
+    # one untimed warm-up of every method, so first-call costs land on no prompt
+    for method in methods:
+        run_once(lm, method, encoded[0][1], 8, params, budget, draft)
+    rows = []
+    for item, prompt_ids in encoded:
+        limit = int(item.get("max_new_tokens", max_new_tokens))
+        runs = {m: [] for m in methods}
+        for _ in range(repeats):
+            for method in methods:  # interleaved: A B C A B C ...
+                runs[method].append(run_once(lm, method, prompt_ids, limit, params, budget, draft))
+        reference = runs[BASELINE][0]["output_ids"]
+        for method in methods:
+            first = runs[method][0]
+            wall_s = statistics.median(r["wall_s"] for r in runs[method])
+            rows.append({"id": item["id"], "category": item["category"], "method": method,
+                         "new_tokens": first["new_tokens"], "steps": first["steps"], "wall_s": wall_s,
+                         "lossless": all(r["output_ids"] == reference for r in runs[method])})
+        log(f"{item['id']}: " + "  ".join(
+            f"{r['method']} {r['new_tokens'] / r['wall_s']:.1f} tok/s" for r in rows[-len(methods):]))
+    return summarise(rows, methods)
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    tokens = sum(r["new_tokens"] for r in rows)
+    steps = sum(r["steps"] for r in rows)
+    wall = sum(r["wall_s"] for r in rows)
+    return {"prompts": len(rows), "new_tokens": tokens, "steps": steps,
+            "mat": round(tokens / steps, 3) if steps else 0.0, "wall_s": round(wall, 3),
+            "tokens_per_s": round(tokens / wall, 3) if wall else 0.0,
+            "lossless": all(r["lossless"] for r in rows)}
+
+
+def summarise(rows: list[dict], methods: list[str]) -> dict:
+    """Per prompt, per category and overall figures; speedups are against `ar` on the same prompts."""
+    baseline_tps = {r["id"]: r["new_tokens"] / r["wall_s"] for r in rows if r["method"] == BASELINE}
+    for r in rows:
+        r["mat"] = round(r["new_tokens"] / r["steps"], 3) if r["steps"] else 0.0
+        r["tokens_per_s"] = round(r["new_tokens"] / r["wall_s"], 3)
+        r["speedup"] = round(r["tokens_per_s"] / baseline_tps[r["id"]], 3)
+    groups = {}
+    for category in dict.fromkeys(r["category"] for r in rows):
+        groups[category] = {m: _aggregate([r for r in rows if r["category"] == category and r["method"] == m])
+                            for m in methods}
+    groups["ALL"] = {m: _aggregate([r for r in rows if r["method"] == m]) for m in methods}
+    for per_method in groups.values():
+        for m in methods:
+            per_method[m]["speedup"] = round(per_method[m]["tokens_per_s"] / per_method[BASELINE]["tokens_per_s"], 3)
+    return {"methods": methods, "prompts": rows, "categories": groups}
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{'category':<14} {'method':<18} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'vs ar':>6} lossless"]
+    for category, per_method in report["categories"].items():
+        for method, s in per_method.items():
+            lines.append(f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
+                         f"{s['tokens_per_s']:>7.2f} {s['speedup']:>5.2f}x {'yes' if s['lossless'] else 'NO'}")
+    return "\n".join(lines)
