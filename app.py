@@ -1,0 +1,130 @@
+"""specviz: the Gradio app. A thin layer: every action calls specviz.lab.Lab, which holds the logic."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import gradio as gr
+
+from specviz.errors import SpecvizError
+from specviz.lab import Lab, example_prompts, shared_model
+from specviz.methods import BUDGET_MAX, METHODS
+from specviz.models import DEFAULT_MODEL
+from specviz.viz import TOKEN_CSS
+
+ASSETS = Path(__file__).parent / "assets"
+EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
+# every method parameter once (methods share names such as tau); each method reads only its own
+PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
+
+
+def _settings(lab: Lab | None, model, prompt, method, auto_budget, budget, *param_values) -> Lab:
+    lab = lab or Lab()
+    lab.apply(model, prompt, method, "auto" if auto_budget else budget,
+              {p.name: v for p, v in zip(PARAMS, param_values)})
+    return lab
+
+
+def _failed(lab: Lab | None, error: Exception):
+    """Bad input: show the message, keep the session (and what it generated) as it was."""
+    lab = lab or Lab()
+    figure, text, counters, _ = lab.view()
+    return lab, figure, text, counters, f"⚠️ {error}"
+
+
+def on_step(lab, max_new_tokens, *settings):
+    try:
+        lab = _settings(lab, *settings)
+        lab.step(int(max_new_tokens))
+    except SpecvizError as error:
+        return _failed(lab, error)
+    return (lab, *lab.view())
+
+
+def on_run(lab, max_new_tokens, *settings):
+    try:
+        lab = _settings(lab, *settings)
+        for _ in lab.run(int(max_new_tokens)):
+            yield (lab, *lab.view())
+    except SpecvizError as error:
+        yield _failed(lab, error)
+
+
+def on_stop(lab):
+    if lab is not None:
+        lab.stop()
+    return lab
+
+
+def on_reset(lab):
+    lab = lab or Lab()
+    lab.reset()
+    return (lab, *lab.view())
+
+
+def on_load_model(name):
+    try:
+        lm = shared_model(name)
+    except SpecvizError as error:
+        return f"⚠️ {error}"
+    return f"Loaded **{lm.name}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}), context {lm.max_context}."
+
+
+def build_app() -> gr.Blocks:
+    with gr.Blocks(title="specviz: speculative decoding with draft trees") as demo:
+        lab = gr.State(None)
+        gr.Markdown("# specviz\nEach step drafts a tree of candidate tokens, verifies it in **one forward pass** "
+                    "with tree attention, and keeps the longest path the target model agrees with, plus one token "
+                    "of its own (the bonus). Colour = where a node came from; marker = what the target did with it.")
+        with gr.Row():
+            with gr.Column(scale=2):
+                example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)", value=None)
+                prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7)
+            with gr.Column(scale=1):
+                method = gr.Dropdown(list(METHODS), value="pld", label="Method")
+                auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)")
+                budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
+                max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+                with gr.Accordion("Method parameters", open=False):
+                    param_inputs = [gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01,
+                                              label=f"{p.name}: {p.help}") for p in PARAMS]
+                with gr.Accordion("Model", open=False):
+                    model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
+                                       label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
+                    load = gr.Button("Load model")
+                    model_status = gr.Markdown()
+        with gr.Row():
+            step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
+            run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+            stop_btn = gr.Button("Stop", elem_id="stop-btn")
+            reset_btn = gr.Button("Reset", elem_id="reset-btn")
+        message = gr.Markdown(elem_id="message")
+        counters = gr.Markdown(elem_id="counters")
+        tree = gr.Plot(label="Draft tree of the last step", elem_id="tree-plot")
+        text = gr.HTML(label="Generated text", elem_id="generated")
+
+        settings = [model, prompt, method, auto_budget, budget, *param_inputs]
+        outputs = [lab, tree, text, counters, message]
+        example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
+        step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
+        run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")
+        stop_btn.click(on_stop, lab, lab, cancels=[run_event], api_name="stop")
+        reset_btn.click(on_reset, lab, outputs, api_name="reset")
+        load.click(on_load_model, model, model_status, api_name="load_model")
+    return demo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="specviz app")
+    parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
+    args = parser.parse_args()
+    shared_model(None)  # load the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
+    build_app().queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port,
+                                                          css=TOKEN_CSS)
+
+
+if __name__ == "__main__":
+    main()

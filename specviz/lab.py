@@ -1,0 +1,188 @@
+"""The app's logic, one Lab per browser session: settings -> Session, Step / Run / Stop / Reset, the ar
+baseline of the same prompt, and the counters. app.py only wires widgets to these methods."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specviz.bench import run_once
+from specviz.engine import Session
+from specviz.errors import SpecvizError
+from specviz.methods import get_method, parse_budget
+from specviz.models import DEFAULT_MODEL, LoadedModel, load_model
+from specviz.prompts import validate_messages
+from specviz.viz import tokens_html, tree_figure
+
+_models: dict[str, LoadedModel] = {}
+_models_lock = threading.Lock()
+
+
+def model_key(name: str | None) -> str:
+    return (name or "").strip() or os.environ.get("SPECVIZ_MODEL", "").strip() or DEFAULT_MODEL
+
+
+def shared_model(name: str | None) -> LoadedModel:
+    """Models are loaded once per process and shared by every browser session (read-only weights)."""
+    key = model_key(name)
+    with _models_lock:
+        if key not in _models:
+            _models[key] = load_model(key)
+        return _models[key]
+
+
+def parse_prompt(text: str):
+    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat."""
+    stripped = (text or "").strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError:
+            return text  # not JSON after all: the model reads it as text
+        if isinstance(data, dict) and "messages" in data:
+            return validate_messages(data["messages"])
+    if not stripped:
+        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
+    return text
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    prompt: str
+    method: str
+    budget: int | str
+    params: tuple           # sorted (name, value) pairs of the method's own parameters
+
+
+@dataclass
+class Lab:
+    session: Session | None = None
+    settings: Settings | None = None
+    stop_requested: bool = False
+    baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar run
+    message: str = ""
+
+    # ---- settings -------------------------------------------------------------------------------
+    def apply(self, model: str, prompt: str, method: str, budget, params: dict) -> None:
+        """Make the session match the widgets; a change of any setting starts a fresh generation."""
+        spec = get_method(method)
+        own = {p.name: params[p.name] for p in spec.params if p.name in params}
+        settings = Settings(model_key(model), prompt, method, parse_budget(budget),
+                            tuple(sorted(spec.resolve_params(own).items())))
+        if settings == self.settings and self.session is not None:
+            return
+        parsed = parse_prompt(prompt)
+        lm = shared_model(settings.model)
+        session = Session(lm, method, dict(settings.params), budget=settings.budget).start(parsed)
+        restarted = self.session is not None and self.session.records
+        self.session, self.settings = session, settings
+        self.message = "Settings changed: generation restarted." if restarted else ""
+
+    # ---- actions --------------------------------------------------------------------------------
+    def step(self, max_new_tokens: int) -> None:
+        if self.session is None:
+            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
+        if self.session.finished:
+            self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
+            return
+        if len(self.session.output_ids) >= max_new_tokens:
+            self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
+            return
+        self.session.step(max_new_tokens)
+        self.message = ""
+
+    def run(self, max_new_tokens: int, every_s: float = 0.25):
+        """Generator for Run: steps until done or stopped, yielding at most every every_s seconds."""
+        if self.session is None:
+            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Run.")
+        self.stop_requested = False
+        last = 0.0
+        while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
+            if self.stop_requested:
+                self.message = "Stopped. Step or Run to continue."
+                break
+            self.session.step(max_new_tokens)
+            if time.perf_counter() - last >= every_s:
+                last = time.perf_counter()
+                yield
+        else:
+            self.message = f"Done ({self.session.finish_reason or 'token limit'})."
+        self.measure_baseline()
+        yield
+
+    def stop(self) -> None:
+        self.stop_requested = True
+
+    def reset(self) -> None:
+        self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
+
+    def measure_baseline(self) -> dict | None:
+        """Plain greedy `ar` on the same prompt for the same number of tokens (once per prompt and length)."""
+        session = self.session
+        if session is None or not session.output_ids:
+            return None
+        n = len(session.output_ids)
+        key = (self.settings.model, tuple(session.prompt_ids), n)
+        if key not in self.baselines:
+            if session.method.name == "ar" and session.temperature == 0:
+                stats = session.stats()
+                self.baselines[key] = {"output_ids": session.output_ids, "new_tokens": n, "wall_s": stats["wall_s"]}
+            else:
+                self.baselines[key] = run_once(session.lm, "ar", session.prompt_ids, n, {})
+        return self.baselines[key]
+
+    # ---- what the page shows --------------------------------------------------------------------
+    def counters(self) -> dict:
+        if self.session is None:
+            return {}
+        stats = self.session.stats()
+        key = (self.settings.model, tuple(self.session.prompt_ids), stats["new_tokens"])
+        baseline = self.baselines.get(key)
+        if baseline and stats["wall_s"] and baseline["wall_s"]:
+            stats["ar_tokens_per_s"] = round(baseline["new_tokens"] / baseline["wall_s"], 3)
+            stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
+            stats["identical_to_ar"] = baseline["output_ids"] == self.session.output_ids
+        return stats
+
+    def counters_markdown(self) -> str:
+        c = self.counters()
+        if not c:
+            return "**steps** 0 · **tokens** 0"
+        parts = [f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
+                 f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
+        if "speedup_vs_ar" in c:
+            same = "identical to greedy ar" if c["identical_to_ar"] else "differs from greedy ar"
+            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar {c['ar_tokens_per_s']:.1f} tok/s; {same})")
+        else:
+            parts.append("**speedup vs ar** measured when a Run ends")
+        if self.session.records:
+            t = self.session.records[-1].timings_ms
+            parts.append(f"**last step** draft {t['draft']:.1f} ms · verify {t['verify']:.1f} ms "
+                         f"(forward {t['forward']:.1f}) · update {t['update']:.1f} ms")
+        return " · ".join(parts)
+
+    def view(self):
+        """(figure, generated-text HTML, counters markdown, message) for the current state."""
+        records = self.session.records if self.session else []
+        token_text = self.session.token_text if self.session else str
+        return (tree_figure(records[-1] if records else None), tokens_html(records, token_text),
+                self.counters_markdown(), self.message)
+
+
+def example_prompts(suite_path) -> dict[str, str]:
+    """Suite prompts as the prompt box takes them: text, or a chat as {"messages": [...]} JSON."""
+    from specviz.bench import load_suite
+
+    examples = {}
+    for item in load_suite(suite_path):
+        label = f"{item['category']}: {item['id']}"
+        if "prompt" in item:
+            examples[label] = item["prompt"]
+        else:
+            examples[label] = json.dumps({"messages": item["messages"]}, ensure_ascii=False, indent=1)
+    return examples
+

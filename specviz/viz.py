@@ -1,0 +1,124 @@
+"""What the app draws: the draft tree of one step (plotly) and the generated text marked by origin (HTML)."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+from specviz.trace import StepRecord
+
+SOURCE_COLOURS = {"logits": "#1f77b4", "retrieval": "#ff7f0e", "model": "#2ca02c", "several": "#9467bd",
+                  "root": "#7f7f7f", "bonus": "#d62728"}
+STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", "rejected": "x",
+                  "unreached": "circle-open"}
+
+
+def visible_token(text: str) -> str:
+    """Token text made visible and safe: whitespace shown as symbols, markup escaped."""
+    shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+    return html.escape(shown)
+
+
+def source_group(sources: list[str]) -> str:
+    if not sources:
+        return "root"
+    return sources[0] if len(sources) == 1 else "several"
+
+
+def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
+    """Left-to-right tidy tree: x = depth; leaves take consecutive rows in depth-first order and a parent
+    sits midway between its first and last child."""
+    children: dict[int, list[int]] = {n.id: [] for n in record.nodes}
+    for n in record.nodes:
+        if n.parent >= 0:
+            children[n.parent].append(n.id)
+    depth = {n.id: n.depth for n in record.nodes}
+    y: dict[int, float] = {}
+    next_row = 0
+    stack = [(0, False)]
+    while stack:  # iterative post-order: deep chains must not hit the recursion limit
+        node, expanded = stack.pop()
+        if not children[node]:
+            y[node] = float(next_row)
+            next_row += 1
+        elif expanded:
+            y[node] = (y[children[node][0]] + y[children[node][-1]]) / 2
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(children[node]))
+    return {node: (float(depth[node]), -y[node]) for node in y}
+
+
+def _hover(node) -> str:
+    lines = [f"<b>{visible_token(node.text)}</b> (id {node.token_id})",
+             f"sources: {', '.join(node.sources) or 'committed root'}", f"status: {node.status}"]
+    if node.target_prob is not None:
+        lines.append(f"target p = {node.target_prob:.4f}, rank {node.target_rank}")
+    if node.draft_prob is not None:
+        lines.append(f"draft p = {node.draft_prob:.4f}")
+    if node.score is not None:
+        lines.append(f"source score = {node.score:.3f}")
+    return "<br>".join(lines)
+
+
+def tree_figure(record: StepRecord | None) -> go.Figure:
+    figure = go.Figure()
+    figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=460, plot_bgcolor="white",
+                         xaxis=dict(title="depth", dtick=1, zeroline=False, showgrid=True, gridcolor="#eee"),
+                         yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.08),
+                         hoverlabel=dict(align="left"))
+    if record is None:
+        figure.update_layout(title="No step yet: enter a prompt and press Step or Run")
+        return figure
+    position = tidy_layout(record)
+    by_id = {n.id: n for n in record.nodes}
+    for accepted_edges in (False, True):
+        xs, ys = [], []
+        for n in record.nodes:
+            if n.parent < 0 or (n.status in ("accepted", "relaxed")) != accepted_edges:
+                continue
+            (x0, y0), (x1, y1) = position[n.parent], position[n.id]
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                                    line=dict(color="#2a2a2a" if accepted_edges else "#c8c8c8",
+                                              width=3 if accepted_edges else 1)))
+    groups: dict[tuple[str, str], list] = {}
+    for n in record.nodes:
+        groups.setdefault((source_group(n.sources), n.status), []).append(n)
+    for (group, status), nodes in sorted(groups.items()):
+        figure.add_trace(go.Scatter(
+            x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
+            mode="markers+text", name=f"{group} · {status}",
+            text=[visible_token(n.text) for n in nodes], textposition="middle right",
+            textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
+            marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != "unreached" else 10,
+                        color=SOURCE_COLOURS[group], line=dict(width=2, color=SOURCE_COLOURS[group]))))
+    accepted = record.num_accepted_drafts
+    figure.update_layout(title=f"step {record.step}: {len(by_id) - 1} draft nodes "
+                               f"(budget {record.budget}, {record.budget_mode}), {accepted} accepted + 1 bonus")
+    return figure
+
+
+def origin_class(origin: str) -> str:
+    return "bonus" if origin == "bonus" else source_group(origin.split("+"))
+
+
+def tokens_html(records: list[StepRecord], token_text) -> str:
+    """Generated text, each token coloured by how it was produced; every token is HTML-escaped."""
+    spans = []
+    for record in records:
+        for token, origin in zip(record.accepted_tokens, record.accepted_origins):
+            css = origin_class(origin)
+            title = html.escape(f"step {record.step}: {origin}", quote=True)
+            spans.append(f'<span class="tok tok-{css}" title="{title}">{html.escape(token_text(token))}</span>')
+    legend = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("retrieval", "logits", "model", "several", "bonus"))
+    body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
+    return f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div>'
+
+
+TOKEN_CSS = "\n".join(
+    [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
+     ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
+    + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}" for k, v in SOURCE_COLOURS.items()])
