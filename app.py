@@ -6,13 +6,15 @@ import argparse
 import os
 from pathlib import Path
 
-import gradio as gr
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offline; it phones nobody
 
-from specviz.errors import SpecvizError
+import gradio as gr  # noqa: E402
+
+from specviz.errors import SpecvizError  # noqa: E402
 from specviz.lab import Lab, example_prompts, shared_model
 from specviz.methods import BUDGET_MAX, METHODS
 from specviz.models import DEFAULT_MODEL
-from specviz.viz import TOKEN_CSS
+from specviz.viz import TOKEN_CSS, tree_figure
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
@@ -81,10 +83,12 @@ def build_app() -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=2):
                 example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)", value=None)
-                prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7)
+                prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7,
+                                    elem_id="prompt")
             with gr.Column(scale=1):
                 method = gr.Dropdown(list(METHODS), value="pld", label="Method")
-                auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)")
+                auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
+                                          elem_id="auto-budget")
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
                 max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
                 with gr.Accordion("Method parameters", open=False):
@@ -102,7 +106,7 @@ def build_app() -> gr.Blocks:
             reset_btn = gr.Button("Reset", elem_id="reset-btn")
         message = gr.Markdown(elem_id="message")
         counters = gr.Markdown(elem_id="counters")
-        tree = gr.Plot(label="Draft tree of the last step", elem_id="tree-plot")
+        tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
         text = gr.HTML(label="Generated text", elem_id="generated")
 
         settings = [model, prompt, method, auto_budget, budget, *param_inputs]

@@ -1,0 +1,103 @@
+"""The app as its users reach it: through gradio_client, and in a real headless Chromium."""
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import app  # noqa: E402
+
+PROMPT = "Repeat twice: <b>bold</b> & more, <b>bold</b> & more."
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(os.environ.get("SPECVIZ_SCREENSHOTS", "/tmp/specviz-screenshots"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url(lm):
+    demo = app.build_app().queue()
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, css=app.TOKEN_CSS)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model=""):
+    defaults = [p.default for p in app.PARAMS]
+    return [max_new_tokens, model, prompt, method, False, 8, *defaults]
+
+
+def test_step_run_and_bad_input_through_gradio_client(url):
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    figure, text, counters, message = client.predict(*settings(), api_name="/step")
+    assert "steps** 1" in counters and message == ""
+    assert "<b>" not in text  # tokens are escaped
+    figure, text, counters, message = client.predict(*settings(), api_name="/run")
+    assert "speedup vs ar" in counters and "x (ar" in counters
+    assert "identical to greedy ar" in counters
+    assert message.startswith("Done")
+    kept = counters
+    # bad input: a clear message, and the session (with its output) survives
+    for bad, expected in [(settings(prompt=""), "prompt is empty"),
+                          (settings(model="/no/such/model"), "does not exist")]:
+        _, _, counters, message = client.predict(*bad, api_name="/step")
+        assert expected in message and counters == kept
+    _, _, counters, message = client.predict(*settings(), api_name="/step")
+    assert "raise the limit" in message or "finished" in message
+    _, text, counters, message = client.predict(api_name="/reset")
+    assert "Nothing generated yet" in text
+
+
+def test_stop_keeps_session(url):
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    job = client.submit(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+                        api_name="/run")
+    import time
+    time.sleep(3)
+    client.predict(api_name="/stop")
+    _, _, counters, message = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+                                             api_name="/step")
+    job.cancel()
+    steps = int(counters.split("**steps** ")[1].split(" ")[0])
+    assert steps >= 2, counters  # the steps made before Stop are still there, and Step goes on from them
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian chromium is not installed")
+def test_browser_step_draws_tree(url):
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        page.goto(url)
+        page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
+        page.locator("#auto-budget input").uncheck()  # fixed budget 16: prompt lookup drafts on copied code
+        most_points = 0
+        for step in range(1, 7):
+            page.locator("#step-btn").click()
+            page.wait_for_function(f"document.querySelector('#counters').innerText.includes('steps {step} ')",
+                                   timeout=60_000)
+            page.wait_for_timeout(300)
+            most_points = max(most_points, page.locator("#tree-plot .scatterlayer .point").count())
+        generated = page.locator("#generated").inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "step.png"), full_page=True)
+        browser.close()
+    assert most_points >= 3  # the root and drafted nodes were drawn
+    assert "Nothing generated yet" not in generated

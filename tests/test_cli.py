@@ -1,0 +1,69 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_generate_json_contract(tmp_path):
+    trace = tmp_path / "t.json"
+    out = cli("generate", "--method", "pld", "--prompt", "Repeat: one two three, one two three.",
+              "--max-new-tokens", "12", "--budget", "8", "--param", "max_ngram=2", "--trace", str(trace), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result) >= {"method", "output_ids", "text", "new_tokens", "steps", "mean_accepted", "wall_s",
+                           "tokens_per_s"}
+    assert result["new_tokens"] == len(result["output_ids"]) <= 12
+    assert json.loads(trace.read_text())["method"] == "pld"
+
+
+def test_generate_prompt_file_json_chat(tmp_path):
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "Say yes."}]}))
+    out = cli("generate", "--method", "ar", "--prompt-file", str(chat), "--max-new-tokens", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["new_tokens"] <= 4
+
+
+def test_bad_input_gives_message_not_traceback(tmp_path):
+    for args, expected in [
+        (("generate", "--method", "pld", "--prompt", ""), "empty"),
+        (("generate", "--method", "pld", "--prompt", "x", "--param", "nope=1"), "no parameter 'nope'"),
+        (("generate", "--method", "pld", "--prompt", "x", "--budget", "0"), "budget must be between"),
+        (("generate", "--method", "pld", "--prompt", "x", "--model", str(tmp_path / "none")), "does not exist"),
+        (("generate", "--method", "pld", "--prompt-file", str(tmp_path / "none.txt")), "does not exist"),
+        (("bench", "--suite", str(tmp_path / "none.jsonl"), "--methods", "ar"), "does not exist"),
+        (("params", "nope"), "Unknown method"),
+    ]:
+        out = cli(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert expected in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+
+
+def test_params_lists_defaults():
+    out = cli("params", "pld")
+    assert out.returncode == 0 and "max_ngram" in out.stdout and "default 3" in out.stdout
+
+
+def test_bench_reports_per_category(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("\n".join(json.dumps(x) for x in [
+        {"id": "a", "category": "copy", "prompt": "Repeat: sun moon star, sun moon star."},
+        {"id": "b", "category": "open", "messages": [{"role": "user", "content": "Name a colour."}],
+         "max_new_tokens": 6}]))
+    report_path = tmp_path / "report.json"
+    out = cli("bench", "--suite", str(suite), "--methods", "pld,hf-pld", "--max-new-tokens", "10",
+              "--budget", "8", "--json", str(report_path))
+    assert out.returncode == 0, out.stderr
+    assert "lossless" in out.stdout and "copy" in out.stdout and "hf-pld" in out.stdout
+    report = json.loads(report_path.read_text())
+    assert report["methods"] == ["ar", "pld", "hf-pld"]
+    assert report["categories"]["ALL"]["ar"]["speedup"] == 1.0
+    assert all(r["lossless"] for r in report["prompts"] if r["method"] == "pld")
+    assert len(report["prompts"]) == 6

