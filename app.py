@@ -122,7 +122,9 @@ def build_app() -> gr.Blocks:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="specviz app")
-    parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", "127.0.0.1"))
+    # a Hugging Face Space (SPACE_ID set) routes traffic to 0.0.0.0; everywhere else stay on loopback
+    default_host = "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+    parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", default_host))
     parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     args = parser.parse_args()
     shared_model(None)  # load the chosen (SPECVIZ_MODEL) or default model; on first use dequantise

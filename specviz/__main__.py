@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
     _model_args(bench)
 
+    over = commands.add_parser("overhead", help="median per-step time outside the forward pass")
+    over.add_argument("--suite", required=True)
+    over.add_argument("--method", required=True)
+    over.add_argument("--budgets", default="16,32,64", help="comma-separated fixed budgets")
+    over.add_argument("--max-new-tokens", type=int, default=48)
+    over.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_args(over)
+
     cal = commands.add_parser("calibrate", help="measure the verify cost of 1..128 tree tokens")
     cal.add_argument("--repeats", type=int, default=5)
     cal.add_argument("--context", type=int, default=512)
@@ -113,6 +121,20 @@ def cmd_bench(args) -> dict:
     return report
 
 
+def cmd_overhead(args) -> None:
+    from specviz.bench import load_suite, step_overhead
+    from specviz.methods import parse_budget
+    from specviz.models import load_model
+    from specviz.params import parse_assignments
+
+    suite = load_suite(args.suite)
+    budgets = [parse_budget(b.strip()) for b in args.budgets.split(",") if b.strip()]
+    lm = load_model(args.model, args.device, args.dtype)
+    for budget in budgets:
+        print(json.dumps(step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
+                                       parse_assignments(args.param))), flush=True)
+
+
 def cmd_calibrate(args) -> None:
     from specviz import costmodel
     from specviz.models import load_model
@@ -147,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['mean_accepted']:.2f} per step, {result['tokens_per_s']:.1f} tok/s]", file=sys.stderr)
         elif args.command == "bench":
             cmd_bench(args)
+        elif args.command == "overhead":
+            cmd_overhead(args)
         elif args.command == "calibrate":
             cmd_calibrate(args)
         elif args.command == "params":

@@ -142,3 +142,25 @@ def format_table(report: dict) -> str:
             lines.append(f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
                          f"{s['tokens_per_s']:>7.2f} {s['speedup']:>5.2f}x {'yes' if s['lossless'] else 'NO'}")
     return "\n".join(lines)
+
+
+def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_new_tokens: int,
+                  params: dict | None = None) -> dict:
+    """Median milliseconds per step spent outside the target's forward pass (drafting, union, mask,
+    acceptance, cache compaction, drafter updates, the step record), over every step of every prompt."""
+    parts: dict[str, list[float]] = {"outside_forward": [], "draft": [], "verify_minus_forward": [], "update": [],
+                                     "forward": [], "tree_nodes": []}
+    for item in suite:
+        session = Session(lm, method, params, budget=budget).start(item["messages"])
+        session.run(max_new_tokens)
+        for record in session.records:
+            t = record.timings_ms
+            parts["outside_forward"].append(t["total"] - t["forward"])
+            parts["draft"].append(t["draft"])
+            parts["verify_minus_forward"].append(t["verify"] - t["forward"])
+            parts["update"].append(t["update"])
+            parts["forward"].append(t["forward"])
+            parts["tree_nodes"].append(len(record.nodes) - 1)
+    return {"method": method, "budget": budget, "steps": len(parts["draft"]),
+            **{f"median_{k}": round(statistics.median(v), 3) for k, v in parts.items()},
+            "max_tree_nodes": max(parts["tree_nodes"])}
