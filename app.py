@@ -55,9 +55,9 @@ def on_run(lab, max_new_tokens, *settings):
 
 
 def on_stop(lab):
-    if lab is not None:
-        lab.stop()
-    return lab
+    lab = lab or Lab()
+    lab.stop()
+    return (lab, *lab.view())
 
 
 def on_reset(lab):
@@ -114,7 +114,7 @@ def build_app() -> gr.Blocks:
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
         run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")
-        stop_btn.click(on_stop, lab, lab, cancels=[run_event], api_name="stop")
+        stop_btn.click(on_stop, lab, outputs, cancels=[run_event], api_name="stop")
         reset_btn.click(on_reset, lab, outputs, api_name="reset")
         load.click(on_load_model, model, model_status, api_name="load_model")
     return demo

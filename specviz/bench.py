@@ -161,6 +161,10 @@ def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_n
             parts["update"].append(t["update"])
             parts["forward"].append(t["forward"])
             parts["tree_nodes"].append(len(record.nodes) - 1)
+    # the same figure over the steps whose tree (nearly) filled the budget: the cost of a full tree
+    full = [o for o, n in zip(parts["outside_forward"], parts["tree_nodes"])
+            if isinstance(budget, int) and n >= 0.9 * budget]
     return {"method": method, "budget": budget, "steps": len(parts["draft"]),
             **{f"median_{k}": round(statistics.median(v), 3) for k, v in parts.items()},
-            "max_tree_nodes": max(parts["tree_nodes"])}
+            "max_tree_nodes": max(parts["tree_nodes"]), "full_tree_steps": len(full),
+            "median_outside_forward_full_tree": round(statistics.median(full), 3) if full else None}

@@ -103,7 +103,6 @@ class Lab:
         last = 0.0
         while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
             if self.stop_requested:
-                self.message = "Stopped. Step or Run to continue."
                 break
             self.session.step(max_new_tokens)
             if time.perf_counter() - last >= every_s:
@@ -116,6 +115,11 @@ class Lab:
 
     def stop(self) -> None:
         self.stop_requested = True
+        if self.session is None:
+            self.message = "Nothing is running."
+        else:
+            self.message = (f"Stopped after {len(self.session.records)} steps "
+                            f"({len(self.session.output_ids)} tokens kept). Step or Run to continue.")
 
     def reset(self) -> None:
         self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."

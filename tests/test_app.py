@@ -67,7 +67,8 @@ def test_stop_keeps_session(url):
                         api_name="/run")
     import time
     time.sleep(3)
-    client.predict(api_name="/stop")
+    _, _, _, stop_message = client.predict(api_name="/stop")
+    assert stop_message.startswith("Stopped after")
     _, _, counters, message = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                                              api_name="/step")
     job.cancel()
