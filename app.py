@@ -32,8 +32,8 @@ def _settings(lab: Lab | None, model, prompt, method, auto_budget, budget, *para
 def _failed(lab: Lab | None, error: Exception):
     """Bad input: show the message, keep the session (and what it generated) as it was."""
     lab = lab or Lab()
-    figure, text, counters, _ = lab.view()
-    return lab, figure, text, counters, f"⚠️ {error}"
+    *shown, _ = lab.view()
+    return lab, *shown, f"⚠️ {error}"
 
 
 def on_step(lab, max_new_tokens, *settings):
@@ -86,7 +86,7 @@ def build_app() -> gr.Blocks:
                 prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7,
                                     elem_id="prompt")
             with gr.Column(scale=1):
-                method = gr.Dropdown(list(METHODS), value="pld", label="Method")
+                method = gr.Dropdown(list(METHODS), value="racer", label="Method")
                 auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
                                           elem_id="auto-budget")
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
@@ -106,11 +106,15 @@ def build_app() -> gr.Blocks:
             reset_btn = gr.Button("Reset", elem_id="reset-btn")
         message = gr.Markdown(elem_id="message")
         counters = gr.Markdown(elem_id="counters")
-        tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
+        with gr.Row():
+            with gr.Column(scale=3):
+                tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
+            with gr.Column(scale=1):
+                split = gr.Markdown(elem_id="budget-split")
         text = gr.HTML(label="Generated text", elem_id="generated")
 
         settings = [model, prompt, method, auto_budget, budget, *param_inputs]
-        outputs = [lab, tree, text, counters, message]
+        outputs = [lab, tree, text, counters, split, message]
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
         run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")

@@ -1,4 +1,4 @@
-"""Command line: generate, bench, calibrate, params (see README)."""
+"""Command line: generate, bench, overhead, memory, calibrate, params (see README)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     over.add_argument("--max-new-tokens", type=int, default=48)
     over.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     _model_args(over)
+
+    mem = commands.add_parser("memory", help="RACER automaton size after N generated tokens")
+    mem.add_argument("--suite", default="assets/suite.jsonl")
+    mem.add_argument("--tokens", type=int, default=5000)
+    mem.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_args(mem)
 
     cal = commands.add_parser("calibrate", help="measure the verify cost of 1..128 tree tokens")
     cal.add_argument("--repeats", type=int, default=5)
@@ -135,6 +141,17 @@ def cmd_overhead(args) -> None:
                                        parse_assignments(args.param))), flush=True)
 
 
+def cmd_memory(args) -> None:
+    from specviz.bench import automaton_memory, load_suite
+    from specviz.models import load_model
+    from specviz.params import parse_assignments
+
+    suite = load_suite(args.suite)
+    tokens = _positive("--tokens", args.tokens, 100_000)
+    lm = load_model(args.model, args.device, args.dtype)
+    print(json.dumps(automaton_memory(lm, suite, tokens, parse_assignments(args.param))))
+
+
 def cmd_calibrate(args) -> None:
     from specviz import costmodel
     from specviz.models import load_model
@@ -171,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_bench(args)
         elif args.command == "overhead":
             cmd_overhead(args)
+        elif args.command == "memory":
+            cmd_memory(args)
         elif args.command == "calibrate":
             cmd_calibrate(args)
         elif args.command == "params":

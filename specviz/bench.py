@@ -135,12 +135,22 @@ def summarise(rows: list[dict], methods: list[str]) -> dict:
     return {"methods": methods, "prompts": rows, "categories": groups}
 
 
+PEER_REFERENCE = "hf-pld"  # the peer every table also compares against, when it ran
+
+
 def format_table(report: dict) -> str:
-    lines = [f"{'category':<14} {'method':<18} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'vs ar':>6} lossless"]
+    """One line per category and method: tokens, steps, MAT, tokens/s, speedup vs ar (and vs hf-pld when
+    it ran), lossless."""
+    peer = PEER_REFERENCE if PEER_REFERENCE in report["methods"] else None
+    header = f"{'category':<14} {'method':<18} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'vs ar':>6}"
+    lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless"]
     for category, per_method in report["categories"].items():
         for method, s in per_method.items():
-            lines.append(f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
-                         f"{s['tokens_per_s']:>7.2f} {s['speedup']:>5.2f}x {'yes' if s['lossless'] else 'NO'}")
+            line = (f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
+                    f"{s['tokens_per_s']:>7.2f} {s['speedup']:>5.2f}x")
+            if peer:
+                line += f" {s['tokens_per_s'] / per_method[peer]['tokens_per_s']:>8.2f}x"
+            lines.append(line + f" {'yes' if s['lossless'] else 'NO'}")
     return "\n".join(lines)
 
 
@@ -168,3 +178,39 @@ def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_n
             **{f"median_{k}": round(statistics.median(v), 3) for k, v in parts.items()},
             "max_tree_nodes": max(parts["tree_nodes"]), "full_tree_steps": len(full),
             "median_outside_forward_full_tree": round(statistics.median(full), 3) if full else None}
+
+
+def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, params: dict | None = None,
+                     per_prompt: int = 256) -> dict:
+    """RACER's automaton after `generated_tokens` tokens of real output: racer generates on the suite's
+    prompts in turn (up to per_prompt tokens each) until that many tokens exist; one automaton with
+    racer's settings is then fed every prompt and output in order, as a long session's drafter would be.
+    Its size is reported as nodes, the tables' own count (memory_bytes) and what tracemalloc saw it
+    allocate."""
+    import gc
+    import tracemalloc
+
+    from specviz.automaton import NgramAutomaton
+
+    values = get_method("racer").resolve_params(params_for("racer", params or {}))
+    streams, generated = [], 0
+    while generated < generated_tokens:
+        for item in suite:
+            session = Session(lm, "racer", params_for("racer", params or {})).start(item["messages"])
+            session.run(min(per_prompt, generated_tokens - generated))
+            streams.append(session.context)
+            generated += len(session.output_ids)
+            if generated >= generated_tokens:
+                break
+    gc.collect()
+    tracemalloc.start()
+    automaton = NgramAutomaton(values["ngram_length"], values["capacity"])
+    for stream in streams:
+        automaton.feed(stream)
+    automaton.build_failure_links()
+    gc.collect()
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"generated_tokens": generated, "stream_tokens": sum(len(s) for s in streams),
+            "ngram_length": values["ngram_length"], "capacity": values["capacity"], "nodes": len(automaton),
+            "evicted": automaton.evicted, "table_bytes": automaton.memory_bytes(), "traced_bytes": traced}

@@ -1,72 +1,137 @@
 """budget=auto: keep the draft nodes whose expected acceptance pays for their verify cost.
 
 Each node's chance of being accepted given that its parent was is learnt online, keyed by
-(sources, depth, rank among the source's siblings). A node's unconditional chance is the product along
-its path, and since at most one node per depth is accepted, the expected number of accepted drafts of a
-tree is the sum of those chances. Taking nodes best-first, the planner keeps the prefix that maximises
-(1 + expected accepted drafts) / cost(1 + nodes): tokens per unit of measured time (READER's Theorem 1
-with the cost curve as T_V). Estimates decay towards the prior, so a source that stopped being drafted
-is tried again after a while instead of being written off for good.
+(sources, depth, position among its siblings in the merged tree, drafter bucket). Siblings exclude each
+other (the target's next token is one token), so a node's chance is capped by what its earlier siblings
+leave. A node's unconditional chance is the product along its path, and since at most one node per depth
+is accepted, the expected number of accepted drafts of a tree is the sum of those chances. Taking nodes
+best-first, the planner keeps the prefix that maximises (1 + expected accepted drafts) / cost(1 + nodes):
+tokens per unit of measured time (READER's Theorem 1 with the cost curve as T_V).
+
+Every key is an exponential moving average over its own observations (about the last 1 / (1 - decay)
+times it was compared), so an estimate changes only when the planner tries that kind of node again. The
+prior (a fair coin with the weight of one observation) makes a kind of node never seen before worth one
+try. Where the drafter scored the node (a copy-logit probability, a retrieval share) that score is the
+prior instead.
+
+The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
+size band, scale the curve (context length and machine load move it; the planner needs the ratio between
+a one-token step and a tree, which the correction keeps current).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
+
 from specviz.costmodel import CostModel
 from specviz.tree import DraftTree
 
-MAX_DEPTH_KEY = 12
-MAX_RANK_KEY = 4
+MAX_DEPTH_KEY = 3   # depth 3 and deeper share estimates: a draft that got that far behaves alike
+MAX_POSITION_KEY = 4
+PLAIN_MARGIN = 1.1  # how much faster than plain decoding a tree must promise to be drafted at all
+COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the correction learns apart
 
 
 def node_key(tree: DraftTree, node: int) -> tuple:
+    """(sources, depth, position among siblings, drafter buckets): a drafter may tag its nodes with a
+    'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart."""
     sources = "+".join(sorted(tree.sources[node]))
-    rank = min((m.get("rank", 0) for m in tree.meta[node].values()), default=0)
-    return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(int(rank), MAX_RANK_KEY)
+    position = tree.children(tree.parents[node]).index(node)
+    buckets = "+".join(sorted(str(m["bucket"]) for m in tree.meta[node].values() if "bucket" in m))
+    return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(position, MAX_POSITION_KEY), buckets
 
 
 class AcceptanceModel:
-    def __init__(self, prior: float = 0.5, prior_weight: float = 2.0, decay: float = 0.98):
+    def __init__(self, prior: float = 0.5, prior_weight: float = 1.0, decay: float = 0.95):
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
         self.accepted: dict[tuple, float] = {}
         self.compared: dict[tuple, float] = {}
 
-    def conditional(self, key: tuple) -> float:
-        return ((self.accepted.get(key, 0.0) + self.prior * self.prior_weight)
+    @staticmethod
+    def coarse(key: tuple) -> tuple:
+        """The key without the sibling position: what a position never tried yet borrows from."""
+        return key[:2] + key[3:]
+
+    def _estimate(self, key: tuple, prior: float) -> float:
+        return ((self.accepted.get(key, 0.0) + prior * self.prior_weight)
                 / (self.compared.get(key, 0.0) + self.prior_weight))
 
+    def conditional(self, key: tuple, prior: float | None = None) -> float:
+        """The key's own record, shrunk towards its coarse key's record, shrunk towards the prior (the
+        node's own score when the drafter gave one: a copy-logit probability, a retrieval share)."""
+        prior = self.prior if prior is None else min(0.95, max(0.05, prior))
+        return self._estimate(key, self._estimate(self.coarse(key), prior))
+
     def node_chances(self, tree: DraftTree) -> list[float]:
-        """Unconditional acceptance chance of every node (root: 1)."""
+        """Unconditional acceptance chance of every node (root: 1); children are visited in sibling
+        order and each gets at most what its earlier siblings leave of its parent's chance."""
         chances = [1.0] * len(tree)
-        for node in range(1, len(tree)):
-            chances[node] = chances[tree.parents[node]] * self.conditional(node_key(tree, node))
+        for parent in range(len(tree)):
+            left = 1.0
+            for child in tree.children(parent):
+                share = min(self.conditional(node_key(tree, child), tree.score(child)), left)
+                left -= share
+                chances[child] = chances[parent] * share
         return chances
 
     def update(self, tree: DraftTree, statuses: list[str]) -> None:
-        """Learn from the nodes the target compared (accepted / relaxed / rejected); forget a little."""
-        for table in (self.accepted, self.compared):
-            for key in table:
-                table[key] *= self.decay
+        """Learn from the nodes the target compared (accepted / relaxed / rejected)."""
         for node in range(1, len(tree)):
             status = statuses[node]
             if status in ("accepted", "relaxed", "rejected"):
                 key = node_key(tree, node)
-                self.compared[key] = self.compared.get(key, 0.0) + 1.0
-                if status != "rejected":
-                    self.accepted[key] = self.accepted.get(key, 0.0) + 1.0
+                hit = 1.0 if status != "rejected" else 0.0
+                for level in (key, self.coarse(key)):
+                    self.compared[level] = self.compared.get(level, 0.0) * self.decay + 1.0
+                    self.accepted[level] = self.accepted.get(level, 0.0) * self.decay + hit
 
 
-def plan(tree: DraftTree, acceptance: AcceptanceModel, cost: CostModel, max_nodes: int) -> tuple[list[int], dict]:
-    """The best-first node order and how many of its nodes to keep; also the numbers behind the choice."""
+class OnlineCost:
+    """The calibrated curve times a per-band correction: the median ratio measured / calibrated over
+    the band's last few forwards (a median, so one stalled forward does not move it)."""
+
+    def __init__(self, curve: CostModel, window: int = 15, trusted_after: int = 3):
+        self.curve, self.window, self.trusted_after = curve, window, trusted_after
+        self.samples: dict[int, deque] = {}
+        self.ratio: dict[int, float] = {}
+
+    @staticmethod
+    def band(q: int) -> int:
+        return max(edge for edge in COST_BANDS if edge <= q)
+
+    def cost_ms(self, q: int) -> float:
+        band = self.band(q)
+        ratio = self.ratio.get(band)
+        if ratio is None:  # band not measured often enough: borrow the nearest trusted band's correction
+            measured = sorted(self.ratio, key=lambda b: abs(b - band))
+            ratio = self.ratio[measured[0]] if measured else 1.0
+        return self.curve.cost_ms(q) * ratio
+
+    def observe(self, q: int, ms: float) -> None:
+        band = self.band(q)
+        samples = self.samples.setdefault(band, deque(maxlen=self.window))
+        samples.append(ms / self.curve.cost_ms(q))
+        if len(samples) >= self.trusted_after:
+            self.ratio[band] = statistics.median(samples)
+
+
+def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int,
+         margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
+    """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
+    cost: anything with cost_ms(q) (a CostModel or an OnlineCost). A tree must promise `margin` times
+    the rate of plain decoding before it replaces it: estimates are noisy, and a tree that only ties
+    with plain decoding loses to it more often than not."""
     chances = acceptance.node_chances(tree)
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
-    best_keep, best_rate, expected = 0, 1.0 / cost.cost_ms(1), 0.0
+    best_keep, best_rate, expected = 0, margin / cost.cost_ms(1), 0.0
     for kept, node in enumerate(order, start=1):
         expected += chances[node]
         rate = (1.0 + expected) / cost.cost_ms(1 + kept)
         if rate > best_rate:
             best_keep, best_rate = kept, rate
     expected_kept = sum(chances[n] for n in order[:best_keep])
+    rate = (1.0 + expected_kept) / cost.cost_ms(1 + best_keep)
     return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
                                "expected_accepted": round(expected_kept, 3),
-                               "expected_tokens_per_s": round(1000 * best_rate, 2)}
-
+                               "expected_tokens_per_s": round(1000 * rate, 2)}

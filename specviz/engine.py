@@ -9,7 +9,7 @@ import torch
 from transformers import DynamicCache
 
 from specviz import costmodel
-from specviz.budget import AcceptanceModel, plan
+from specviz.budget import AcceptanceModel, OnlineCost, plan
 from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
 from specviz.kv import keep_accepted
@@ -48,6 +48,7 @@ class Session:
         self.temperature = float(temperature)
         self.generator = torch.Generator(device="cpu").manual_seed(int(seed))
         self._cost_model = cost_model
+        self._online_cost: OnlineCost | None = None
         self.acceptance = AcceptanceModel()
         self.token_text = TokenTexts(lm.tokenizer)
         self.prompt_ids: list[int] = []
@@ -65,6 +66,13 @@ class Session:
             self._cost_model = costmodel.load_or_calibrate(self.lm)
         return self._cost_model
 
+    @property
+    def online_cost(self) -> OnlineCost:
+        """The calibrated curve, corrected by the forward times this session measures."""
+        if self._online_cost is None:
+            self._online_cost = OnlineCost(self.cost_model)
+        return self._online_cost
+
     def start(self, prompt) -> "Session":
         """Encode a text or chat prompt (one user message for plain text) and prefill."""
         return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context))
@@ -81,6 +89,7 @@ class Session:
         self.context = list(prompt_ids)
         self.records, self.finish_reason = [], None
         self.drafters = self.method.make_drafters(self.lm, self.params)
+        self.acceptance = AcceptanceModel()
         self.cache = DynamicCache(config=self.lm.model.config)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
@@ -129,11 +138,12 @@ class Session:
         if not self.drafters:
             return DraftTree(self.context[-1]), 0, {}
         if self.budget == "auto":
-            offered = self.method.draft(self.drafters, self.context, min(AUTO_MAX_NODES, room))
-            order, decision = plan(offered, self.acceptance, self.cost_model, min(AUTO_MAX_NODES, room))
-            return offered.truncate(len(order), order), len(order), decision
+            offered, split = self.method.draft(self.drafters, self.context, min(AUTO_MAX_NODES, room))
+            order, decision = plan(offered, self.acceptance, self.online_cost, min(AUTO_MAX_NODES, room))
+            return offered.truncate(len(order), order), len(order), {"budget_decision": decision, "split": split}
         budget = min(self.budget, room)
-        return self.method.draft(self.drafters, self.context, budget).truncate(budget), budget, {}
+        tree, split = self.method.draft(self.drafters, self.context, budget)
+        return tree.truncate(budget), budget, {"split": split}
 
     @torch.inference_mode()
     def step(self, max_new_tokens: int | None = None) -> StepRecord:
@@ -144,7 +154,7 @@ class Session:
         t0 = time.perf_counter()
         past_len = len(self.context) - 1
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
-        tree, budget, decision = self._draft(room)
+        tree, budget, draft_notes = self._draft(room)
         t1 = time.perf_counter()
         logits = tree_forward(self.lm.model, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":
@@ -170,6 +180,7 @@ class Session:
             drafter.observe(outcome)
         if self.budget == "auto":
             self.acceptance.update(tree, verification.statuses)
+            self.online_cost.observe(len(tree), (t_forward - t1) * 1000)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
         if eos_at is not None:
             self.finish_reason = "eos"
@@ -177,14 +188,14 @@ class Session:
             self.finish_reason = "context"
         t3 = time.perf_counter()
 
-        record = self._record(tree, verification, committed, past_len, budget, decision,
+        record = self._record(tree, verification, committed, past_len, budget, draft_notes,
                               {"draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1,
                                "update": t3 - t2, "total": t3 - t0})
         self.records.append(record)
         self.step_s += t3 - t0
         return record
 
-    def _record(self, tree, verification, committed, past_len, budget, decision, seconds) -> StepRecord:
+    def _record(self, tree, verification, committed, past_len, budget, notes, seconds) -> StepRecord:
         nodes = []
         for n in range(len(tree)):
             draft_prob = tree.meta[n].get("model", {}).get("draft_prob")
@@ -203,7 +214,7 @@ class Session:
             budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
             accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
             timings_ms={k: round(v * 1000, 3) for k, v in seconds.items()},
-            notes={"budget_decision": decision} if decision else {})
+            notes=notes)
 
     # ---- many steps -----------------------------------------------------------------------------
     def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,

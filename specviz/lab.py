@@ -15,7 +15,7 @@ from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
 from specviz.models import DEFAULT_MODEL, LoadedModel, load_model
 from specviz.prompts import validate_messages
-from specviz.viz import tokens_html, tree_figure
+from specviz.viz import budget_split_markdown, tokens_html, tree_figure
 
 _models: dict[str, LoadedModel] = {}
 _models_lock = threading.Lock()
@@ -170,11 +170,12 @@ class Lab:
         return " · ".join(parts)
 
     def view(self):
-        """(figure, generated-text HTML, counters markdown, message) for the current state."""
+        """(figure, generated-text HTML, counters markdown, budget split markdown, message) now."""
         records = self.session.records if self.session else []
         token_text = self.session.token_text if self.session else str
-        return (tree_figure(records[-1] if records else None), tokens_html(records, token_text),
-                self.counters_markdown(), self.message)
+        last = records[-1] if records else None
+        return (tree_figure(last), tokens_html(records, token_text), self.counters_markdown(),
+                budget_split_markdown(last), self.message)
 
 
 def example_prompts(suite_path) -> dict[str, str]:

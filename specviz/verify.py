@@ -45,6 +45,7 @@ class Verification:
     statuses: list[str]              # per node, root included
     target_probs: np.ndarray         # p_target(node token | its parent's context), per node (root: nan)
     target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
+    log_norms: torch.Tensor | None = None  # logsumexp of every node's logits (q,), for log-probabilities
 
     @property
     def accepted_tokens(self) -> list[int]:
@@ -52,20 +53,22 @@ class Verification:
         return self.accepted_draft_tokens + [self.bonus_token]
 
 
-def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Target probability and rank of every draft node's token under its parent's logits."""
+def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """Target probability and rank of every draft node's token under its parent's logits, and the
+    logsumexp of every node's logits."""
     n = len(tree)
     probs = np.full(n, np.nan)
     ranks = np.full(n, -1, dtype=np.int64)
+    log_norms = torch.logsumexp(logits, dim=-1)
     if n > 1:
         parents = torch.tensor(tree.parents[1:], device=logits.device)
         tokens = torch.tensor(tree.tokens[1:], device=logits.device)
         rows = logits.index_select(0, parents)
         token_logits = rows.gather(1, tokens[:, None])
-        log_probs = token_logits[:, 0] - torch.logsumexp(rows, dim=-1)
+        log_probs = token_logits[:, 0] - log_norms.index_select(0, parents)
         probs[1:] = log_probs.exp().cpu().numpy()
         ranks[1:] = (rows > token_logits).sum(-1).cpu().numpy()
-    return probs, ranks
+    return probs, ranks, log_norms
 
 
 def _verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
@@ -74,9 +77,9 @@ def _verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus:
     on_path = set(path)
     statuses = [ROOT_STATUS] + [ACCEPTED if n in on_path else REJECTED if n in compared else UNREACHED
                                 for n in range(1, len(tree))]
-    probs, ranks = node_target_stats(tree, logits)
+    probs, ranks, log_norms = node_target_stats(tree, logits)
     return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
-                        statuses=statuses, target_probs=probs, target_ranks=ranks)
+                        statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms)
 
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:

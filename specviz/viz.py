@@ -21,9 +21,14 @@ def visible_token(text: str) -> str:
 
 
 def source_group(sources: list[str]) -> str:
-    if not sources:
-        return "root"
-    return sources[0] if len(sources) == 1 else "several"
+    """'root', one source, or the sources joined by '+' (a node that several sources proposed)."""
+    return "+".join(sorted(sources)) if sources else "root"
+
+
+def group_colours(group: str) -> tuple[str, str]:
+    """(fill, ring) of a marker: a node two sources proposed is filled in one colour, ringed in the other."""
+    parts = group.split("+")
+    return SOURCE_COLOURS[parts[-1]], SOURCE_COLOURS[parts[0]]
 
 
 def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
@@ -88,13 +93,14 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
     for n in record.nodes:
         groups.setdefault((source_group(n.sources), n.status), []).append(n)
     for (group, status), nodes in sorted(groups.items()):
+        fill, ring = group_colours(group)
         figure.add_trace(go.Scatter(
             x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
             mode="markers+text", name=f"{group} · {status}",
             text=[visible_token(n.text) for n in nodes], textposition="middle right",
             textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
             marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != "unreached" else 10,
-                        color=SOURCE_COLOURS[group], line=dict(width=2, color=SOURCE_COLOURS[group]))))
+                        color=fill, line=dict(width=3 if fill != ring else 2, color=ring))))
     accepted = record.num_accepted_drafts
     figure.update_layout(title=f"step {record.step}: {len(by_id) - 1} draft nodes "
                                f"(budget {record.budget}, {record.budget_mode}), {accepted} accepted + 1 bonus")
@@ -102,7 +108,9 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
 
 
 def origin_class(origin: str) -> str:
-    return "bonus" if origin == "bonus" else source_group(origin.split("+"))
+    if origin == "bonus":
+        return "bonus"
+    return origin if "+" not in origin else "several"
 
 
 def tokens_html(records: list[StepRecord], token_text) -> str:
@@ -122,3 +130,26 @@ TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
      ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
     + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}" for k, v in SOURCE_COLOURS.items()])
+
+
+def budget_split_markdown(record: StepRecord | None) -> str:
+    """How the last step's budget was shared: per source, the nodes it was offered, proposed, shared with
+    an earlier source (trie union), kept in the verified tree and got accepted."""
+    if record is None or len(record.nodes) == 1 and not record.notes.get("split"):
+        return "**Budget split**: no draft tree this step (plain decoding)." if record else ""
+    split = record.notes.get("split", {})
+    accepted = {}
+    for origin in record.accepted_origins:
+        for source in origin.split("+"):
+            accepted[source] = accepted.get(source, 0) + 1
+    rows = ["| source | offered | proposed | shared | in tree | accepted |", "|---|---|---|---|---|---|"]
+    for source, counts in split.items():
+        rows.append(f"| {source} | {counts['offered']} | {counts['proposed']} | {counts['shared']} | "
+                    f"{record.allocation.get(source, 0)} | {accepted.get(source, 0)} |")
+    decision = record.notes.get("budget_decision")
+    if decision:
+        head = (f"**Budget split** (auto: kept {decision['kept']} of {decision['offered']} offered nodes, "
+                f"expected {decision['expected_accepted']} accepted, ~{decision['expected_tokens_per_s']} tok/s)")
+    else:
+        head = f"**Budget split** (fixed budget {record.budget})"
+    return head + "\n\n" + "\n".join(rows)

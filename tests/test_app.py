@@ -31,19 +31,19 @@ def url(lm):
     demo.close()
 
 
-def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model=""):
-    defaults = [p.default for p in app.PARAMS]
-    return [max_new_tokens, model, prompt, method, False, 8, *defaults]
+def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, **params):
+    values = [params.get(p.name, p.default) for p in app.PARAMS]
+    return [max_new_tokens, model, prompt, method, False, budget, *values]
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    figure, text, counters, message = client.predict(*settings(), api_name="/step")
+    figure, text, counters, split, message = client.predict(*settings(), api_name="/step")
     assert "steps** 1" in counters and message == ""
     assert "<b>" not in text  # tokens are escaped
-    figure, text, counters, message = client.predict(*settings(), api_name="/run")
+    figure, text, counters, split, message = client.predict(*settings(), api_name="/run")
     assert "speedup vs ar" in counters and "x (ar" in counters
     assert "identical to greedy ar" in counters
     assert message.startswith("Done")
@@ -51,12 +51,38 @@ def test_step_run_and_bad_input_through_gradio_client(url):
     # bad input: a clear message, and the session (with its output) survives
     for bad, expected in [(settings(prompt=""), "prompt is empty"),
                           (settings(model="/no/such/model"), "does not exist")]:
-        _, _, counters, message = client.predict(*bad, api_name="/step")
+        _, _, counters, _, message = client.predict(*bad, api_name="/step")
         assert expected in message and counters == kept
-    _, _, counters, message = client.predict(*settings(), api_name="/step")
+    _, _, counters, _, message = client.predict(*settings(), api_name="/step")
     assert "raise the limit" in message or "finished" in message
-    _, text, counters, message = client.predict(api_name="/reset")
+    _, text, counters, _, message = client.predict(api_name="/reset")
     assert "Nothing generated yet" in text
+
+
+def test_racer_split_panel_and_bad_settings(url):
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    _, _, counters, split, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    assert message == "" and "steps** 1" in counters
+    _, _, counters, split, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    assert "Budget split" in split and "| retrieval |" in split and "| logits |" in split
+    kept = counters
+    # values past a slider's range are refused by Gradio itself, with its own clear message
+    from gradio_client.exceptions import AppError
+    for bad, expected in [(dict(ngram_length=1000), "greater than maximum"),
+                          (dict(ngram_length=0), "less than minimum"),
+                          (dict(capacity=0), "less than minimum"),
+                          (dict(max_breadth=99), "greater than maximum"),
+                          (dict(budget=0), "less than minimum")]:
+        with pytest.raises(AppError, match=expected):
+            client.predict(*settings(method="racer", **bad), api_name="/step")
+    # values each slider allows but that contradict each other get our message
+    _, _, counters, _, message = client.predict(*settings(method="racer", budget=32, min_match=6, ngram_length=4),
+                                                api_name="/step")
+    assert "must not exceed" in message and counters == kept
+    _, _, counters, _, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    assert "steps** 3" in counters, counters  # the session went on where it was
 
 
 def test_stop_keeps_session(url):
@@ -67,9 +93,9 @@ def test_stop_keeps_session(url):
                         api_name="/run")
     import time
     time.sleep(3)
-    _, _, _, stop_message = client.predict(api_name="/stop")
+    *_, stop_message = client.predict(api_name="/stop")
     assert stop_message.startswith("Stopped after")
-    _, _, counters, message = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+    _, _, counters, _, message = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                                              api_name="/step")
     job.cancel()
     steps = int(counters.split("**steps** ")[1].split(" ")[0])
@@ -89,7 +115,7 @@ def test_browser_step_draws_tree(url):
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         page.goto(url)
         page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
-        page.locator("#auto-budget input").uncheck()  # fixed budget 16: prompt lookup drafts on copied code
+        page.locator("#auto-budget input").uncheck()  # fixed budget 16: racer fills it on copied code
         most_points = 0
         for step in range(1, 7):
             page.locator("#step-btn").click()
@@ -98,7 +124,9 @@ def test_browser_step_draws_tree(url):
             page.wait_for_timeout(300)
             most_points = max(most_points, page.locator("#tree-plot .scatterlayer .point").count())
         generated = page.locator("#generated").inner_text()
+        split = page.locator("#budget-split").inner_text()
         page.screenshot(path=str(SCREENSHOTS / "step.png"), full_page=True)
         browser.close()
     assert most_points >= 3  # the root and drafted nodes were drawn
+    assert "Budget split" in split and "retrieval" in split
     assert "Nothing generated yet" not in generated

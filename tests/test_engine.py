@@ -43,6 +43,26 @@ def test_auto_budget_is_lossless(lm, ar_outputs, item_id):
     assert all(d["kept"] <= d["offered"] for d in decisions)
 
 
+@pytest.mark.parametrize("item", SUITE, ids=[i["id"] for i in SUITE])
+def test_racer_is_lossless(lm, ar_outputs, item):
+    """A fixed budget of 32 makes every step verify a wide merged tree (retrieval + copy-logit)."""
+    session = Session(lm, "racer", budget=32).start(item["messages"])
+    session.run(48)
+    assert session.output_ids == ar_outputs[item["id"]]
+
+
+@pytest.mark.parametrize("method", ["racer", "racer-logits", "racer-retrieval"])
+@pytest.mark.parametrize("item_id", ["sum-lighthouse", "code-rename", "open-poem"])
+def test_racer_family_auto_budget_is_lossless(lm, ar_outputs, method, item_id):
+    item = next(i for i in SUITE if i["id"] == item_id)
+    session = Session(lm, method, budget="auto", cost_model=FLAT_COST).start(item["messages"])
+    session.run(48)
+    assert session.output_ids == ar_outputs[item_id]
+    sources = {s for r in session.records for n in r.nodes for s in n.sources}
+    expected = {"racer": {"logits", "retrieval"}, "racer-logits": {"logits"}, "racer-retrieval": {"retrieval"}}
+    assert sources <= expected[method]
+
+
 def test_pld_accepts_drafts_on_copy_prompt(lm):
     item = next(i for i in SUITE if i["id"] == "code-rename")  # the model copies the given code
     session = Session(lm, "pld", budget=16).start(item["messages"])

@@ -1,0 +1,50 @@
+"""RACER's Retrieval Tree (`retrieval` source): the most frequent continuations of the borders the
+Aho-Corasick automaton finds for the current suffix, merged into one trie."""
+
+from __future__ import annotations
+
+from specviz.automaton import NgramAutomaton
+from specviz.drafters.base import Drafter, StepOutcome
+from specviz.tree import ROOT, DraftTree
+
+MATCH_BUCKETS = (1, 2, 3, 5, 8)  # matched-suffix lengths the acceptance model tells apart
+
+
+def match_bucket(border_depth: int, share: float, ahead: bool) -> str:
+    """'m3h': the largest bucket edge not above the matched length, then 'h' when the continuation
+    followed at least half of the earlier occurrences ('l' otherwise); 'a' marks draft-ahead tokens."""
+    edge = max(e for e in MATCH_BUCKETS if e <= border_depth)
+    return f"m{edge}{'h' if share >= 0.5 else 'l'}{'a' if ahead else ''}"
+
+
+class AutomatonDrafter(Drafter):
+    source = "retrieval"
+
+    def __init__(self, max_ngram: int = 10, capacity: int = 10_000, min_border: int = 2, draft_ahead: bool = True):
+        self.automaton = NgramAutomaton(max_ngram, capacity)
+        self.min_border, self.draft_ahead = min_border, draft_ahead
+        self.linked = False
+
+    def _sync(self, context: list[int]) -> None:
+        """Feed the tokens committed since the last call; link the whole trie once, after the prompt."""
+        fed = self.automaton.tokens_fed
+        if fed < len(context):
+            self.automaton.feed(context[fed:])
+        if not self.linked:
+            self.automaton.build_failure_links()
+            self.linked = True
+
+    def propose(self, context: list[int], budget: int) -> DraftTree:
+        self._sync(context)
+        tree = DraftTree(context[-1])
+        for found in self.automaton.continuations(budget, self.min_border, self.draft_ahead):
+            parent = ROOT
+            for i, (token, freq, share) in enumerate(zip(found.tokens, found.freqs, found.shares)):
+                parent = tree.add(parent, token, self.source, score=share, freq=freq, match=found.border_depth,
+                                  bucket=match_bucket(found.border_depth, share, i >= found.ahead_from))
+        for node in range(1, len(tree)):
+            tree.meta[node][self.source]["rank"] = tree.children(tree.parents[node]).index(node)
+        return tree
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self._sync(outcome.context)

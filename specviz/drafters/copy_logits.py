@@ -1,0 +1,108 @@
+"""RACER's Logits Tree (`logits` source) from copy-logit.
+
+For every token id the table keeps the top-k of the target's next-token distribution at that token's
+most recent occurrence (prefill chunks, then every node of every verified tree, the committed ones last
+so they win). The next position after a token is drafted from its row: "the same token in a similar
+context is followed similarly".
+
+Cold rows: a token that has not occurred yet has no row. Such a node gets no logits children (it stays a
+leaf of the logits tree); nothing is drafted from an empty row, so token 0 or any other filler never
+reaches the verifier.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+from specviz.drafters.base import Drafter, StepOutcome
+from specviz.tree import ROOT, DraftTree
+
+
+PROB_BANDS = (0.8, 0.5, 0.2, 0.05, 0.0)  # copy-logit probability bands the acceptance model tells apart
+
+
+def prob_bucket(prob: float) -> str:
+    """'p80', 'p50', 'p20', 'p05' or 'p00': the highest band edge not above the probability."""
+    return f"p{round(100 * next(edge for edge in PROB_BANDS if prob >= edge)):02d}"
+
+
+def child_breadth(parent_breadth: int, sibling_rank: int, parent_is_root: bool) -> int:
+    """RACER's decreasing breadth: b_child(i, j) = max(1, floor(b_i / 2^(j + [i != 0])))."""
+    return max(1, parent_breadth >> (sibling_rank + (0 if parent_is_root else 1)))
+
+
+class CopyLogitTable:
+    def __init__(self, width: int):
+        self.width = width
+        self.top_tokens: np.ndarray | None = None   # (vocab, width) token ids, best first
+        self.top_probs: np.ndarray | None = None    # (vocab, width) their probabilities
+        self.seen: np.ndarray | None = None         # (vocab,) whether the row holds anything yet
+
+    def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None) -> None:
+        """logits[i] is the target's prediction after tokens[i]; a token listed twice keeps its last row."""
+        if self.top_tokens is None:
+            vocab = logits.shape[-1]
+            self.top_tokens = np.zeros((vocab, self.width), dtype=np.int64)
+            self.top_probs = np.zeros((vocab, self.width), dtype=np.float32)
+            self.seen = np.zeros(vocab, dtype=bool)
+        ids = np.asarray(tokens, dtype=np.int64)
+        _, last_from_end = np.unique(ids[::-1], return_index=True)
+        rows = len(ids) - 1 - last_from_end
+        picked = torch.from_numpy(rows).to(logits.device)
+        chosen = logits.index_select(0, picked)
+        values, indices = chosen.topk(min(self.width, chosen.shape[-1]), dim=-1)
+        norms = log_norms.index_select(0, picked) if log_norms is not None else torch.logsumexp(chosen, dim=-1)
+        self.top_tokens[ids[rows]] = indices.cpu().numpy()
+        self.top_probs[ids[rows]] = (values - norms[:, None]).exp().cpu().numpy()
+        self.seen[ids[rows]] = True
+
+    def row(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.seen is None or token >= len(self.seen) or not self.seen[token]:
+            return None  # cold row: draft nothing after this token
+        return self.top_tokens[token], self.top_probs[token]
+
+
+class CopyLogitDrafter(Drafter):
+    source = "logits"
+
+    def __init__(self, max_breadth: int = 8):
+        self.max_breadth = max_breadth
+        self.table = CopyLogitTable(max_breadth)
+
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+        self.table.store(context[start:start + logits.shape[0]], logits)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        tree, path = outcome.tree, outcome.verification.path
+        committed = [ROOT] + path
+        others = sorted(set(range(len(tree))) - set(committed))
+        order = others + committed  # the committed occurrences are the most recent: they go last
+        picked = torch.tensor(order, device=outcome.logits.device)
+        norms = outcome.verification.log_norms
+        self.table.store([tree.tokens[n] for n in order], outcome.logits.index_select(0, picked),
+                         None if norms is None else norms.index_select(0, picked))
+
+    def propose(self, context: list[int], budget: int) -> DraftTree:
+        """Breadth-first from the root: node i gets b_i children from its token's row, child j of it
+        gets breadth b_child(i, j); stops when the budget is spent."""
+        tree = DraftTree(context[-1])
+        frontier = deque([(ROOT, self.max_breadth)])
+        left = budget
+        while frontier and left > 0:
+            node, breadth = frontier.popleft()
+            row = self.table.row(tree.tokens[node])
+            if row is None:
+                continue
+            tokens, probs = row
+            for rank in range(min(breadth, len(tokens))):
+                if left == 0:
+                    break
+                prob = float(probs[rank])
+                child = tree.add(node, int(tokens[rank]), self.source, score=prob, rank=rank,
+                                 bucket=prob_bucket(prob))
+                left -= 1
+                frontier.append((child, child_breadth(breadth, rank, node == ROOT)))
+        return tree

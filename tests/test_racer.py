@@ -1,0 +1,116 @@
+"""RACER's pieces: the copy-logit table and logits tree, the retrieval drafter, the merged tree."""
+
+import pytest
+import torch
+
+from specviz.bench import load_suite
+from specviz.drafters.automaton_retrieval import AutomatonDrafter
+from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child_breadth
+from specviz.engine import Session
+from specviz.errors import SpecvizError
+from specviz.methods import get_method
+from specviz.tree import ROOT
+
+VOCAB = 50
+
+
+def peaked_logits(next_tokens: list[list[int]]) -> torch.Tensor:
+    """One row per position; the listed tokens get logits 10, 9, 8, ... (best first), the rest 0."""
+    logits = torch.zeros(len(next_tokens), VOCAB)
+    for row, tokens in enumerate(next_tokens):
+        for rank, token in enumerate(tokens):
+            logits[row, token] = 10.0 - rank
+    return logits
+
+
+def test_breadth_schedule_follows_the_paper():
+    assert [child_breadth(8, j, True) for j in range(8)] == [8, 4, 2, 1, 1, 1, 1, 1]
+    assert [child_breadth(8, j, False) for j in range(8)] == [4, 2, 1, 1, 1, 1, 1, 1]
+    assert [child_breadth(4, j, False) for j in range(4)] == [2, 1, 1, 1]
+    assert child_breadth(1, 0, False) == 1
+
+
+def test_cold_rows_draft_nothing():
+    drafter = CopyLogitDrafter(max_breadth=8)
+    assert drafter.propose([3, 7], budget=16).num_drafted == 0  # nothing seen yet: no token 0, no filler
+    drafter.prefill_chunk([5], 0, peaked_logits([[7, 8]]))
+    tree = drafter.propose([3, 7], budget=16)
+    assert tree.num_drafted == 0  # the root token 7 was never followed by anything we saw
+    tree = drafter.propose([3, 5], budget=16)
+    assert [tree.tokens[c] for c in tree.children(ROOT)][:2] == [7, 8]
+
+
+def test_most_recent_occurrence_wins():
+    table = CopyLogitTable(width=2)
+    table.store([4, 9, 4], peaked_logits([[1, 2], [3, 4], [5, 6]]))
+    tokens, probs = table.row(4)
+    assert tokens.tolist() == [5, 6] and probs[0] > probs[1] > 0
+    table.store([4], peaked_logits([[7, 8]]))
+    assert table.row(4)[0].tolist() == [7, 8]
+
+
+def test_logits_tree_is_breadth_first_with_decreasing_breadth():
+    drafter = CopyLogitDrafter(max_breadth=4)
+    # every token t in 0..19 is followed by t+1, t+2, t+3, t+4 (best first)
+    context = list(range(20))
+    drafter.prefill_chunk(context, 0, peaked_logits([[t + k for k in range(1, 5)] for t in context]))
+    tree = drafter.propose([0], budget=100)
+    root_children = tree.children(ROOT)
+    assert [tree.tokens[c] for c in root_children] == [1, 2, 3, 4]
+    # root breadth 4: its children get 4, 2, 1, 1; a child of breadth 4 gets 4 children of its own
+    assert [len(tree.children(c)) for c in root_children] == [4, 2, 1, 1]
+    first = root_children[0]
+    assert [len(tree.children(c)) for c in tree.children(first)] == [2, 1, 1, 1]
+    assert drafter.propose([0], budget=6).num_drafted == 6
+    depths = [tree.depths[n] for n in tree.expansion_order()]
+    assert depths == sorted(depths)
+
+
+def test_retrieval_first_then_logits_share_the_budget(lm):
+    suite = {i["id"]: i for i in load_suite("assets/suite.jsonl")}
+    session = Session(lm, "racer", budget=24).start(suite["code-rename"]["messages"])
+    session.run(40)
+    splits = [r.notes["split"] for r in session.records]
+    assert all(list(s) == ["retrieval", "logits"] for s in splits)
+    for r, split in zip(session.records, splits):
+        assert split["logits"]["offered"] == 24 - split["retrieval"]["proposed"]
+        assert len(r.nodes) - 1 <= 24
+    both = [n for r in session.records for n in r.nodes if set(n.sources) == {"logits", "retrieval"}]
+    assert both, "trie union merges a token both sources proposed into one node"
+    assert any(r.allocation["retrieval"] for r in session.records)
+
+
+def test_observe_refreshes_rows_from_the_verified_tree(lm):
+    session = Session(lm, "racer-logits", budget=16).start("Name three colours.")
+    drafter = session.drafters[0]
+    session.step()
+    record = session.records[-1]
+    for node in record.nodes:
+        assert drafter.table.row(node.token_id) is not None  # every verified node's row is filled
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"ngram_length": 0}, "ngram_length must be between"),
+    ({"ngram_length": 1000}, "ngram_length must be between"),
+    ({"capacity": 0}, "capacity must be between"),
+    ({"max_breadth": 0}, "max_breadth must be between"),
+    ({"max_breadth": 17}, "max_breadth must be between"),
+    ({"min_match": 6, "ngram_length": 4}, "must not exceed"),
+])
+def test_bad_racer_settings_are_clear(lm, params, message):
+    with pytest.raises(SpecvizError, match=message):
+        Session(lm, "racer", params)
+
+
+def test_ablations_have_their_own_parameters():
+    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth"}
+    assert "max_breadth" not in {p.name for p in get_method("racer-retrieval").params}
+    with pytest.raises(SpecvizError, match="has no parameter"):
+        get_method("racer-logits").resolve_params({"capacity": 100})
+
+
+def test_retrieval_drafter_stays_within_capacity_on_a_long_context():
+    drafter = AutomatonDrafter(max_ngram=10, capacity=500)
+    context = [(i * 7919) % 3001 for i in range(20_000)]
+    tree = drafter.propose(context, budget=32)
+    assert len(drafter.automaton) <= 500 and tree.num_drafted <= 32
