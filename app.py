@@ -107,9 +107,9 @@ def build_app() -> gr.Blocks:
         message = gr.Markdown(elem_id="message")
         counters = gr.Markdown(elem_id="counters")
         with gr.Row():
-            with gr.Column(scale=3):
+            with gr.Column(scale=5):
                 tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
-            with gr.Column(scale=1):
+            with gr.Column(scale=3, min_width=360):
                 split = gr.Markdown(elem_id="budget-split")
         text = gr.HTML(label="Generated text", elem_id="generated")
 

@@ -11,8 +11,8 @@ tokens per unit of measured time (READER's Theorem 1 with the cost curve as T_V)
 Every key is an exponential moving average over its own observations (about the last 1 / (1 - decay)
 times it was compared), so an estimate changes only when the planner tries that kind of node again. The
 prior (a fair coin with the weight of one observation) makes a kind of node never seen before worth one
-try. Where the drafter scored the node (a copy-logit probability, a retrieval share) that score is the
-prior instead.
+try. Where the drafter estimated the node's chance (meta 'prior': a copy-logit probability, a
+retrieval share) that estimate is the prior instead.
 
 The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
 size band, scale the curve (context length and machine load move it; the planner needs the ratio between
@@ -42,6 +42,11 @@ def node_key(tree: DraftTree, node: int) -> tuple:
     return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(position, MAX_POSITION_KEY), buckets
 
 
+def node_prior(tree: DraftTree, node: int) -> float | None:
+    """The drafter's own estimate of the node's chance (meta 'prior'), if any source gave one."""
+    return max((m["prior"] for m in tree.meta[node].values() if "prior" in m), default=None)
+
+
 class AcceptanceModel:
     def __init__(self, prior: float = 0.5, prior_weight: float = 1.0, decay: float = 0.95):
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
@@ -59,7 +64,7 @@ class AcceptanceModel:
 
     def conditional(self, key: tuple, prior: float | None = None) -> float:
         """The key's own record, shrunk towards its coarse key's record, shrunk towards the prior (the
-        node's own score when the drafter gave one: a copy-logit probability, a retrieval share)."""
+        drafter's own estimate when it gave one: a copy-logit probability, a retrieval share)."""
         prior = self.prior if prior is None else min(0.95, max(0.05, prior))
         return self._estimate(key, self._estimate(self.coarse(key), prior))
 
@@ -70,7 +75,7 @@ class AcceptanceModel:
         for parent in range(len(tree)):
             left = 1.0
             for child in tree.children(parent):
-                share = min(self.conditional(node_key(tree, child), tree.score(child)), left)
+                share = min(self.conditional(node_key(tree, child), node_prior(tree, child)), left)
                 left -= share
                 chances[child] = chances[parent] * share
         return chances

@@ -49,7 +49,6 @@ class Session:
         self.generator = torch.Generator(device="cpu").manual_seed(int(seed))
         self._cost_model = cost_model
         self._online_cost: OnlineCost | None = None
-        self.acceptance = AcceptanceModel()
         self.token_text = TokenTexts(lm.tokenizer)
         self.prompt_ids: list[int] = []
         self.context: list[int] = []

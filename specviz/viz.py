@@ -15,9 +15,10 @@ STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", 
 
 
 def visible_token(text: str) -> str:
-    """Token text made visible and safe: whitespace shown as symbols, markup escaped."""
+    """Token text made visible and safe: whitespace shown as symbols, markup escaped (quotes stay as
+    they are: they are harmless in text, and plotly would show &quot; literally)."""
     shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-    return html.escape(shown)
+    return html.escape(shown, quote=False)
 
 
 def source_group(sources: list[str]) -> str:
@@ -134,7 +135,7 @@ TOKEN_CSS = "\n".join(
 
 def budget_split_markdown(record: StepRecord | None) -> str:
     """How the last step's budget was shared: per source, the nodes it was offered, proposed, shared with
-    an earlier source (trie union), kept in the verified tree and got accepted."""
+    an earlier source (trie union), kept in the verified tree and got accepted (bonus excluded)."""
     if record is None or len(record.nodes) == 1 and not record.notes.get("split"):
         return "**Budget split**: no draft tree this step (plain decoding)." if record else ""
     split = record.notes.get("split", {})
@@ -142,7 +143,7 @@ def budget_split_markdown(record: StepRecord | None) -> str:
     for origin in record.accepted_origins:
         for source in origin.split("+"):
             accepted[source] = accepted.get(source, 0) + 1
-    rows = ["| source | offered | proposed | shared | in tree | accepted |", "|---|---|---|---|---|---|"]
+    rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
     for source, counts in split.items():
         rows.append(f"| {source} | {counts['offered']} | {counts['proposed']} | {counts['shared']} | "
                     f"{record.allocation.get(source, 0)} | {accepted.get(source, 0)} |")

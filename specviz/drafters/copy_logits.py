@@ -102,7 +102,7 @@ class CopyLogitDrafter(Drafter):
                     break
                 prob = float(probs[rank])
                 child = tree.add(node, int(tokens[rank]), self.source, score=prob, rank=rank,
-                                 bucket=prob_bucket(prob))
+                                 bucket=prob_bucket(prob), prior=prob)
                 left -= 1
                 frontier.append((child, child_breadth(breadth, rank, node == ROOT)))
         return tree

@@ -8,8 +8,9 @@ from specviz.drafters.base import Drafter
 from specviz.tree import DraftTree
 
 
-def lookup_continuation(context: list[int], max_ngram: int, min_ngram: int, length: int) -> list[int]:
-    """Tokens that followed the most recent earlier occurrence of the longest matching suffix n-gram."""
+def lookup_continuation(context: list[int], max_ngram: int, min_ngram: int, length: int) -> tuple[list[int], int]:
+    """Tokens that followed the most recent earlier occurrence of the longest matching suffix n-gram,
+    and that n-gram's length (0 when nothing matched)."""
     tokens = np.asarray(context, dtype=np.int64)
     n_tokens = len(tokens)
     for n in range(min(max_ngram, n_tokens - 1), min_ngram - 1, -1):
@@ -19,8 +20,8 @@ def lookup_continuation(context: list[int], max_ngram: int, min_ngram: int, leng
         hits = np.flatnonzero((windows == suffix).all(axis=1))
         if hits.size:
             start = int(hits[-1]) + n
-            return tokens[start:start + length].tolist()
-    return []
+            return tokens[start:start + length].tolist(), n
+    return [], 0
 
 
 class PromptLookupDrafter(Drafter):
@@ -31,6 +32,7 @@ class PromptLookupDrafter(Drafter):
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         tree = DraftTree(context[-1])
-        chain = lookup_continuation(context, self.max_ngram, self.min_ngram, min(budget, self.num_pred_tokens))
-        tree.add_path(chain, self.source, rank=0)
+        chain, matched = lookup_continuation(context, self.max_ngram, self.min_ngram, min(budget, self.num_pred_tokens))
+        # the matched length is the bucket: budget=auto learns 1-gram and 3-gram matches apart
+        tree.add_path(chain, self.source, rank=0, bucket=f"n{matched}")
         return tree
