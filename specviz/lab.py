@@ -65,6 +65,9 @@ class Lab:
     stop_requested: bool = False
     baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar run
     message: str = ""
+    # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
+    # the next Step arrives, and two steps at once would corrupt the KV cache
+    stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # ---- settings -------------------------------------------------------------------------------
     def apply(self, model: str, prompt: str, method: str, budget, params: dict) -> None:
@@ -86,13 +89,14 @@ class Lab:
     def step(self, max_new_tokens: int) -> None:
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
-        if self.session.finished:
-            self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
-            return
-        if len(self.session.output_ids) >= max_new_tokens:
-            self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
-            return
-        self.session.step(max_new_tokens)
+        with self.stepping:
+            if self.session.finished:
+                self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
+                return
+            if len(self.session.output_ids) >= max_new_tokens:
+                self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
+                return
+            self.session.step(max_new_tokens)
         self.message = ""
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
@@ -104,7 +108,9 @@ class Lab:
         while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
             if self.stop_requested:
                 break
-            self.session.step(max_new_tokens)
+            with self.stepping:
+                if not self.session.finished and len(self.session.output_ids) < max_new_tokens:
+                    self.session.step(max_new_tokens)
             if time.perf_counter() - last >= every_s:
                 last = time.perf_counter()
                 yield

@@ -130,3 +130,27 @@ def test_browser_step_draws_tree(url):
     assert most_points >= 3  # the root and drafted nodes were drawn
     assert "Budget split" in split and "retrieval" in split
     assert "Nothing generated yet" not in generated
+
+
+def test_concurrent_steps_on_one_session_are_serialised(lm):
+    """A Run that Stop cancelled can still be inside its last step when the next Step arrives."""
+    import threading
+
+    from specviz.lab import Lab
+
+    lab = Lab()
+    lab.apply("", PROMPT, "racer", 16, {})
+    errors = []
+
+    def step():
+        try:
+            lab.step(64)
+        except Exception as error:  # noqa: BLE001 - the test reports whatever a race raises
+            errors.append(error)
+
+    threads = [threading.Thread(target=step) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(lab.session.records) == 4
