@@ -113,6 +113,7 @@ class NgramAutomaton:
         child = self.children[node].get(token)
         if child is not None:
             return child
+        self._touch_path(node)  # node and its ancestors must survive the eviction that makes room
         if len(self.token) >= self.capacity and not self._evict_one(keep=node):
             return None
         child = self._next_id
@@ -134,7 +135,6 @@ class NgramAutomaton:
             for state in [ROOT] + self.suffix_states:
                 if state not in self.token or self.depth[state] >= self.max_ngram:
                     continue  # evicted meanwhile, or already the longest n-gram we keep
-                self._touch_path(state)  # the state and its ancestors must survive making its child
                 child = self._child(state, token)
                 if child is None:
                     continue

@@ -192,11 +192,12 @@ def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, 
 
     from specviz.automaton import NgramAutomaton
 
-    values = get_method("racer").resolve_params(params_for("racer", params or {}))
+    own = params_for("racer", params or {})
+    values = get_method("racer").resolve_params(own)
     streams, generated = [], 0
     while generated < generated_tokens:
         for item in suite:
-            session = Session(lm, "racer", params_for("racer", params or {})).start(item["messages"])
+            session = Session(lm, "racer", own).start(item["messages"])
             session.run(min(per_prompt, generated_tokens - generated))
             streams.append(session.context)
             generated += len(session.output_ids)

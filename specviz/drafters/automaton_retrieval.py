@@ -42,8 +42,6 @@ class AutomatonDrafter(Drafter):
             for i, (token, freq, share) in enumerate(zip(found.tokens, found.freqs, found.shares)):
                 parent = tree.add(parent, token, self.source, score=share, freq=freq, match=found.border_depth,
                                   bucket=match_bucket(found.border_depth, share, i >= found.ahead_from), prior=share)
-        for node in range(1, len(tree)):
-            tree.meta[node][self.source]["rank"] = tree.children(tree.parents[node]).index(node)
         return tree
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -34,5 +34,5 @@ class PromptLookupDrafter(Drafter):
         tree = DraftTree(context[-1])
         chain, matched = lookup_continuation(context, self.max_ngram, self.min_ngram, min(budget, self.num_pred_tokens))
         # the matched length is the bucket: budget=auto learns 1-gram and 3-gram matches apart
-        tree.add_path(chain, self.source, rank=0, bucket=f"n{matched}")
+        tree.add_path(chain, self.source, bucket=f"n{matched}")
         return tree
