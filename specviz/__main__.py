@@ -11,7 +11,8 @@ from specviz.errors import SpecvizError
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-    parser.add_argument("--draft-model", default=None, help="draft model for hf-assisted and model drafters")
+    parser.add_argument("--draft-model", default=None, help="draft model for hf-assisted and respec's model drafter "
+                        "(respec default: the target's own weights)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
 
@@ -44,6 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
     _model_args(bench)
 
+    sweep = commands.add_parser("sweep", help="one method at several values of one parameter, vs ar's output")
+    sweep.add_argument("--suite", required=True)
+    sweep.add_argument("--method", default="respec")
+    sweep.add_argument("--vary", required=True, metavar="NAME=V1,V2,...", help="e.g. tau=0,1,2,3,5")
+    sweep.add_argument("--max-new-tokens", type=int, default=96)
+    sweep.add_argument("--budget", default="auto")
+    sweep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    sweep.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _model_args(sweep)
+
     over = commands.add_parser("overhead", help="median per-step time outside the forward pass")
     over.add_argument("--suite", required=True)
     over.add_argument("--method", required=True)
@@ -74,6 +85,15 @@ def _positive(name: str, value: int, high: int = 100_000) -> int:
     return value
 
 
+def _draft_model(args, methods: list[str]):
+    """The draft model the user named; hf-assisted without one drafts with the default model."""
+    from specviz.models import load_model
+
+    if args.draft_model or "hf-assisted" in methods:
+        return load_model(args.draft_model, args.device, args.dtype)
+    return None
+
+
 def cmd_generate(args) -> dict:
     from specviz.engine import Session
     from specviz.methods import PEER_METHODS
@@ -87,7 +107,7 @@ def cmd_generate(args) -> dict:
     lm = load_model(args.model, args.device, args.dtype)
     if args.method in PEER_METHODS:
         from specviz.peers import hf_generate
-        draft = load_model(args.draft_model, args.device, args.dtype) if args.method == "hf-assisted" else None
+        draft = _draft_model(args, [args.method])
         if params:
             raise SpecvizError(f"{args.method} takes no --param.")
         run = hf_generate(lm, encode(lm.tokenizer, prompt, lm.max_context), args.method, args.max_new_tokens, draft)
@@ -97,7 +117,7 @@ def cmd_generate(args) -> dict:
         output_ids = run["output_ids"]
     else:
         session = Session(lm, args.method, params, budget=args.budget, temperature=args.temperature,
-                          seed=args.seed).start(prompt)
+                          seed=args.seed, draft=_draft_model(args, [args.method])).start(prompt)
         session.run(args.max_new_tokens)
         stats, output_ids = session.stats(), session.output_ids
         if args.trace:
@@ -117,10 +137,31 @@ def cmd_bench(args) -> dict:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     params = parse_assignments(args.param)
     lm = load_model(args.model, args.device, args.dtype)
-    draft = load_model(args.draft_model, args.device, args.dtype) if "hf-assisted" in methods else None
+    draft = _draft_model(args, methods)
     report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_table(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
+def cmd_sweep(args) -> dict:
+    from specviz.bench import format_sweep, load_suite, run_sweep
+    from specviz.models import load_model
+    from specviz.params import parse_assignments
+
+    name, sep, values = args.vary.partition("=")
+    if not sep or not name.strip() or not values.strip():
+        raise SpecvizError(f"--vary takes NAME=V1,V2,..., got {args.vary!r}.")
+    suite = load_suite(args.suite)
+    lm = load_model(args.model, args.device, args.dtype)
+    report = run_sweep(lm, suite, args.method, name.strip(), [v.strip() for v in values.split(",") if v.strip()],
+                       _positive("--max-new-tokens", args.max_new_tokens), parse_assignments(args.param),
+                       args.budget, _draft_model(args, [args.method]),
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_sweep(report))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
@@ -170,7 +211,8 @@ def cmd_params(args) -> None:
     print(f"{method.name}: {method.summary}")
     print("  budget        default auto   range 1..256 or auto (draft nodes per step)")
     for p in method.params:
-        print(f"  {p.name:<13} default {p.default!s:<6} range {p.low}..{p.high}  {p.help}")
+        allowed = "|".join(p.choices) if p.choices else f"{p.low}..{p.high}"
+        print(f"  {p.name:<17} default {p.default!s:<6} range {allowed}  {p.help}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{result['mean_accepted']:.2f} per step, {result['tokens_per_s']:.1f} tok/s]", file=sys.stderr)
         elif args.command == "bench":
             cmd_bench(args)
+        elif args.command == "sweep":
+            cmd_sweep(args)
         elif args.command == "overhead":
             cmd_overhead(args)
         elif args.command == "memory":

@@ -14,7 +14,7 @@ from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
 from specviz.kv import keep_accepted
 from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
-from specviz.models import LoadedModel
+from specviz.models import LoadedModel, check_same_vocabulary
 from specviz.prompts import encode
 from specviz.trace import NodeRecord, StepRecord, Trace
 from specviz.tree import DraftTree
@@ -38,10 +38,14 @@ class TokenTexts:
 
 class Session:
     def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
-                 temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None):
+                 temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None,
+                 draft: LoadedModel | None = None):
         self.lm = lm
         self.method = get_method(method)
         self.params = self.method.resolve_params(params)
+        if draft is not None and draft is not lm:
+            check_same_vocabulary(lm, draft)
+        self.draft = draft  # None: a model drafter drafts with the target's own weights
         self.budget = parse_budget(budget)
         if not 0.0 <= float(temperature) <= 5.0:
             raise SpecvizError(f"temperature must be between 0 and 5, got {temperature}.")
@@ -87,7 +91,7 @@ class Session:
         self.prompt_ids = list(prompt_ids)
         self.context = list(prompt_ids)
         self.records, self.finish_reason = [], None
-        self.drafters = self.method.make_drafters(self.lm, self.params)
+        self.drafters = self.method.make_drafters(self.lm, self.params, self.draft)
         self.acceptance = AcceptanceModel()
         self.cache = DynamicCache(config=self.lm.model.config)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
@@ -127,7 +131,9 @@ class Session:
 
     def trace(self) -> Trace:
         return Trace(model=self.lm.name, method=self.method.name,
-                     params={**self.params, "budget": self.budget, "temperature": self.temperature},
+                     params={**self.params, "budget": self.budget, "temperature": self.temperature,
+                             **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
+                                if self.method.uses_draft_model else {})},
                      prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
                      finish_reason=self.finish_reason or "length", steps=list(self.records))
 
@@ -159,8 +165,10 @@ class Session:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        if self.temperature > 0:
+        if self.temperature > 0:  # relaxed acceptance is a greedy-decoding rule: sampling stays lossless
             verification = sampling_accept(tree, logits, self.temperature, self.generator)
+        elif self.method.verify is not None:
+            verification = self.method.verify(tree, logits, self.params)
         else:
             verification = greedy_accept(tree, logits)
         t2 = time.perf_counter()
@@ -174,9 +182,11 @@ class Session:
         # the cache keeps the root and the accepted nodes whose successors were committed too
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
-        outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context)
+        outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
+                              forward_ms=(t_forward - t1) * 1000)
         for drafter in self.drafters:
             drafter.observe(outcome)
+            draft_notes.update(drafter.step_notes())
         if self.budget == "auto":
             self.acceptance.update(tree, verification.statuses)
             self.online_cost.observe(len(tree), (t_forward - t1) * 1000)
@@ -213,7 +223,7 @@ class Session:
             budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
             accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
             timings_ms={k: round(v * 1000, 3) for k, v in seconds.items()},
-            notes=notes)
+            entropy=notes.pop("trigger", None), notes=notes)
 
     # ---- many steps -----------------------------------------------------------------------------
     def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,

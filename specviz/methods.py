@@ -8,10 +8,14 @@ from typing import Callable
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.base import Drafter
 from specviz.drafters.copy_logits import CopyLogitDrafter
+from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.prompt_lookup import PromptLookupDrafter
+from specviz.drafters.respec import ReSpecDrafter
 from specviz.errors import SpecvizError
 from specviz.params import Param, resolve
+from specviz.relaxed import relaxed_accept
 from specviz.tree import DraftTree
+from specviz.verify import Verification
 
 BUDGET_MAX = 256          # largest fixed tree (draft nodes) a user may ask for
 AUTO_MAX_NODES = 64       # budget=auto chooses among at most this many nodes (RACER's capacity)
@@ -22,8 +26,12 @@ class Method:
     name: str
     summary: str
     params: list[Param] = field(default_factory=list)
-    make_drafters: Callable[[object, dict], list[Drafter]] = lambda lm, p: []
+    # (target, params, draft model) -> drafters; the draft model is the target itself unless one was given
+    make_drafters: Callable[[object, dict, object], list[Drafter]] = lambda lm, p, draft: []
     check: Callable[[dict], None] = lambda p: None
+    # greedy acceptance rule (tree, logits, params) -> Verification; None = strict greedy
+    verify: Callable[[DraftTree, object, dict], Verification] | None = None
+    uses_draft_model: bool = False
 
     def resolve_params(self, overrides: dict | None) -> dict:
         values = resolve(self.params, overrides, self.name)
@@ -78,7 +86,7 @@ RETRIEVAL_PARAMS = [
 
 
 def _racer_drafters(sources: tuple[str, ...]):
-    def make(lm, p: dict) -> list[Drafter]:
+    def make(lm, p: dict, draft=None) -> list[Drafter]:
         drafters: list[Drafter] = []
         if "retrieval" in sources:  # retrieval takes the budget first, the logits tree the rest
             drafters.append(AutomatonDrafter(p["ngram_length"], p["capacity"], p["min_match"],
@@ -89,11 +97,48 @@ def _racer_drafters(sources: tuple[str, ...]):
     return make
 
 
+RESPEC_PARAMS = [
+    Param("entropy_threshold", 1.5, 0.0, 10.0, float, "respec: retrieve only if the key's mean entropy "
+                                                    "H_min (nats) is at most this"),
+    Param("lambda_e", 0.5, 0.0, 5.0, float, "respec: key length preference in C_k = H_k + lambda_e / k"),
+    Param("lookback", 3, 1, 8, int, "respec: l, the longest key (suffix) the trigger considers"),
+    Param("alpha", 0.3, 0.01, 1.0, float, "respec: EMA rate of the match-position scores"),
+    Param("theta_score", 0.2, 0.0, 1.0, float, "respec: match positions scoring below this are skipped"),
+    Param("branch_len", 16, 1, 64, int, "respec: tokens copied after each selected match position"),
+    Param("tau", 0.0, 0.0, 10.0, float, "respec: relaxed verification margin log p(top1) - log p(x) "
+                                         "for retrieved tokens (0 = lossless)"),
+    Param("m", 2, 0, 8, int, "respec: greedy matches a relaxed token needs after it (look-ahead)"),
+    Param("phi", 2, 0, 8, int, "respec: Phi, relaxed attempts per step"),
+    Param("top_k", 5, 1, 100, int, "respec: a relaxed token must be in the target's top-k"),
+    Param("fallback", "auto", 0, 0, str, "respec: drafter when retrieval does not fire: the draft model, the "
+                                          "copy-logit tree, or auto (more tokens per measured ms)",
+          choices=("auto", "model", "logits")),
+    Param("draft_breadth", 2, 1, 8, int, "model drafter: top-k children per node on the branching levels"),
+    Param("branch_levels", 1, 0, 4, int, "model drafter: levels that branch; deeper levels are greedy"),
+    Param("draft_depth", 4, 1, 16, int, "model drafter: levels drafted (one draft forward each)"),
+]
+
+
+def _respec_drafters(lm, p: dict, draft=None) -> list[Drafter]:
+    model = None
+    if p["fallback"] != "logits":
+        model = DraftModelDrafter(draft or lm, lm.vocab_size, p["draft_breadth"], p["branch_levels"],
+                                  p["draft_depth"])
+    # the auto fallback's measurements are shared by sessions with the same models, device and drafters
+    setting = (f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{p['draft_breadth']}|"
+               f"{p['branch_levels']}|{p['draft_depth']}|{p['max_breadth']}")
+    return [ReSpecDrafter(p, model, setting)]
+
+
+def _respec_verify(tree: DraftTree, logits, p: dict) -> Verification:
+    return relaxed_accept(tree, logits, p["top_k"], p["tau"], p["m"], p["phi"])
+
+
 METHODS: dict[str, Method] = {
     "ar": Method("ar", "plain greedy / sampled decoding: one target forward per token (the baseline)"),
     "pld": Method("pld", "prompt lookup: the trailing n-gram's last earlier occurrence drafts one chain",
                   PLD_PARAMS,
-                  lambda lm, p: [PromptLookupDrafter(p["max_ngram"], p["min_ngram"], p["num_pred_tokens"])],
+                  lambda lm, p, draft: [PromptLookupDrafter(p["max_ngram"], p["min_ngram"], p["num_pred_tokens"])],
                   _check_pld),
     "racer": Method("racer", "RACER: Aho-Corasick retrieval tree first, copy-logit logits tree in the rest, "
                              "merged by trie union", LOGITS_PARAMS + RETRIEVAL_PARAMS,
@@ -102,6 +147,10 @@ METHODS: dict[str, Method] = {
                            _racer_drafters(("logits",))),
     "racer-retrieval": Method("racer-retrieval", "RACER ablation: the Aho-Corasick retrieval tree alone",
                               RETRIEVAL_PARAMS, _racer_drafters(("retrieval",)), _check_racer),
+    "respec": Method("respec", "ReSpec: entropy-triggered retrieval from feedback-scored match positions "
+                               "(relaxed verification), else a draft model or the copy-logit tree (strict)",
+                     RESPEC_PARAMS + LOGITS_PARAMS, _respec_drafters, verify=_respec_verify,
+                     uses_draft_model=True),
 }
 
 PEER_METHODS = {

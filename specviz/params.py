@@ -13,11 +13,17 @@ class Param:
     default: float | int
     low: float | int
     high: float | int
-    kind: type = int          # int or float
+    kind: type = int          # int, float, or str (then one of choices)
     help: str = ""
+    choices: tuple = ()
 
-    def coerce(self, value) -> float | int:
-        """Parse and range-check one value (from a slider, a CLI string or JSON)."""
+    def coerce(self, value) -> float | int | str:
+        """Parse and range-check one value (from a slider, a dropdown, a CLI string or JSON)."""
+        if self.kind is str:
+            text = str(value).strip()
+            if text not in self.choices:
+                raise SpecvizError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}.")
+            return text
         try:
             number = float(value)
         except (TypeError, ValueError):

@@ -12,17 +12,34 @@ from specviz.tree import ROOT, DraftTree
 ACCEPTED, REJECTED, UNREACHED, RELAXED, ROOT_STATUS = "accepted", "rejected", "unreached", "relaxed", "root"
 
 
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(q, kv) bool visibility (True = attend) as the additive 4D mask (1, 1, q, kv) every attention
+    backend accepts: 0 / finfo.min in the model dtype (a 0/1 float mask would be silently wrong)."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.view(1, 1, *visible.shape)
+
+
 def tree_attention_mask(tree: DraftTree, past_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive 4D mask (1, 1, q, past + q): every node sees the whole cache and its own ancestors.
-    An additive float mask in the model dtype (0 / finfo.min) is what every attention backend accepts;
-    a 0/1 float mask would be silently wrong."""
+    """Additive 4D mask (1, 1, q, past + q): every node sees the whole cache and its own ancestors."""
     ancestors = torch.from_numpy(tree.ancestor_mask()).to(device)
     q = ancestors.shape[0]
     visible = torch.ones((q, past_len + q), dtype=torch.bool, device=device)
     visible[:, past_len:] = ancestors
-    mask = torch.zeros((q, past_len + q), dtype=dtype, device=device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask.view(1, 1, q, past_len + q)
+    return additive_mask(visible, dtype)
+
+
+@torch.inference_mode()
+def masked_forward(model, cache, tokens: list[int], positions: list[int], visible: torch.Tensor) -> torch.Tensor:
+    """Logits (q, vocab) of q tokens at the given positions, each attending to the cache entries and
+    new tokens its row of visible (q, cache + q) allows; the cache grows by q entries."""
+    device = model.device
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    position_ids = torch.tensor([positions], dtype=torch.long, device=device)
+    out = model(input_ids=input_ids, position_ids=position_ids,
+                attention_mask=additive_mask(visible.to(device), model.dtype),
+                past_key_values=cache, use_cache=True)
+    return out.logits[0].float()
 
 
 @torch.inference_mode()
@@ -72,11 +89,12 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray
 
 
 def _verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
-                  compared: set[int]) -> Verification:
-    """Statuses: accepted on the path; rejected if compared against the target and refused; else unreached."""
+                  compared: set[int], relaxed: set[int] = frozenset()) -> Verification:
+    """Statuses: relaxed or accepted on the path; rejected if compared against the target and refused;
+    else unreached."""
     on_path = set(path)
-    statuses = [ROOT_STATUS] + [ACCEPTED if n in on_path else REJECTED if n in compared else UNREACHED
-                                for n in range(1, len(tree))]
+    statuses = [ROOT_STATUS] + [RELAXED if n in relaxed else ACCEPTED if n in on_path else
+                                REJECTED if n in compared else UNREACHED for n in range(1, len(tree))]
     probs, ranks, log_norms = node_target_stats(tree, logits)
     return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
                         statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms)

@@ -17,6 +17,7 @@ class StepOutcome:
     verification: Verification
     logits: torch.Tensor          # target logits (q, vocab) for every tree node
     context: list[int]            # committed tokens after the step (prompt + output; last = next root)
+    forward_ms: float = 0.0       # the target's verify forward
 
 
 class Drafter:
@@ -31,3 +32,7 @@ class Drafter:
 
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verified step (acceptance feedback, new tokens, new logits)."""
+
+    def step_notes(self) -> dict:
+        """What the step record should show about this drafter's last step (decisions, feedback)."""
+        return {}

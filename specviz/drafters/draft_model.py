@@ -1,0 +1,116 @@
+"""A draft language model (`model` source) with its own KV cache.
+
+Each proposal first feeds the committed tokens the draft cache lacks (the new root among them; the
+whole prompt the first time, so a drafter that is never asked costs nothing), then
+grows a tree level by level: the `branch_levels` first levels take the draft's top-`breadth` tokens under
+every node, deeper levels its greedy token, down to `depth`, within the budget. A level is one forward of
+the draft model over that level's nodes with tree attention (each node sees the committed prefix and its
+own ancestors). After verification the draft cache keeps the committed prefix plus the drafted nodes the
+target accepted, so those are not fed again.
+
+With no draft model given the target's own weights draft (self-speculation): the same module, no second
+copy of the weights, only a second KV cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from specviz.drafters.base import Drafter, StepOutcome
+from specviz.kv import keep_accepted
+from specviz.models import LoadedModel
+from specviz.tree import ROOT, DraftTree
+from specviz.verify import masked_forward
+
+FEED_CHUNK = 512
+
+
+class DraftModelDrafter(Drafter):
+    source = "model"
+
+    def __init__(self, lm: LoadedModel, vocab_size: int, breadth: int = 2, branch_levels: int = 1, depth: int = 4):
+        self.lm, self.vocab_size = lm, vocab_size
+        self.breadth, self.branch_levels, self.depth = breadth, branch_levels, depth
+        self.cache = DynamicCache(config=lm.model.config)
+        self.cached = 0                      # committed tokens whose entries the draft cache holds
+        self.tree: DraftTree | None = None   # last proposal, and the cache slot of each of its nodes
+        self.slot: dict[int, int] = {}
+        self.forwards = 0                    # draft forwards in the last proposal
+
+    @torch.inference_mode()
+    def _feed(self, tokens: list[int]) -> torch.Tensor:
+        """Causal forward of committed tokens after the cached ones; the last row's logits."""
+        logits = None
+        for start in range(0, len(tokens), FEED_CHUNK):
+            chunk = tokens[start:start + FEED_CHUNK]
+            out = self.lm.model(input_ids=torch.tensor([chunk], device=self.lm.device),
+                                past_key_values=self.cache, use_cache=True)
+            logits = out.logits[0, -1]
+            self.forwards += 1
+        return logits.float()[:self.vocab_size]
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], budget: int) -> DraftTree:
+        self.forwards = 0
+        surplus = self.cache.get_seq_length() - self.cached
+        if surplus > 0:  # entries of a proposal that was never verified
+            self.cache.crop(-surplus)
+        row = self._feed(context[self.cached:])
+        self.cached = base = len(context)
+        tree = DraftTree(context[-1])
+        self.slot = {ROOT: base - 1}
+        path_prob = {ROOT: 1.0}
+        level, rows = [ROOT], row[None]
+        for depth in range(1, self.depth + 1):
+            width = self.breadth if depth <= self.branch_levels else 1
+            probs = torch.softmax(rows, dim=-1)
+            top_p, top_t = probs.topk(width, dim=-1)
+            new_level = []
+            for i, parent in enumerate(level):
+                for p, token in zip(top_p[i].tolist(), top_t[i].tolist()):
+                    if tree.num_drafted >= budget:
+                        break
+                    child = tree.add(parent, token, self.source, score=path_prob[parent] * p, draft_prob=round(p, 6),
+                                     bucket=f"d{'hi' if p >= 0.8 else 'mid' if p >= 0.4 else 'lo'}", prior=p)
+                    path_prob[child] = path_prob[parent] * p
+                    new_level.append(child)
+            if depth == self.depth or not new_level or tree.num_drafted >= budget:
+                break
+            rows = self._forward_level(tree, new_level)
+            level = new_level
+        self.tree = tree
+        return tree
+
+    def _forward_level(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+        """One draft forward over a level: node i sees the committed prefix and its ancestors' slots."""
+        start = len(self.slot) + self.cached - 1   # slots already used: the prefix, then earlier levels
+        total = start + len(nodes)
+        visible = torch.zeros((len(nodes), total), dtype=torch.bool)
+        visible[:, :self.cached] = True
+        for i, node in enumerate(nodes):
+            ancestor = tree.parents[node]
+            while ancestor != ROOT:
+                visible[i, self.slot[ancestor]] = True
+                ancestor = tree.parents[ancestor]
+            visible[i, start + i] = True
+            self.slot[node] = start + i
+        positions = [self.cached - 1 + tree.depths[n] for n in nodes]
+        self.forwards += 1
+        return masked_forward(self.lm.model, self.cache, [tree.tokens[n] for n in nodes], positions,
+                              visible)[:, :self.vocab_size]
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Keep the cache entries of the drafted nodes that were committed; drop the rest."""
+        if self.tree is None:
+            return
+        base = self.cached
+        kept, node = [], ROOT
+        for token in outcome.context[base:-1]:  # the new root is fed with the next proposal
+            node = self.tree.child_with_token(node, token)
+            if node is None or node not in self.slot:
+                break
+            kept.append(self.slot[node] - base)
+        keep_accepted(self.cache, base, kept)
+        self.cached = base + len(kept)
+        self.tree, self.slot = None, {}

@@ -1,0 +1,77 @@
+"""ReSpec (`respec`): per step, the entropy trigger decides between retrieval (feedback-scored match
+positions, verified with relaxed acceptance) and a fallback drafter (the draft model, or RACER's
+copy-logit tree), verified strictly. One source drafts each step."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specviz.drafters.base import Drafter, StepOutcome
+from specviz.drafters.copy_logits import CopyLogitDrafter
+from specviz.drafters.draft_model import DraftModelDrafter
+from specviz.drafters.scored_retrieval import ScoredRetriever
+from specviz.entropy_trigger import EntropyTrigger, entropies
+from specviz.fallback_choice import FallbackChooser
+from specviz.match_positions import MatchPositions
+from specviz.tree import ROOT, DraftTree
+
+
+class ReSpecDrafter(Drafter):
+    source = "retrieval"  # the source of the last proposal (the method's budget split reads it)
+
+    def __init__(self, p: dict, model: DraftModelDrafter | None, setting: str = ""):
+        self.trigger = EntropyTrigger(p["lookback"], p["lambda_e"], p["entropy_threshold"])
+        self.index = MatchPositions(p["lookback"])
+        self.retriever = ScoredRetriever(p["alpha"], p["theta_score"], branches=3, branch_len=p["branch_len"])
+        self.chooser = FallbackChooser(p["fallback"], setting)
+        self.fallbacks: dict[str, Drafter] = {"logits": CopyLogitDrafter(p["max_breadth"])}
+        if model is not None:
+            self.fallbacks["model"] = model
+        self.decision = None
+        self.used = None          # "retrieval", "model" or "logits" this step
+        self.draft_ms = 0.0
+
+    def _sync(self, context: list[int]) -> None:
+        self.index.feed(context[len(self.index.tokens):])
+
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+        self.trigger.record(entropies(logits))
+        self.fallbacks["logits"].prefill_chunk(context, start, logits)
+
+    def propose(self, context: list[int], budget: int) -> DraftTree:
+        started = time.perf_counter()
+        self._sync(context)
+        self.decision = self.trigger.decide(context, lambda key: len(self.index.positions(key)))
+        tree = None
+        self.retriever.selected = []
+        if self.decision.fired and self.retriever.select(self.index, self.decision.key):
+            tree, self.used = self.retriever.tree(context[-1], budget), "retrieval"
+        else:
+            self.used = self.chooser.choose()
+            tree = self.fallbacks[self.used].propose(context, budget)
+        self.source = self.used
+        self.draft_ms = (time.perf_counter() - started) * 1000
+        return tree
+
+    def observe(self, outcome: StepOutcome) -> None:
+        committed = len(outcome.context) - len(self.trigger.history)
+        rows = [ROOT] + outcome.verification.path[:committed - 1]
+        self.trigger.record(entropies(outcome.logits.index_select(
+            0, torch.tensor(rows, device=outcome.logits.device))))
+        self._sync(outcome.context)
+        if self.used == "retrieval":
+            self.retriever.feedback(outcome.tree, outcome.verification.accepted_draft_tokens)
+        elif self.used is not None:
+            self.chooser.observe(self.used, committed, self.draft_ms + outcome.forward_ms)
+        for drafter in self.fallbacks.values():
+            drafter.observe(outcome)
+
+    def step_notes(self) -> dict:
+        if self.decision is None:
+            return {}
+        notes = {"trigger": self.decision.to_dict(), "drafted_by": self.used, "fallback": self.chooser.report()}
+        if self.decision.fired:
+            notes["retrieval"] = self.retriever.report()
+        return notes
