@@ -22,11 +22,25 @@ EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
 PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
-def _settings(lab: Lab | None, model, prompt, method, auto_budget, budget, *param_values) -> Lab:
+def _settings(lab: Lab | None, model, draft_model, prompt, method, auto_budget, budget, *param_values) -> Lab:
     lab = lab or Lab()
     lab.apply(model, prompt, method, "auto" if auto_budget else budget,
-              {p.name: v for p, v in zip(PARAMS, param_values)})
+              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model)
     return lab
+
+
+def param_visibility(method: str):
+    """Show the chosen method's parameters only."""
+    own = {p.name for p in METHODS[method].params} if method in METHODS else set()
+    return [gr.update(visible=p.name in own) for p in PARAMS]
+
+
+def param_input(p):
+    label = f"{p.name}: {p.help}"
+    visible = p in METHODS["racer"].params
+    if p.choices:
+        return gr.Dropdown(list(p.choices), value=p.default, label=label, visible=visible)
+    return gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01, label=label, visible=visible)
 
 
 def _failed(lab: Lab | None, error: Exception):
@@ -92,11 +106,13 @@ def build_app() -> gr.Blocks:
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
                 max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
                 with gr.Accordion("Method parameters", open=False):
-                    param_inputs = [gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01,
-                                              label=f"{p.name}: {p.help}") for p in PARAMS]
+                    param_inputs = [param_input(p) for p in PARAMS]
                 with gr.Accordion("Model", open=False):
                     model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
                                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
+                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model for respec's model drafter: hub id or "
+                                             "local folder with the target's vocabulary (blank: the target's own "
+                                             "weights, self-speculation)", elem_id="draft-model")
                     load = gr.Button("Load model")
                     model_status = gr.Markdown()
         with gr.Row():
@@ -111,10 +127,13 @@ def build_app() -> gr.Blocks:
                 tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
             with gr.Column(scale=3, min_width=360):
                 split = gr.Markdown(elem_id="budget-split")
+                method_step = gr.Markdown(elem_id="method-step")
         text = gr.HTML(label="Generated text", elem_id="generated")
+        diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
 
-        settings = [model, prompt, method, auto_budget, budget, *param_inputs]
-        outputs = [lab, tree, text, counters, split, message]
+        settings = [model, draft_model, prompt, method, auto_budget, budget, *param_inputs]
+        outputs = [lab, tree, text, counters, split, method_step, diff, message]
+        method.change(param_visibility, method, param_inputs)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
         run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")

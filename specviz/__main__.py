@@ -126,6 +126,15 @@ def cmd_generate(args) -> dict:
     return {"method": args.method, "output_ids": output_ids, "text": text, **stats}
 
 
+def _emit(table: str, report: dict, json_path: str | None) -> dict:
+    """Print a report's table; write the full report as JSON where asked."""
+    print(table)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
 def cmd_bench(args) -> dict:
     from specviz.bench import format_table, load_suite, run_bench
     from specviz.models import load_model
@@ -140,11 +149,7 @@ def cmd_bench(args) -> dict:
     draft = _draft_model(args, methods)
     report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(format_table(report))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    return report
+    return _emit(format_table(report), report, args.json)
 
 
 def cmd_sweep(args) -> dict:
@@ -161,11 +166,7 @@ def cmd_sweep(args) -> dict:
                        _positive("--max-new-tokens", args.max_new_tokens), parse_assignments(args.param),
                        args.budget, _draft_model(args, [args.method]),
                        log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(format_sweep(report))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    return report
+    return _emit(format_sweep(report), report, args.json)
 
 
 def cmd_overhead(args) -> None:

@@ -216,7 +216,8 @@ class Session:
                 target_rank=None if n == 0 else int(verification.target_ranks[n]),
                 draft_prob=draft_prob, score=None if n == 0 else round(tree.score(n), 6),
                 meta=tree.meta[n]))
-        origins = ["+".join(sorted(tree.sources[n])) for n in verification.path[:len(committed) - 1]]
+        origins = ["+".join(sorted(tree.sources[n])) + ("~relaxed" if verification.statuses[n] == "relaxed" else "")
+                   for n in verification.path[:len(committed) - 1]]
         origins += ["bonus"] * (len(committed) - len(origins))
         return StepRecord(
             step=len(self.records), prefix_len=past_len + 1, budget=budget,

@@ -15,7 +15,8 @@ from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
 from specviz.models import DEFAULT_MODEL, LoadedModel, load_model
 from specviz.prompts import validate_messages
-from specviz.viz import budget_split_markdown, tokens_html, tree_figure
+from specviz.token_diff import token_diff
+from specviz.viz import budget_split_markdown, respec_step_markdown, token_diff_html, tokens_html, tree_figure
 
 _models: dict[str, LoadedModel] = {}
 _models_lock = threading.Lock()
@@ -56,6 +57,7 @@ class Settings:
     method: str
     budget: int | str
     params: tuple           # sorted (name, value) pairs of the method's own parameters
+    draft_model: str = ""   # a method's draft model; "" = the target's own weights
 
 
 @dataclass
@@ -64,23 +66,26 @@ class Lab:
     settings: Settings | None = None
     stop_requested: bool = False
     baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar run
+    reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
     message: str = ""
     # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # ---- settings -------------------------------------------------------------------------------
-    def apply(self, model: str, prompt: str, method: str, budget, params: dict) -> None:
+    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "") -> None:
         """Make the session match the widgets; a change of any setting starts a fresh generation."""
         spec = get_method(method)
         own = {p.name: params[p.name] for p in spec.params if p.name in params}
+        draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
         settings = Settings(model_key(model), prompt, method, parse_budget(budget),
-                            tuple(sorted(spec.resolve_params(own).items())))
+                            tuple(sorted(spec.resolve_params(own).items())), draft_name)
         if settings == self.settings and self.session is not None:
             return
         parsed = parse_prompt(prompt)
         lm = shared_model(settings.model)
-        session = Session(lm, method, dict(settings.params), budget=settings.budget).start(parsed)
+        draft = shared_model(draft_name) if draft_name else None
+        session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft).start(parsed)
         restarted = self.session is not None and self.session.records
         self.session, self.settings = session, settings
         self.message = "Settings changed: generation restarted." if restarted else ""
@@ -129,6 +134,22 @@ class Lab:
 
     def reset(self) -> None:
         self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
+        self.reference = None
+
+    def lossless_diff(self):
+        """The output against plain greedy decoding of the same prompt, when this method may differ
+        from it (relaxed verification on: tau > 0); None otherwise. The greedy reference is generated
+        as far as the output goes, once, and kept."""
+        session = self.session
+        if session is None or not session.output_ids or float(session.params.get("tau", 0)) <= 0 \
+                or session.temperature > 0:
+            return None
+        with self.stepping:
+            if self.reference is None or self.reference.prompt_ids != session.prompt_ids \
+                    or self.reference.lm is not session.lm:
+                self.reference = Session(session.lm, "ar").start_ids(session.prompt_ids)
+            self.reference.run(len(session.output_ids))
+            return token_diff(self.reference.output_ids, session.output_ids)
 
     def measure_baseline(self) -> dict | None:
         """Plain greedy `ar` on the same prompt for the same number of tokens (once per prompt and length)."""
@@ -176,12 +197,14 @@ class Lab:
         return " · ".join(parts)
 
     def view(self):
-        """(figure, generated-text HTML, counters markdown, budget split markdown, message) now."""
+        """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
+        token diff against the lossless output HTML, message) now."""
         records = self.session.records if self.session else []
         token_text = self.session.token_text if self.session else str
         last = records[-1] if records else None
         return (tree_figure(last), tokens_html(records, token_text), self.counters_markdown(),
-                budget_split_markdown(last), self.message)
+                budget_split_markdown(last), respec_step_markdown(last, token_text),
+                token_diff_html(self.lossless_diff(), token_text), self.message)
 
 
 def example_prompts(suite_path) -> dict[str, str]:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from specviz.trace import StepRecord
 
 SOURCE_COLOURS = {"logits": "#1f77b4", "retrieval": "#ff7f0e", "model": "#2ca02c", "several": "#9467bd",
-                  "root": "#7f7f7f", "bonus": "#d62728"}
+                  "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200"}
 STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", "rejected": "x",
                   "unreached": "circle-open"}
 
@@ -95,6 +95,8 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
         groups.setdefault((source_group(n.sources), n.status), []).append(n)
     for (group, status), nodes in sorted(groups.items()):
         fill, ring = group_colours(group)
+        if status == "relaxed":  # accepted by the relaxed rule: its own fill, ringed in its source's colour
+            fill, ring = SOURCE_COLOURS["relaxed"], fill
         figure.add_trace(go.Scatter(
             x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
             mode="markers+text", name=f"{group} · {status}",
@@ -109,8 +111,10 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
 
 
 def origin_class(origin: str) -> str:
-    if origin == "bonus":
-        return "bonus"
+    """CSS class of a committed token: bonus, relaxed (a retrieved token the relaxed rule accepted), its
+    source, or several."""
+    if origin in ("bonus",) or origin.endswith("~relaxed"):
+        return "bonus" if origin == "bonus" else "relaxed"
     return origin if "+" not in origin else "several"
 
 
@@ -122,7 +126,8 @@ def tokens_html(records: list[StepRecord], token_text) -> str:
             css = origin_class(origin)
             title = html.escape(f"step {record.step}: {origin}", quote=True)
             spans.append(f'<span class="tok tok-{css}" title="{title}">{html.escape(token_text(token))}</span>')
-    legend = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("retrieval", "logits", "model", "several", "bonus"))
+    legend = " ".join(f'<span class="tok tok-{k}">{k}</span>'
+                      for k in ("retrieval", "logits", "model", "several", "relaxed", "bonus"))
     body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
     return f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div>'
 
@@ -130,6 +135,8 @@ def tokens_html(records: list[StepRecord], token_text) -> str:
 TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
      ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
+    + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
+       ".diff-head { margin-bottom: 4px; font-weight: 600; }"]
     + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}" for k, v in SOURCE_COLOURS.items()])
 
 
@@ -141,7 +148,7 @@ def budget_split_markdown(record: StepRecord | None) -> str:
     split = record.notes.get("split", {})
     accepted = {}
     for origin in record.accepted_origins:
-        for source in origin.split("+"):
+        for source in origin.removesuffix("~relaxed").split("+"):
             accepted[source] = accepted.get(source, 0) + 1
     rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
     for source, counts in split.items():
@@ -154,3 +161,56 @@ def budget_split_markdown(record: StepRecord | None) -> str:
     else:
         head = f"**Budget split** (fixed budget {record.budget})"
     return head + "\n\n" + "\n".join(rows)
+
+
+def _fmt(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values) or "none yet"
+
+
+def respec_step_markdown(record: StepRecord | None, token_text) -> str:
+    """ReSpec's decisions in the last step: the entropies H_k and scores C_k per key length, the key, whether
+    retrieval fired, the candidate positions with their EMA scores, what drafted, and the relaxed tokens."""
+    if record is None or record.entropy is None:
+        return ""
+    e, notes = record.entropy, record.notes
+    key = "".join(token_text(t) for t in e["key"])
+    lines = [f"**ReSpec, step {record.step}**: H_k = {_fmt(e['entropies'])} · C_k = {_fmt(e['confidences'])}",
+             f"key k* = {e['key_length']}: `{visible_token(key)}` (H_min {e['h_min']:.2f}), seen "
+             f"{e['matches']} times before → retrieval **{'fired' if e['fired'] else 'not fired'}**"]
+    retrieval = notes.get("retrieval")
+    if retrieval:
+        lines.append(f"{retrieval['matched']} match positions, {retrieval['passed']} at or above theta_score")
+        if retrieval["candidates"]:
+            lines += ["", "| position | EMA score | drafted | accepted | R |", "|---|---|---|---|---|"]
+            for c in retrieval["candidates"]:
+                rate = "not tried" if c["rate"] is None else f"{c['rate']:.2f}"
+                lines.append(f"| {c['position']} | {c['score']:.3f} | {c['drafted']} | {c['accepted']} | {rate} |")
+            lines.append("")
+    fallback = notes.get("fallback", {})
+    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in fallback.get("tokens_per_s", {}).items())
+    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: measured {rates})")
+    relaxed = [visible_token(n.text) for n in record.nodes if n.status == "relaxed"]
+    lines.append(f"relaxed acceptances: {', '.join(f'`{t}`' for t in relaxed) if relaxed else 'none'}")
+    return "  \n".join(lines)
+
+
+def token_diff_html(diff, token_text) -> str:
+    """The output against the lossless (plain greedy) output: removed lossless tokens struck through,
+    the tokens we produced instead highlighted; every token escaped."""
+    if diff is None:
+        return ""
+    total = sum(len(ours) for _, _, ours in diff.ops)
+    if diff.identical:
+        return f'<div class="diff-head">Identical to the lossless output ({total} tokens).</div>'
+    head = (f'<div class="diff-head">{diff.differing} of {total} tokens differ from the lossless output '
+            f'(first at token {diff.first_difference}).</div>')
+    parts = []
+    for tag, lossless, ours in diff.ops:
+        if tag == "equal":
+            parts.append(html.escape("".join(token_text(t) for t in ours)))
+            continue
+        if lossless:
+            parts.append(f'<del class="diff-lossless">{html.escape("".join(token_text(t) for t in lossless))}</del>')
+        if ours:
+            parts.append(f'<ins class="diff-ours">{html.escape("".join(token_text(t) for t in ours))}</ins>')
+    return head + f'<div class="generated">{"".join(parts)}</div>'

@@ -67,3 +67,24 @@ def test_bench_reports_per_category(tmp_path):
     assert report["categories"]["ALL"]["ar"]["speedup"] == 1.0
     assert all(r["lossless"] for r in report["prompts"] if r["method"] == "pld")
     assert len(report["prompts"]) == 6
+
+
+def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"id": "a", "category": "copy",
+                                 "prompt": "Repeat exactly: the red fox jumps over the lazy dog, the red fox jumps "
+                                           "over the lazy dog, the red fox jumps over the lazy dog."}))
+    report_path = tmp_path / "sweep.json"
+    out = cli("sweep", "--suite", str(suite), "--vary", "tau=0,5", "--param", "fallback=logits",
+              "--max-new-tokens", "24", "--budget", "32", "--json", str(report_path))
+    assert out.returncode == 0, out.stderr
+    assert "differ" in out.stdout and "trigger" in out.stdout
+    report = json.loads(report_path.read_text())
+    per_value = report["categories"]["ALL"]
+    assert set(per_value) == {"ar", "0", "5"}
+    assert per_value["0"]["differing_fraction"] == 0.0          # tau = 0 is lossless
+    assert per_value["0"]["relaxed"] == 0 and per_value["0"]["trigger_rate"] > 0
+    for args, expected in [(("--vary", "tau"), "--vary takes NAME=V1"), (("--vary", "tau=-1"), "tau must be between"),
+                           (("--vary", "nope=1"), "no parameter 'nope'")]:
+        bad = cli("sweep", "--suite", str(suite), *args, "--max-new-tokens", "4")
+        assert bad.returncode == 2 and expected in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -250,29 +250,6 @@ def test_bad_respec_settings_are_clear_errors(lm, params, message):
         Session(lm, "respec", params)
 
 
-@pytest.fixture(scope="module")
-def tiny_models(lm, tmp_path_factory):
-    """Two random two-layer Llamas saved as local folders: one with the target's tokenizer, one with a
-    ten-word vocabulary of its own."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    root = tmp_path_factory.mktemp("tiny")
-    folders = {}
-    words = {w: i for i, w in enumerate("<unk> <s> </s> the a cat dog sat ran on".split())}
-    other = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-    other.pre_tokenizer = pre_tokenizers.Whitespace()
-    for name, tokenizer in (("same", lm.tokenizer), ("other", PreTrainedTokenizerFast(
-            tokenizer_object=other, unk_token="<unk>", bos_token="<s>", eos_token="</s>"))):
-        torch.manual_seed(0)
-        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-        LlamaForCausalLM(config).save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-        folders[name] = str(root / name)
-    return folders
-
-
 def test_any_draft_model_folder_works_and_stays_lossless(lm, ar_outputs, tiny_models):
     draft = load_model(tiny_models["same"])
     session = Session(lm, "respec", {"fallback": "model"}, budget=8, draft=draft).start(SUITE["qa-meeting"]["messages"])

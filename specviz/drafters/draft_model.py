@@ -44,11 +44,13 @@ class DraftModelDrafter(Drafter):
         logits = None
         for start in range(0, len(tokens), FEED_CHUNK):
             chunk = tokens[start:start + FEED_CHUNK]
-            out = self.lm.model(input_ids=torch.tensor([chunk], device=self.lm.device),
-                                past_key_values=self.cache, use_cache=True)
-            logits = out.logits[0, -1]
+            past = self.cache.get_seq_length()
+            # an explicit causal mask takes the grouped attention path that reads the cache in place
+            visible = torch.ones((len(chunk), past + len(chunk)), dtype=torch.bool).tril(past)
+            logits = masked_forward(self.lm.model, self.cache, chunk, list(range(past, past + len(chunk))),
+                                    visible)[-1]
             self.forwards += 1
-        return logits.float()[:self.vocab_size]
+        return logits[:self.vocab_size]
 
     @torch.inference_mode()
     def propose(self, context: list[int], budget: int) -> DraftTree:

@@ -31,6 +31,7 @@ class ReSpecDrafter(Drafter):
             self.fallbacks["model"] = model
         self.decision = None
         self.used = None          # "retrieval", "model" or "logits" this step
+        self.proposed = False     # whether this step drafted at all (no room left: it did not)
         self.draft_ms = 0.0
 
     def _sync(self, context: list[int]) -> None:
@@ -42,6 +43,7 @@ class ReSpecDrafter(Drafter):
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         started = time.perf_counter()
+        self.proposed = True
         self._sync(context)
         self.decision = self.trigger.decide(context, lambda key: len(self.index.positions(key)))
         tree = None
@@ -61,16 +63,17 @@ class ReSpecDrafter(Drafter):
         self.trigger.record(entropies(outcome.logits.index_select(
             0, torch.tensor(rows, device=outcome.logits.device))))
         self._sync(outcome.context)
-        if self.used == "retrieval":
+        if self.proposed and self.used == "retrieval":
             self.retriever.feedback(outcome.tree, outcome.verification.accepted_draft_tokens)
-        elif self.used is not None:
+        elif self.proposed:
             self.chooser.observe(self.used, committed, self.draft_ms + outcome.forward_ms)
         for drafter in self.fallbacks.values():
             drafter.observe(outcome)
 
     def step_notes(self) -> dict:
-        if self.decision is None:
+        if not self.proposed:
             return {}
+        self.proposed = False
         notes = {"trigger": self.decision.to_dict(), "drafted_by": self.used, "fallback": self.chooser.report()}
         if self.decision.fired:
             notes["retrieval"] = self.retriever.report()
