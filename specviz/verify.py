@@ -20,13 +20,11 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(1, 1, *visible.shape)
 
 
-def tree_attention_mask(tree: DraftTree, past_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive 4D mask (1, 1, q, past + q): every node sees the whole cache and its own ancestors."""
-    ancestors = torch.from_numpy(tree.ancestor_mask()).to(device)
-    q = ancestors.shape[0]
-    visible = torch.ones((q, past_len + q), dtype=torch.bool, device=device)
-    visible[:, past_len:] = ancestors
-    return additive_mask(visible, dtype)
+def tree_visibility(tree: DraftTree, past_len: int) -> torch.Tensor:
+    """(q, past + q) bool: every node sees the whole cache and its own ancestors (tree attention)."""
+    visible = torch.ones((len(tree), past_len + len(tree)), dtype=torch.bool)
+    visible[:, past_len:] = torch.from_numpy(tree.ancestor_mask())
+    return visible
 
 
 @torch.inference_mode()
@@ -42,16 +40,10 @@ def masked_forward(model, cache, tokens: list[int], positions: list[int], visibl
     return out.logits[0].float()
 
 
-@torch.inference_mode()
 def tree_forward(model, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
     """Logits (q, vocab) for every tree node, root first; the cache grows by q entries."""
-    device = model.device
-    input_ids = torch.tensor([tree.tokens], dtype=torch.long, device=device)
-    position_ids = torch.tensor([tree.depths], dtype=torch.long, device=device) + past_len
-    mask = tree_attention_mask(tree, past_len, model.dtype, device)
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
-                past_key_values=cache, use_cache=True)
-    return out.logits[0].float()
+    return masked_forward(model, cache, tree.tokens, [past_len + d for d in tree.depths],
+                          tree_visibility(tree, past_len))
 
 
 @dataclass
