@@ -1,4 +1,4 @@
-"""specviz: the Gradio app. A thin layer: every action calls specviz.lab.Lab, which holds the logic."""
+"""specviz: the Gradio app. A thin layer: every action calls specviz.ui.lab.Lab, which holds the logic."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offl
 import gradio as gr  # noqa: E402
 
 from specviz.errors import SpecvizError  # noqa: E402
-from specviz.lab import Lab, example_prompts, shared_model
+from specviz.index import datastore
+from specviz.ui.lab import Lab, shared_model
+from specviz.tools.suite import example_prompts
 from specviz.methods import BUDGET_MAX, METHODS
-from specviz.models import DEFAULT_MODEL
-from specviz.viz import TOKEN_CSS, tree_figure
+from specviz.core.models import DEFAULT_MODEL
+from specviz.ui.viz import TOKEN_CSS, prediction_figure, tree_figure
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
@@ -110,9 +112,10 @@ def build_app() -> gr.Blocks:
                 with gr.Accordion("Model", open=False):
                     model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
                                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model for respec's model drafter: hub id or "
-                                             "local folder with the target's vocabulary (blank: the target's own "
-                                             "weights, self-speculation)", elem_id="draft-model")
+                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model of the model source (respec, reader, "
+                                             "unified): blank = the target's own weights (self-speculation); "
+                                             "self-skip:K = only its first K layers (cheap); or a hub id / local "
+                                             "folder with the target's vocabulary", elem_id="draft-model")
                     load = gr.Button("Load model")
                     model_status = gr.Markdown()
         with gr.Row():
@@ -129,10 +132,12 @@ def build_app() -> gr.Blocks:
                 split = gr.Markdown(elem_id="budget-split")
                 method_step = gr.Markdown(elem_id="method-step")
         text = gr.HTML(label="Generated text", elem_id="generated")
+        prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
+                             elem_id="prediction-plot")
         diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
 
         settings = [model, draft_model, prompt, method, auto_budget, budget, *param_inputs]
-        outputs = [lab, tree, text, counters, split, method_step, diff, message]
+        outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message]
         method.change(param_visibility, method, param_inputs)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
@@ -150,7 +155,8 @@ def main() -> None:
     parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", default_host))
     parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     args = parser.parse_args()
-    shared_model(None)  # load the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
+    lm = shared_model(None)  # load the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
+    datastore.ensure(lm)     # READER's datastore from the shipped corpus, built once per tokenizer
     build_app().queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port,
                                                           css=TOKEN_CSS)
 

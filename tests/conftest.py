@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specviz.lab import shared_model
+from specviz.core.resources import shared_model
 
 
 def pytest_configure(config):
@@ -12,7 +12,11 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def lm():
     """The real default model (packaged GGUF, dequantised once into the cache), fp32 on CPU."""
-    return shared_model(None)
+    from specviz.index import datastore
+
+    model = shared_model(None)
+    datastore.ensure(model)  # READER's datastore from the shipped corpus (seconds, once per cache)
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from collections import Counter
 import ahocorasick
 import pytest
 
-from specviz.automaton import ROOT, NgramAutomaton
+from specviz.index.automaton import ROOT, NgramAutomaton
 from specviz.errors import SpecvizError
 
 

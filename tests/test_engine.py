@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz.bench import load_suite
-from specviz.costmodel import CostModel
-from specviz.engine import Session
+from specviz.tools.suite import load_suite
+from specviz.core.costmodel import CostModel
+from specviz.core.session import Session
 from specviz.errors import SpecvizError
-from specviz.trace import Trace
+from specviz.core.trace import Trace
 
 SUITE = load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")
 FLAT_COST = CostModel(sizes=[1, 2, 64, 128], ms=[50.0, 55.0, 120.0, 200.0], context_len=512, model="test",

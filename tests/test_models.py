@@ -1,6 +1,6 @@
 import pytest
 
-from specviz import models
+from specviz.core import models
 from specviz.errors import SpecvizError
 
 

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from specviz.bench import load_suite
+from specviz.tools.suite import load_suite
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child_breadth
-from specviz.engine import Session
+from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
-from specviz.tree import ROOT
+from specviz.core.tree import ROOT
 
 VOCAB = 50
 
@@ -82,7 +82,7 @@ def test_retrieval_first_then_logits_share_the_budget(lm):
 
 def test_observe_refreshes_rows_from_the_verified_tree(lm):
     session = Session(lm, "racer-logits", budget=16).start("Name three colours.")
-    drafter = session.drafters[0]
+    drafter = session.method.stages[0]
     session.step()
     record = session.records[-1]
     for node in record.nodes:

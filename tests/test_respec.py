@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.bench import load_suite
+from specviz.tools.suite import load_suite
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.scored_retrieval import ScoredRetriever
-from specviz.engine import Session
-from specviz.entropy_trigger import EntropyTrigger, entropies
+from specviz.core.session import Session
+from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.errors import SpecvizError
-from specviz.match_positions import MatchPositions
-from specviz.models import load_model
-from specviz.relaxed import relaxed_accept
-from specviz.token_diff import token_diff
-from specviz.trace import Trace
-from specviz.tree import ROOT, DraftTree
-from specviz.verify import greedy_accept
+from specviz.index.match_positions import MatchPositions
+from specviz.core.models import load_model
+from specviz.accept.relaxed import relaxed_accept
+from specviz.core.token_diff import token_diff
+from specviz.core.trace import Trace
+from specviz.core.tree import ROOT, DraftTree
+from specviz.accept.greedy import greedy_accept
 
 SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
 VOCAB = 20

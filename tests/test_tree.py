@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specviz.tree import DraftTree
+from specviz.core.tree import DraftTree
 
 
 def build():

@@ -2,9 +2,11 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specviz.kv import keep_accepted
-from specviz.tree import DraftTree
-from specviz.verify import greedy_accept, sampling_accept, tree_forward
+from specviz.core.kv import keep_accepted
+from specviz.core.tree import DraftTree
+from specviz.accept.greedy import greedy_accept
+from specviz.accept.sampling import sampling_accept
+from specviz.core.forward import tree_forward
 
 
 def prefill(lm, ids):

@@ -3,9 +3,9 @@ Aho-Corasick automaton finds for the current suffix, merged into one trie."""
 
 from __future__ import annotations
 
-from specviz.automaton import NgramAutomaton
-from specviz.drafters.base import Drafter, StepOutcome
-from specviz.tree import ROOT, DraftTree
+from specviz.index.automaton import NgramAutomaton
+from specviz.drafters.base import Drafter
+from specviz.core.tree import ROOT, DraftTree
 
 MATCH_BUCKETS = (1, 2, 3, 5, 8)  # matched-suffix lengths the acceptance model tells apart
 
@@ -26,7 +26,8 @@ class AutomatonDrafter(Drafter):
         self.linked = False
 
     def _sync(self, context: list[int]) -> None:
-        """Feed the tokens committed since the last call; link the whole trie once, after the prompt."""
+        """Feed the tokens committed since the last call (lazily, at propose: a failed step leaves the
+        automaton as it was); link the whole trie once, after the prompt."""
         fed = self.automaton.tokens_fed
         if fed < len(context):
             self.automaton.feed(context[fed:])
@@ -43,6 +44,3 @@ class AutomatonDrafter(Drafter):
                 parent = tree.add(parent, token, self.source, score=share, freq=freq, match=found.border_depth,
                                   bucket=match_bucket(found.border_depth, share, i >= found.ahead_from), prior=share)
         return tree
-
-    def observe(self, outcome: StepOutcome) -> None:
-        self._sync(outcome.context)

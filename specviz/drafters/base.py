@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.tree import DraftTree
-from specviz.verify import Verification
+from specviz.accept.verification import Verification
+from specviz.core.tree import DraftTree
 
 
 @dataclass
@@ -18,9 +18,19 @@ class StepOutcome:
     logits: torch.Tensor          # target logits (q, vocab) for every tree node
     context: list[int]            # committed tokens after the step (prompt + output; last = next root)
     forward_ms: float = 0.0       # the target's verify forward
+    draft_ms: float = 0.0         # the whole draft stage of the step
 
 
 class Drafter:
+    """A draft source. `propose` drafts on its own; `extend` is how a stage of a method's pipeline uses
+    it: by default the proposal joins the tree built so far by trie union, and a drafter that needs to
+    see that tree (READER's deepening) overrides it.
+
+    State and the all-or-nothing step: `propose` may only bring derived indexes up to date with the
+    committed context (feeding tokens it has not seen yet); what a drafter learns from a step happens
+    in `observe`, and a drafter whose `observe` changes anything returns in `checkpoint()` what
+    `rollback()` needs to undo it, so that a step that fails anywhere leaves the drafter as it was."""
+
     source = "retrieval"
 
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
@@ -30,9 +40,21 @@ class Drafter:
         """A tree of at most budget draft nodes under the root context[-1]."""
         raise NotImplementedError
 
+    def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
+        """The tree so far grown by at most budget of this drafter's nodes, and how many it proposed."""
+        proposal = self.propose(context, budget)
+        return tree.union(proposal), proposal.num_drafted
+
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verified step (acceptance feedback, new tokens, new logits)."""
 
     def step_notes(self) -> dict:
         """What the step record should show about this drafter's last step (decisions, feedback)."""
         return {}
+
+    def checkpoint(self):
+        """What rollback() needs to undo this step's observe(); None for a drafter that learns nothing."""
+        return None
+
+    def rollback(self, saved) -> None:
+        """Undo everything since checkpoint() returned saved."""

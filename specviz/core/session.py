@@ -8,17 +8,17 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from specviz import costmodel
-from specviz.budget import AcceptanceModel, OnlineCost, plan
+from specviz.core import costmodel
+from specviz.core.forward import tree_forward
+from specviz.core.kv import cache_length, keep_accepted
+from specviz.core.models import LoadedModel, check_same_vocabulary
+from specviz.core.planner import AcceptanceModel, OnlineCost, plan
+from specviz.core.prompts import encode
+from specviz.core.trace import NodeRecord, StepRecord, Trace
+from specviz.core.tree import DraftTree
 from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
-from specviz.kv import keep_accepted
 from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
-from specviz.models import LoadedModel, check_same_vocabulary
-from specviz.prompts import encode
-from specviz.trace import NodeRecord, StepRecord, Trace
-from specviz.tree import DraftTree
-from specviz.verify import greedy_accept, sampling_accept, tree_forward
 
 PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
 
@@ -41,8 +41,9 @@ class Session:
                  temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None,
                  draft: LoadedModel | None = None):
         self.lm = lm
-        self.method = get_method(method)
-        self.params = self.method.resolve_params(params)
+        self.method_class = get_method(method)
+        self.params = self.method_class.resolve_params(params)
+        self.method = None  # the method's drafters for one generation, built by start_ids
         if draft is not None and draft is not lm:
             check_same_vocabulary(lm, draft)
         self.draft = draft  # None: a model drafter drafts with the target's own weights
@@ -90,16 +91,15 @@ class Session:
         started = time.perf_counter()
         self.prompt_ids = list(prompt_ids)
         self.context = list(prompt_ids)
-        self.records, self.finish_reason = [], None
-        self.drafters = self.method.make_drafters(self.lm, self.params, self.draft)
+        self.records, self.finish_reason, self._finish_reported = [], None, False
+        self.method = self.method_class(self.lm, self.params, self.draft)
         self.acceptance = AcceptanceModel()
         self.cache = DynamicCache(config=self.lm.model.config)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
             out = self.lm.model(input_ids=torch.tensor([chunk], device=self.lm.device),
                                 past_key_values=self.cache, use_cache=True)
-            for drafter in self.drafters:
-                drafter.prefill_chunk(self.context, start, out.logits[0].float())
+            self.method.prefill_chunk(self.context, start, out.logits[0].float())
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
         return self
@@ -112,6 +112,15 @@ class Session:
     @property
     def text(self) -> str:
         return self.lm.tokenizer.decode(self.output_ids, skip_special_tokens=True)
+
+    @property
+    def name(self) -> str:
+        return self.method_class.name
+
+    @property
+    def lossless(self) -> bool:
+        """What the method promises for its parameters at this temperature (the app's diff view reads it)."""
+        return self.method_class.lossless(self.params, self.temperature)
 
     @property
     def finished(self) -> bool:
@@ -130,47 +139,64 @@ class Session:
                 "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
 
     def trace(self) -> Trace:
-        return Trace(model=self.lm.name, method=self.method.name,
+        return Trace(model=self.lm.name, method=self.name,
                      params={**self.params, "budget": self.budget, "temperature": self.temperature,
                              **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
-                                if self.method.uses_draft_model else {})},
+                                if self.method_class.uses_draft_model else {})},
                      prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
                      finish_reason=self.finish_reason or "length", steps=list(self.records))
 
     # ---- one step -------------------------------------------------------------------------------
     def _draft(self, room: int) -> tuple:
         """The tree to verify, the budget it was held to and how that was decided."""
-        if not self.drafters:
+        started = time.perf_counter()
+        if not self.method.stages:
             return DraftTree(self.context[-1]), 0, {}
+        limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
+        offered, split = self.method.draft(self.context, limit)
+        notes = {"split": split}
         if self.budget == "auto":
-            offered, split = self.method.draft(self.drafters, self.context, min(AUTO_MAX_NODES, room))
-            order, decision = plan(offered, self.acceptance, self.online_cost, min(AUTO_MAX_NODES, room))
-            return offered.truncate(len(order), order), len(order), {"budget_decision": decision, "split": split}
-        budget = min(self.budget, room)
-        tree, split = self.method.draft(self.drafters, self.context, budget)
-        return tree.truncate(budget), budget, {"split": split}
+            draft_ms = (time.perf_counter() - started) * 1000
+            order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms)
+            return offered.truncate(len(order), order), len(order), notes
+        return offered.truncate(limit), limit, notes
 
     @torch.inference_mode()
     def step(self, max_new_tokens: int | None = None) -> StepRecord:
+        """One verified draft tree. All or nothing: if anything inside fails, the KV cache, the context,
+        the planner's estimates and every drafter are left as they were before the step."""
         if not self.started:
             raise SpecvizError("No prompt yet: start a session with a prompt first.")
         if self.finished:
             raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
-        t0 = time.perf_counter()
         past_len = len(self.context) - 1
+        saved = (self.method.checkpoint(), self.acceptance.checkpoint(),
+                 self._online_cost.checkpoint() if self._online_cost else None)
+        try:
+            return self._step(past_len, max_new_tokens)
+        except BaseException:
+            del self.context[past_len + 1:]
+            surplus = cache_length(self.cache) - past_len
+            if surplus > 0:  # entries the verify forward appended (compaction only moves entries after past_len)
+                self.cache.crop(-surplus)
+            self.finish_reason = None
+            self.method.rollback(saved[0])
+            self.acceptance.rollback(saved[1])
+            if saved[2] is not None:
+                self._online_cost.rollback(saved[2])
+            raise
+
+    def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
+        t0 = time.perf_counter()
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
         tree, budget, draft_notes = self._draft(room)
+        predicted = self.acceptance.expected_accepted(tree)
         t1 = time.perf_counter()
         logits = tree_forward(self.lm.model, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        if self.temperature > 0:  # relaxed acceptance is a greedy-decoding rule: sampling stays lossless
-            verification = sampling_accept(tree, logits, self.temperature, self.generator)
-        elif self.method.verify is not None:
-            verification = self.method.verify(tree, logits, self.params)
-        else:
-            verification = greedy_accept(tree, logits)
+        verification = self.method.accept(tree, logits, self.temperature, self.generator)
         t2 = time.perf_counter()
 
         committed = verification.accepted_tokens
@@ -183,12 +209,12 @@ class Session:
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
-                              forward_ms=(t_forward - t1) * 1000)
-        for drafter in self.drafters:
-            drafter.observe(outcome)
-            draft_notes.update(drafter.step_notes())
+                              forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)
+        self.method.observe(outcome)
+        draft_notes.update(self.method.step_notes())
+        draft_notes["predicted_accepted"] = round(predicted, 3)
+        self.acceptance.update(tree, verification.statuses)
         if self.budget == "auto":
-            self.acceptance.update(tree, verification.statuses)
             self.online_cost.observe(len(tree), (t_forward - t1) * 1000)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
         if eos_at is not None:
@@ -238,4 +264,12 @@ class Session:
             new_records.append(record)
             if on_step is not None:
                 on_step(record)
+        if self.finished or len(self.output_ids) >= max_new_tokens:
+            self.report_finish()
         return new_records
+
+    def report_finish(self) -> None:
+        """Tell the method (once per generation) that its answer is complete, e.g. to grow a datastore."""
+        if self.method is not None and not self._finish_reported and self.output_ids:
+            self._finish_reported = True
+            self.method.finish(self.output_ids)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from specviz.tree import ROOT, DraftTree
-from specviz.verify import Verification, _verification, greedy_accept
+from specviz.core.tree import ROOT, DraftTree
+from specviz.accept.greedy import greedy_accept
+from specviz.accept.verification import Verification, make_verification
 
 
 class _Relaxer:
@@ -89,4 +90,4 @@ def relaxed_accept(tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float
     for n in path:
         compared.update(tree.children(n))
     last = path[-1] if path else ROOT
-    return _verification(tree, logits, path, relaxer.argmax[last], compared, relaxed)
+    return make_verification(tree, logits, path, relaxer.argmax[last], compared, relaxed)

@@ -9,31 +9,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from specviz.bench import run_once
-from specviz.engine import Session
+from specviz.tools.bench import run_once
+from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
-from specviz.models import DEFAULT_MODEL, LoadedModel, load_model
-from specviz.prompts import validate_messages
-from specviz.token_diff import token_diff
-from specviz.viz import budget_split_markdown, respec_step_markdown, token_diff_html, tokens_html, tree_figure
-
-_models: dict[str, LoadedModel] = {}
-_models_lock = threading.Lock()
-
-
-def model_key(name: str | None) -> str:
-    return (name or "").strip() or os.environ.get("SPECVIZ_MODEL", "").strip() or DEFAULT_MODEL
-
-
-def shared_model(name: str | None) -> LoadedModel:
-    """Models are loaded once per process and shared by every browser session (read-only weights)."""
-    key = model_key(name)
-    with _models_lock:
-        if key not in _models:
-            _models[key] = load_model(key)
-        return _models[key]
-
+from specviz.core.resources import model_key, shared_draft, shared_model
+from specviz.core.prompts import validate_messages
+from specviz.core.token_diff import token_diff
+from specviz.ui.viz import (budget_split_markdown, prediction_figure, respec_step_markdown, search_step_markdown,
+                            token_diff_html, tokens_html, tree_figure)
 
 def parse_prompt(text: str):
     """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat."""
@@ -84,11 +68,13 @@ class Lab:
             return
         parsed = parse_prompt(prompt)
         lm = shared_model(settings.model)
-        draft = shared_model(draft_name) if draft_name else None
+        draft = shared_draft(lm, draft_name)
         session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft).start(parsed)
         restarted = self.session is not None and self.session.records
         self.session, self.settings = session, settings
         self.message = "Settings changed: generation restarted." if restarted else ""
+        if session.method.warnings:
+            self.message = " ".join([self.message, *(f"⚠️ {w}" for w in session.method.warnings)]).strip()
 
     # ---- actions --------------------------------------------------------------------------------
     def step(self, max_new_tokens: int) -> None:
@@ -121,6 +107,7 @@ class Lab:
                 yield
         else:
             self.message = f"Done ({self.session.finish_reason or 'token limit'})."
+            self.session.report_finish()
         self.measure_baseline()
         yield
 
@@ -138,11 +125,10 @@ class Lab:
 
     def lossless_diff(self):
         """The output against plain greedy decoding of the same prompt, when this method may differ
-        from it (relaxed verification on: tau > 0); None otherwise. The greedy reference is generated
-        as far as the output goes, once, and kept."""
+        from it (the method declares itself lossy for its parameters at this temperature); None
+        otherwise. The greedy reference is generated as far as the output goes, once, and kept."""
         session = self.session
-        if session is None or not session.output_ids or float(session.params.get("tau", 0)) <= 0 \
-                or session.temperature > 0:
+        if session is None or not session.output_ids or session.lossless or session.temperature > 0:
             return None
         with self.stepping:
             if self.reference is None or self.reference.prompt_ids != session.prompt_ids \
@@ -198,25 +184,11 @@ class Lab:
 
     def view(self):
         """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
-        token diff against the lossless output HTML, message) now."""
+        token diff against the lossless output HTML, predicted-vs-measured figure, message) now."""
         records = self.session.records if self.session else []
         token_text = self.session.token_text if self.session else str
         last = records[-1] if records else None
         return (tree_figure(last), tokens_html(records, token_text), self.counters_markdown(),
-                budget_split_markdown(last), respec_step_markdown(last, token_text),
-                token_diff_html(self.lossless_diff(), token_text), self.message)
-
-
-def example_prompts(suite_path) -> dict[str, str]:
-    """Suite prompts as the prompt box takes them: text, or a chat as {"messages": [...]} JSON."""
-    from specviz.bench import load_suite
-
-    examples = {}
-    for item in load_suite(suite_path):
-        label = f"{item['category']}: {item['id']}"
-        if "prompt" in item:
-            examples[label] = item["prompt"]
-        else:
-            examples[label] = json.dumps({"messages": item["messages"]}, ensure_ascii=False, indent=1)
-    return examples
-
+                budget_split_markdown(last), "  \n".join(filter(None, [respec_step_markdown(last, token_text),
+                                                                        search_step_markdown(last)])),
+                token_diff_html(self.lossless_diff(), token_text), prediction_figure(records), self.message)

@@ -12,7 +12,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-SOURCES = ("logits", "retrieval", "model")
+from specviz.core import sources as source_registry
+
 ROOT = 0
 
 
@@ -31,7 +32,7 @@ class DraftTree:
     # ---- building -------------------------------------------------------------------------------
     def add(self, parent: int, token: int, source: str, score: float = 1.0, **meta) -> int:
         """Add token under parent (or merge into the existing node with that token); return its index."""
-        if source not in SOURCES:
+        if not source_registry.is_source(source):
             raise ValueError(f"unknown source {source!r}")
         key = (parent, int(token))
         node = self._child_of.get(key)
@@ -105,11 +106,12 @@ class DraftTree:
         return [[ROOT] + self.path_to(leaf) for leaf in self.leaves()]
 
     def allocation(self) -> dict[str, int]:
-        """Draft nodes per source (a node proposed by two sources counts for both)."""
-        counts = {s: 0 for s in SOURCES}
+        """Draft nodes per source (a node proposed by two sources counts for both); the three families
+        always appear, other registered sources when they drafted."""
+        counts = {family: 0 for family in source_registry.FAMILIES}
         for node in range(1, len(self.tokens)):
             for s in self.sources[node]:
-                counts[s] += 1
+                counts[s] = counts.get(s, 0) + 1
         return counts
 
     # ---- combining and cutting -------------------------------------------------------------------

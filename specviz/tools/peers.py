@@ -7,7 +7,7 @@ import time
 import torch
 
 from specviz.errors import SpecvizError
-from specviz.models import LoadedModel
+from specviz.core.models import LoadedModel
 
 
 @torch.inference_mode()

@@ -6,10 +6,15 @@ import html
 
 import plotly.graph_objects as go
 
-from specviz.trace import StepRecord
+from specviz.core import sources
+from specviz.core.trace import StepRecord
 
-SOURCE_COLOURS = {"logits": "#1f77b4", "retrieval": "#ff7f0e", "model": "#2ca02c", "several": "#9467bd",
-                  "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200"}
+# the registered sources' colours, then the marks that are not sources
+MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200"}
+
+
+def colour_of(name: str) -> str:
+    return sources.colour(name) if sources.is_source(name) else MARK_COLOURS[name]
 STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", "rejected": "x",
                   "unreached": "circle-open"}
 
@@ -29,7 +34,7 @@ def source_group(sources: list[str]) -> str:
 def group_colours(group: str) -> tuple[str, str]:
     """(fill, ring) of a marker: a node two sources proposed is filled in one colour, ringed in the other."""
     parts = group.split("+")
-    return SOURCE_COLOURS[parts[-1]], SOURCE_COLOURS[parts[0]]
+    return colour_of(parts[-1]), colour_of(parts[0])
 
 
 def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
@@ -96,7 +101,7 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
     for (group, status), nodes in sorted(groups.items()):
         fill, ring = group_colours(group)
         if status == "relaxed":  # accepted by the relaxed rule: its own fill, ringed in its source's colour
-            fill, ring = SOURCE_COLOURS["relaxed"], fill
+            fill, ring = MARK_COLOURS["relaxed"], fill
         figure.add_trace(go.Scatter(
             x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
             mode="markers+text", name=f"{group} · {status}",
@@ -126,10 +131,21 @@ def tokens_html(records: list[StepRecord], token_text) -> str:
             css = origin_class(origin)
             title = html.escape(f"step {record.step}: {origin}", quote=True)
             spans.append(f'<span class="tok tok-{css}" title="{title}">{html.escape(token_text(token))}</span>')
-    legend = " ".join(f'<span class="tok tok-{k}">{k}</span>'
-                      for k in ("retrieval", "logits", "model", "several", "relaxed", "bonus"))
+    legend = source_legend_html()
     body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
     return f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div>'
+
+
+def source_legend_html() -> str:
+    """The sources grouped by family (logits / retrieval / model), then the marks; hover says what each is."""
+    groups = []
+    for family in sources.FAMILIES:
+        members = [s for s in sources.SOURCES.values() if s.family == family]
+        spans = " ".join(f'<span class="tok tok-{s.name}" title="{html.escape(s.legend, quote=True)}">{s.name}</span>'
+                         for s in members)
+        groups.append(f"<strong>{family}</strong>: {spans}")
+    marks = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("several", "relaxed", "bonus"))
+    return " · ".join(groups) + f" · {marks}"
 
 
 TOKEN_CSS = "\n".join(
@@ -137,7 +153,8 @@ TOKEN_CSS = "\n".join(
      ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
     + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
        ".diff-head { margin-bottom: 4px; font-weight: 600; }"]
-    + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}" for k, v in SOURCE_COLOURS.items()])
+    + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}"
+       for k, v in [*((s.name, s.colour) for s in sources.SOURCES.values()), *MARK_COLOURS.items()]])
 
 
 def budget_split_markdown(record: StepRecord | None) -> str:
@@ -214,3 +231,51 @@ def token_diff_html(diff, token_text) -> str:
         if ours:
             parts.append(f'<ins class="diff-ours">{html.escape("".join(token_text(t) for t in ours))}</ins>')
     return head + f'<div class="generated">{"".join(parts)}</div>'
+
+
+def search_step_markdown(record: StepRecord | None) -> str:
+    """READER's / unified's decisions in the last step: the widening branch (how long, which index, how
+    much of the query matched), the deepening seed, whether the draft model stage ran, and the planner's
+    predicted accepted drafts beside the measured ones."""
+    if record is None:
+        return ""
+    notes, lines = record.notes, []
+    search = notes.get("reader_search")
+    if search:
+        where = f" from the {search['index']}" if search["index"] else ""
+        lines.append(f"**Widening**: {search['tokens']} tokens searched{where} (query suffix matched "
+                     f"{search['matched']} tokens); datastore {search['datastore']}")
+    deepen = notes.get("reader_deepen")
+    if deepen:
+        lines.append("**Deepening**: no draft model branch to seed it" if deepen["seed"] is None else
+                     f"**Deepening**: seeded at node {deepen['seed']} (depth {deepen['seed_depth']}), "
+                     f"{deepen['tokens']} tokens searched")
+    stage = notes.get("model_stage")
+    if stage:
+        rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in stage["tokens_per_s"].items())
+        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: measured {rates})")
+    if "predicted_accepted" in notes:
+        lines.append(f"**Predicted** {notes['predicted_accepted']:.2f} accepted drafts · **measured** "
+                     f"{record.num_accepted_drafts}")
+    return "  \n".join(lines)
+
+
+def prediction_figure(records: list[StepRecord]) -> go.Figure:
+    """Per step, the planner's predicted accepted drafts E(T) - 1 beside the measured accepted drafts."""
+    figure = go.Figure()
+    figure.update_layout(margin=dict(l=10, r=10, t=36, b=10), height=240, plot_bgcolor="white",
+                         xaxis=dict(title="step", gridcolor="#eee"), yaxis=dict(title="accepted drafts", gridcolor="#eee"),
+                         legend=dict(orientation="h", y=-0.3))
+    steps = [r.step for r in records if "predicted_accepted" in r.notes]
+    predicted = [r.notes["predicted_accepted"] for r in records if "predicted_accepted" in r.notes]
+    measured = [r.num_accepted_drafts for r in records if "predicted_accepted" in r.notes]
+    figure.add_trace(go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
+                                line=dict(color="#7f7f7f", dash="dot")))
+    figure.add_trace(go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
+                                line=dict(color="#2a2a2a")))
+    if steps:
+        error = sum(abs(p - m) for p, m in zip(predicted, measured)) / len(steps)
+        figure.update_layout(title=f"predicted vs measured accepted drafts (mean abs. error {error:.2f})")
+    else:
+        figure.update_layout(title="predicted vs measured accepted drafts: no step yet")
+    return figure

@@ -1,4 +1,11 @@
-"""budget=auto: keep the draft nodes whose expected acceptance pays for their verify cost.
+"""The cost-optimal tree (READER's Theorem 1), the one planner of every method (budget=auto).
+
+Theorem 1: the best tree maximises E(T) / (T_draft + T_verify(|T|)), E(T) = sum of the nodes'
+acceptance chances alpha_i (the root's bonus token counts 1). Here T_draft is the draft time this step
+actually measured (every stage of the method), T_verify the calibrated verify cost curve corrected
+online. Since a child's chance never exceeds its parent's, taking nodes best-first by chance is the
+reverse of READER's Appendix E procedure (prune the lowest-acceptance leaf, again and again); the
+planner evaluates every tree of that sequence and keeps the best one.
 
 Each node's chance of being accepted given that its parent was is learnt online, keyed by
 (sources, depth, position among its siblings in the merged tree, drafter bucket). Siblings exclude each
@@ -6,7 +13,7 @@ other (the target's next token is one token), so a node's chance is capped by wh
 leave. A node's unconditional chance is the product along its path, and since at most one node per depth
 is accepted, the expected number of accepted drafts of a tree is the sum of those chances. Taking nodes
 best-first, the planner keeps the prefix that maximises (1 + expected accepted drafts) / cost(1 + nodes):
-tokens per unit of measured time (READER's Theorem 1 with the cost curve as T_V).
+tokens per unit of measured time.
 
 Every key is an exponential moving average over its own observations (about the last 1 / (1 - decay)
 times it was compared), so an estimate changes only when the planner tries that kind of node again. The
@@ -24,8 +31,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from specviz.costmodel import CostModel
-from specviz.tree import DraftTree
+from specviz.core.costmodel import CostModel
+from specviz.core.tree import DraftTree
 
 MAX_DEPTH_KEY = 3   # depth 3 and deeper share estimates: a draft that got that far behaves alike
 MAX_POSITION_KEY = 4
@@ -80,6 +87,16 @@ class AcceptanceModel:
                 chances[child] = chances[parent] * share
         return chances
 
+    def expected_accepted(self, tree: DraftTree) -> float:
+        """E(T) minus the bonus: the expected number of accepted draft tokens of this tree."""
+        return sum(self.node_chances(tree)[1:])
+
+    def checkpoint(self):
+        return dict(self.accepted), dict(self.compared)
+
+    def rollback(self, saved) -> None:
+        self.accepted, self.compared = dict(saved[0]), dict(saved[1])
+
     def update(self, tree: DraftTree, statuses: list[str]) -> None:
         """Learn from the nodes the target compared (accepted / relaxed / rejected)."""
         for node in range(1, len(tree)):
@@ -113,6 +130,14 @@ class OnlineCost:
             ratio = self.ratio[measured[0]] if measured else 1.0
         return self.curve.cost_ms(q) * ratio
 
+    def checkpoint(self):
+        return {band: list(samples) for band, samples in self.samples.items()}, dict(self.ratio)
+
+    def rollback(self, saved) -> None:
+        samples, ratio = saved
+        self.samples = {band: deque(kept, maxlen=self.window) for band, kept in samples.items()}
+        self.ratio = dict(ratio)
+
     def observe(self, q: int, ms: float) -> None:
         band = self.band(q)
         samples = self.samples.setdefault(band, deque(maxlen=self.window))
@@ -121,22 +146,23 @@ class OnlineCost:
             self.ratio[band] = statistics.median(samples)
 
 
-def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int,
+def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
          margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
     """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
-    cost: anything with cost_ms(q) (a CostModel or an OnlineCost). A tree must promise `margin` times
-    the rate of plain decoding before it replaces it: estimates are noisy, and a tree that only ties
-    with plain decoding loses to it more often than not."""
+    cost: anything with cost_ms(q) (a CostModel or an OnlineCost); draft_ms: this step's measured draft
+    time (spent whatever is kept). A tree must promise `margin` times the rate of plain decoding
+    (1 / (draft + one-token verify)) before it replaces it: estimates are noisy, and a tree that only
+    ties with plain decoding loses to it more often than not."""
     chances = acceptance.node_chances(tree)
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
-    best_keep, best_rate, expected = 0, margin / cost.cost_ms(1), 0.0
+    best_keep, best_rate, expected = 0, margin / (draft_ms + cost.cost_ms(1)), 0.0
     for kept, node in enumerate(order, start=1):
         expected += chances[node]
-        rate = (1.0 + expected) / cost.cost_ms(1 + kept)
+        rate = (1.0 + expected) / (draft_ms + cost.cost_ms(1 + kept))
         if rate > best_rate:
             best_keep, best_rate = kept, rate
     expected_kept = sum(chances[n] for n in order[:best_keep])
-    rate = (1.0 + expected_kept) / cost.cost_ms(1 + best_keep)
+    rate = (1.0 + expected_kept) / (draft_ms + cost.cost_ms(1 + best_keep))
     return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
-                               "expected_accepted": round(expected_kept, 3),
+                               "expected_accepted": round(expected_kept, 3), "draft_ms": round(draft_ms, 2),
                                "expected_tokens_per_s": round(1000 * rate, 2)}

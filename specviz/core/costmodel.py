@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specviz.models import LoadedModel, cache_root
-from specviz.tree import DraftTree
-from specviz.verify import tree_forward
+from specviz.core.models import LoadedModel, cache_root
+from specviz.core.tree import DraftTree
+from specviz.core.forward import tree_forward
 
 CALIBRATION_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 

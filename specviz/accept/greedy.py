@@ -1,0 +1,23 @@
+"""Strict greedy verification: the longest path whose tokens are the target's argmax, plus its own next token."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.accept.verification import Verification, make_verification
+from specviz.core.tree import ROOT, DraftTree
+
+
+def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
+    """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes."""
+    argmax = logits.argmax(-1).tolist()
+    path, node = [], ROOT
+    compared: set[int] = set()
+    while True:
+        compared.update(tree.children(node))
+        child = tree.child_with_token(node, argmax[node])
+        if child is None:
+            break
+        path.append(child)
+        node = child
+    return make_verification(tree, logits, path, argmax[node], compared)

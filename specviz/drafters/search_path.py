@@ -1,0 +1,143 @@
+"""READER's CPU-side search (`search` and `deepen` sources).
+
+SearchPath (Algorithm 2): from the context suffix, ask each index (the short-term trie over prompt +
+output, the long-term datastore's suffix arrays) for the next-token counts after the longest suffix of
+the query it holds (READER's drop-the-first-token-and-retry), merge, take the top token, append it to
+the query and go on, down to `depth` tokens.
+
+Merging the two counts: the index whose match is longer wins outright (a longer context agrees more
+often); on equal match lengths the counts add. A node's share is its count over all counts at that
+level, which is what the planner starts from before it has learnt the bucket.
+
+Widening (`SearchDrafter`): one branch of d_search tokens attached at the root. Deepening
+(`DeepenDrafter`, Algorithm 3): the node at depth min(2, draft depth) on the draft model's best path
+seeds a second search (context + that prefix) whose branch of d_deep tokens hangs below it.
+"""
+
+from __future__ import annotations
+
+from specviz.core.tree import ROOT, DraftTree
+from specviz.drafters.base import Drafter
+from specviz.index.ngram_trie import NgramTrie
+
+MATCH_EDGES = (1, 2, 3, 5, 8)   # matched lengths the planner learns apart
+
+
+def match_bucket(length: int, share: float) -> str:
+    edge = max(e for e in MATCH_EDGES if e <= max(1, length))
+    return f"k{edge}{'h' if share >= 0.5 else 'l'}"
+
+
+class SearchIndexes:
+    """The short-term trie (kept in step with the context) and the datastore, queried together."""
+
+    def __init__(self, key_len: int = 8, datastore=None, datastore_state: str = "on"):
+        self.key_len = key_len
+        self.trie = NgramTrie(depth=key_len + 1)
+        self.datastore = datastore
+        self.datastore_state = datastore_state   # "on", or why the datastore branch is off
+
+    def sync(self, context: list[int]) -> None:
+        if self.trie.tokens_fed < len(context):
+            self.trie.feed(context[self.trie.tokens_fed:])
+
+    def search(self, query: list[int], depth: int) -> list[tuple[int, float, int, str]]:
+        """Up to depth (token, share, matched length, which index) along the best path after query."""
+        tail = list(query[-self.key_len:])
+        arrays = self.datastore.indexes() if self.datastore is not None else []
+        trie_match = self.trie.match(tail)
+        array_matches = [index.match(tail, self.key_len) for index in arrays]
+        path = []
+        for _ in range(depth):
+            candidates = []  # (length, counts, name)
+            if trie_match is not None:
+                candidates.append((trie_match.length, self.trie.counts(trie_match), "trie"))
+            for found, index in zip(array_matches, arrays):
+                if found is not None:
+                    candidates.append((found.length, index.counts(found), "datastore"))
+            if not candidates:
+                break
+            longest = max(length for length, _, _ in candidates)
+            merged, names = {}, set()
+            for length, counts, name in candidates:
+                if length == longest:
+                    names.add(name)
+                    for token, count in counts.items():
+                        merged[token] = merged.get(token, 0) + count
+            token, count = max(merged.items(), key=lambda kv: (kv[1], -kv[0]))
+            path.append((token, count / sum(merged.values()), longest, "+".join(sorted(names))))
+            tail = (tail + [token])[-self.key_len:]
+            trie_match = self.trie.extend(trie_match, token, tail) if trie_match else self.trie.match(tail)
+            array_matches = [index.extend(found, token, tail, self.key_len) if found else index.match(tail, self.key_len)
+                             for found, index in zip(array_matches, arrays)]
+        return path
+
+
+def add_branch(tree: DraftTree, parent: int, found: list, source: str, budget: int) -> int:
+    """Hang a searched branch below parent (within budget new nodes); returns the nodes it proposed."""
+    proposed = 0
+    for token, share, length, where in found:
+        if tree.child_with_token(parent, token) is None and budget <= 0:
+            break
+        if tree.child_with_token(parent, token) is None:
+            budget -= 1
+        parent = tree.add(parent, token, source, score=share, match=length, index=where,
+                          bucket=match_bucket(length, share), prior=share)
+        proposed += 1
+    return proposed
+
+
+class SearchDrafter(Drafter):
+    """Widening: one deep searched branch at the root."""
+    source = "search"
+
+    def __init__(self, indexes: SearchIndexes, depth: int):
+        self.indexes, self.depth = indexes, depth
+
+    def propose(self, context: list[int], budget: int) -> DraftTree:
+        self.indexes.sync(context)
+        tree = DraftTree(context[-1])
+        found = self.indexes.search(context, min(self.depth, budget))
+        add_branch(tree, ROOT, found, self.source, budget)
+        self.note = {"tokens": len(found), "matched": found[0][2] if found else 0,
+                     "index": found[0][3] if found else None, "datastore": self.indexes.datastore_state}
+        return tree
+
+    def step_notes(self) -> dict:
+        note, self.note = getattr(self, "note", None), None
+        return {"reader_search": note} if note else {}
+
+
+class DeepenDrafter(Drafter):
+    """Deepening: a search seeded with the draft model's best prefix, hung below that prefix's node."""
+    source = "deepen"
+
+    def __init__(self, indexes: SearchIndexes, depth: int, seed_depth: int = 2):
+        self.indexes, self.depth, self.seed_depth = indexes, depth, seed_depth
+
+    @staticmethod
+    def seed_node(tree: DraftTree, seed_depth: int) -> int | None:
+        """Algorithm 3: down the draft model's most probable children, to depth min(2, its depth)."""
+        node = ROOT
+        for _ in range(seed_depth):
+            model_children = [c for c in tree.children(node) if "model" in tree.sources[c]]
+            if not model_children:
+                break
+            node = max(model_children, key=lambda c: tree.meta[c]["model"].get("draft_prob", 0.0))
+        return None if node == ROOT else node
+
+    def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
+        node = self.seed_node(tree, self.seed_depth)
+        if node is None:
+            self.note = {"seed": None, "tokens": 0}
+            return tree, 0
+        self.indexes.sync(context)
+        prefix = [tree.tokens[n] for n in tree.path_to(node)]
+        found = self.indexes.search(context + prefix, self.depth)
+        proposed = add_branch(tree, node, found, self.source, budget)
+        self.note = {"seed": node, "seed_depth": tree.depths[node], "tokens": len(found)}
+        return tree, proposed
+
+    def step_notes(self) -> dict:
+        note, self.note = getattr(self, "note", None), None
+        return {"reader_deepen": note} if note else {}

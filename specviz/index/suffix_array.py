@@ -1,0 +1,115 @@
+"""A suffix array over a token stream (numpy): READER's long-term datastore index.
+
+Documents are joined with a separator (-1) that no key contains. Suffixes are sorted by prefix
+doubling (O(n log^2 n) with numpy sorts). The suffixes that start with a key form one range of the
+array; appending a token to the key narrows the range by two binary searches on one column, and the
+next-token counts after the key are the run lengths of that column inside the range (already sorted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SEPARATOR = -1
+
+
+@dataclass(frozen=True)
+class RangeMatch:
+    lo: int
+    hi: int
+    length: int   # key tokens matched: every suffix in sa[lo:hi] starts with them
+
+
+def build_suffix_array(tokens: np.ndarray) -> np.ndarray:
+    n = len(tokens)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    _, rank = np.unique(tokens, return_inverse=True)
+    rank = rank.astype(np.int64)
+    step = 1
+    while True:
+        second = np.full(n, -1, dtype=np.int64)
+        second[:n - step] = rank[step:] if step < n else second[:0]
+        order = np.lexsort((second, rank))
+        first_sorted, second_sorted = rank[order], second[order]
+        new_group = np.empty(n, dtype=bool)
+        new_group[0] = True
+        new_group[1:] = (first_sorted[1:] != first_sorted[:-1]) | (second_sorted[1:] != second_sorted[:-1])
+        new_rank = np.empty(n, dtype=np.int64)
+        new_rank[order] = np.cumsum(new_group) - 1
+        rank = new_rank
+        if new_group.all() or step >= n:
+            return order.astype(np.int64)
+        step *= 2
+
+
+class SuffixArray:
+    def __init__(self, tokens: np.ndarray, sa: np.ndarray | None = None):
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.sa = build_suffix_array(self.tokens) if sa is None else np.asarray(sa, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def _token_at(self, row: int, depth: int) -> int:
+        position = self.sa[row] + depth
+        return int(self.tokens[position]) if position < len(self.tokens) else SEPARATOR - 1
+
+    def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
+        """Rows of sa[lo:hi] (all sharing `depth` leading tokens) whose next token is token."""
+        a, b = lo, hi
+        while a < b:  # first row whose token at depth is >= token
+            mid = (a + b) // 2
+            if self._token_at(mid, depth) < token:
+                a = mid + 1
+            else:
+                b = mid
+        start, b = a, hi
+        while a < b:  # first row whose token at depth is > token
+            mid = (a + b) // 2
+            if self._token_at(mid, depth) <= token:
+                a = mid + 1
+            else:
+                b = mid
+        return start, a
+
+    def find(self, key) -> RangeMatch | None:
+        lo, hi = 0, len(self.sa)
+        for depth, token in enumerate(key):
+            lo, hi = self.narrow(lo, hi, depth, int(token))
+            if lo >= hi:
+                return None
+        return RangeMatch(lo, hi, len(key))
+
+    def match(self, tail: list[int], max_key: int) -> RangeMatch | None:
+        """The longest suffix of tail (at most max_key tokens) found with a follower (READER: drop the
+        first token and retry)."""
+        for length in range(min(len(tail), max_key), 0, -1):
+            found = self.find(tail[-length:])
+            if found is not None and self.counts(found):
+                return found
+        return None
+
+    def extend(self, found: RangeMatch, token: int, tail: list[int], max_key: int) -> RangeMatch | None:
+        if found.length < max_key:
+            lo, hi = self.narrow(found.lo, found.hi, found.length, int(token))
+            if lo < hi:
+                grown = RangeMatch(lo, hi, found.length + 1)
+                if self.counts(grown):
+                    return grown
+        return self.match(tail, max_key)
+
+    def counts(self, found: RangeMatch) -> dict[int, int]:
+        """Next-token counts after the matched key (separators and the stream's end excluded)."""
+        positions = self.sa[found.lo:found.hi] + found.length
+        positions = positions[positions < len(self.tokens)]
+        following = self.tokens[positions]
+        following = following[following >= 0]
+        values, counts = np.unique(following, return_counts=True)
+        return dict(zip(values.tolist(), counts.tolist()))
+
+    def occurrences(self, key) -> int:
+        found = self.find(key)
+        return 0 if found is None else found.hi - found.lo

@@ -1,0 +1,28 @@
+"""The method registry: one module per paper, one class per method."""
+
+from __future__ import annotations
+
+from specviz.errors import SpecvizError
+from specviz.methods.base import AUTO_MAX_NODES, BUDGET_MAX, Method, parse_budget
+from specviz.methods.baseline import PlainDecoding, PromptLookup
+from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
+from specviz.methods.reader import Reader
+from specviz.methods.respec import ReSpec
+from specviz.methods.unified import Unified
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (
+    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified)}
+
+PEER_METHODS = {
+    "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
+    "hf-assisted": "transformers generate(assistant_model=draft model)",
+}
+
+
+def get_method(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise SpecvizError(f"Unknown method '{name}'; choose one of {', '.join(METHODS)}.")
+    return METHODS[name]
+
+
+__all__ = ["AUTO_MAX_NODES", "BUDGET_MAX", "METHODS", "PEER_METHODS", "Method", "get_method", "parse_budget"]

@@ -1,0 +1,113 @@
+"""A method owns its pipeline: which drafters it builds, the stages they draft in (a later stage sees
+the tree the earlier ones built), its acceptance rule, and whether it is lossless for given parameters
+and temperature. The Session runs any Method through this interface and knows none of them by name."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from specviz.accept.greedy import greedy_accept
+from specviz.accept.sampling import sampling_accept
+from specviz.accept.verification import Verification
+from specviz.core.params import Param, resolve
+from specviz.core.tree import DraftTree
+from specviz.drafters.base import Drafter, StepOutcome
+
+BUDGET_MAX = 256          # largest fixed tree (draft nodes) a user may ask for
+AUTO_MAX_NODES = 64       # budget=auto chooses among at most this many nodes (RACER's capacity)
+
+
+class Method:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    params: ClassVar[list[Param]] = []
+    uses_draft_model: ClassVar[bool] = False   # whether the Session's draft model (or self-draft) is used
+
+    # ---- parameters and promises (no model needed) ---------------------------------------------------
+    @classmethod
+    def check(cls, values: dict) -> None:
+        """Cross-parameter checks; raise SpecvizError with a message for the user."""
+
+    @classmethod
+    def resolve_params(cls, overrides: dict | None) -> dict:
+        values = resolve(cls.params, overrides, cls.name)
+        cls.check(values)
+        return values
+
+    @classmethod
+    def lossless(cls, params: dict, temperature: float) -> bool:
+        """Whether the output follows the target exactly (greedy: identical tokens; sampling: the same
+        distribution) with these parameters at this temperature."""
+        return True
+
+    # ---- one generation --------------------------------------------------------------------------------
+    def __init__(self, lm, params: dict, draft=None):
+        """lm: the target; draft: the draft model a model source uses (None: the target's own weights)."""
+        self.lm, self.p = lm, params
+        self.stages: list[Drafter] = self.build(lm, params, draft)
+
+    def build(self, lm, p: dict, draft) -> list[Drafter]:
+        """The drafters, in the order they draft (each stage takes what budget the earlier ones left)."""
+        return []
+
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+        for drafter in self.stages:
+            drafter.prefill_chunk(context, start, logits)
+
+    def draft(self, context: list[int], budget: int) -> tuple[DraftTree, dict]:
+        """Stages in order grow one tree (a node two stages propose costs once); also returns the split:
+        per source, the nodes it was offered and proposed, and how many of them were already in the tree."""
+        tree = DraftTree(context[-1])
+        split = {}
+        for drafter in self.stages:
+            left = budget - tree.num_drafted
+            if left <= 0:
+                split[drafter.source] = {"offered": 0, "proposed": 0, "shared": 0}
+                continue
+            before = tree.num_drafted
+            tree, proposed = drafter.extend(context, tree, left)
+            split[drafter.source] = {"offered": left, "proposed": proposed,
+                                     "shared": proposed - (tree.num_drafted - before)}
+        return tree, split
+
+    def accept(self, tree: DraftTree, logits: torch.Tensor, temperature: float,
+               generator: torch.Generator) -> Verification:
+        """Strict greedy at temperature 0, else lossless speculative sampling."""
+        if temperature > 0:
+            return sampling_accept(tree, logits, temperature, generator)
+        return greedy_accept(tree, logits)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        for drafter in self.stages:
+            drafter.observe(outcome)
+
+    def step_notes(self) -> dict:
+        notes = {}
+        for drafter in self.stages:
+            notes.update(drafter.step_notes())
+        return notes
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know about this generation's set-up (a branch that is off, and why)."""
+        return []
+
+    def finish(self, output_ids: list[int]) -> None:
+        """A generation ended (EOS, context, or the caller's token limit)."""
+
+    def checkpoint(self) -> list:
+        return [drafter.checkpoint() for drafter in self.stages]
+
+    def rollback(self, saved: list) -> None:
+        for drafter, state in zip(self.stages, saved):
+            drafter.rollback(state)
+
+
+def parse_budget(budget) -> int | str:
+    """'auto' or a whole number of draft nodes in 1..BUDGET_MAX."""
+    if isinstance(budget, str) and budget.strip().lower() == "auto":
+        return "auto"
+    return Param("budget", 16, 1, BUDGET_MAX, int).coerce(budget)
+

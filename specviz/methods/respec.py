@@ -1,0 +1,69 @@
+"""ReSpec (`respec`): per step the entropy trigger chooses retrieval from feedback-scored match
+positions (verified with relaxed acceptance at temperature 0) or a fallback drafter (a draft model or
+the copy-logit tree, verified strictly). One source drafts each step."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.accept.relaxed import relaxed_accept
+from specviz.core.params import Param
+from specviz.drafters.draft_model import DraftModelDrafter
+from specviz.drafters.respec import ReSpecDrafter
+from specviz.methods.base import Method
+from specviz.methods.racer import LOGITS_PARAMS
+
+DRAFT_MODEL_PARAMS = [
+    Param("draft_breadth", 2, 1, 8, int, "model drafter: top-k children per node on the branching levels"),
+    Param("branch_levels", 1, 0, 4, int, "model drafter: levels that branch; deeper levels are greedy"),
+    Param("draft_depth", 4, 1, 16, int, "model drafter: levels drafted (one draft forward each)"),
+]
+
+
+def draft_model_drafter(lm, p: dict, draft) -> DraftModelDrafter:
+    """The `model` source: the given draft model, or the target's own weights (self-speculation)."""
+    return DraftModelDrafter(draft or lm, lm.vocab_size, p["draft_breadth"], p["branch_levels"], p["draft_depth"])
+
+
+def drafter_setting(lm, draft, p: dict) -> str:
+    """Key under which measured drafter speeds are shared by sessions with the same models and shapes."""
+    return (f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{p['draft_breadth']}|"
+            f"{p['branch_levels']}|{p['draft_depth']}|{p.get('max_breadth')}")
+
+
+class ReSpec(Method):
+    name = "respec"
+    summary = ("ReSpec: entropy-triggered retrieval from feedback-scored match positions (relaxed "
+               "verification), else a draft model or the copy-logit tree (strict)")
+    params = [
+        Param("entropy_threshold", 1.5, 0.0, 10.0, float, "respec: retrieve only if the key's mean entropy "
+                                                        "H_min (nats) is at most this"),
+        Param("lambda_e", 0.5, 0.0, 5.0, float, "respec: key length preference in C_k = H_k + lambda_e / k"),
+        Param("lookback", 3, 1, 8, int, "respec: l, the longest key (suffix) the trigger considers"),
+        Param("alpha", 0.3, 0.01, 1.0, float, "respec: EMA rate of the match-position scores"),
+        Param("theta_score", 0.2, 0.0, 1.0, float, "respec: match positions scoring below this are skipped"),
+        Param("branch_len", 16, 1, 64, int, "respec: tokens copied after each selected match position"),
+        Param("tau", 0.0, 0.0, 10.0, float, "respec: relaxed verification margin log p(top1) - log p(x) "
+                                             "for retrieved tokens (0 = lossless)"),
+        Param("m", 2, 0, 8, int, "respec: greedy matches a relaxed token needs after it (look-ahead)"),
+        Param("phi", 2, 0, 8, int, "respec: Phi, relaxed attempts per step"),
+        Param("top_k", 5, 1, 100, int, "respec: a relaxed token must be in the target's top-k"),
+        Param("fallback", "auto", 0, 0, str, "respec: drafter when retrieval does not fire: the draft model, the "
+                                              "copy-logit tree, or auto (more tokens per measured ms)",
+              choices=("auto", "model", "logits")),
+    ] + DRAFT_MODEL_PARAMS + LOGITS_PARAMS
+    uses_draft_model = True
+
+    @classmethod
+    def lossless(cls, params: dict, temperature: float) -> bool:
+        # relaxed acceptance is a greedy-decoding rule; sampling stays lossless speculative sampling
+        return temperature > 0 or float(params["tau"]) <= 0 or int(params["phi"]) <= 0
+
+    def build(self, lm, p, draft):
+        model = draft_model_drafter(lm, p, draft) if p["fallback"] != "logits" else None
+        return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p))]
+
+    def accept(self, tree, logits: torch.Tensor, temperature: float, generator: torch.Generator):
+        if temperature > 0:
+            return super().accept(tree, logits, temperature, generator)
+        return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"])

@@ -1,0 +1,42 @@
+"""`unified`: every source in one tree. RACER's Aho-Corasick retrieval tree and READER's searched
+branch (short-term trie + datastore) first, the copy-logit logits tree next, then the draft model's
+tree (a stage that runs only when it pays on this machine) and READER's deepening below it; the
+cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
+
+from __future__ import annotations
+
+from specviz.core.params import Param
+from specviz.drafters.copy_logits import CopyLogitDrafter
+from specviz.drafters.gated import GatedDrafter
+from specviz.drafters.search_path import DeepenDrafter, SearchDrafter
+from specviz.methods.base import Method
+from specviz.methods.racer import LOGITS_PARAMS, RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
+from specviz.methods.reader import SEARCH_PARAMS, Reader, search_indexes
+from specviz.methods.respec import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
+
+
+class Unified(Method):
+    name = "unified"
+    summary = ("all three sources in one tree: Aho-Corasick retrieval + READER's trie/datastore branch, the "
+               "copy-logit tree, and the draft model (when it pays), pruned by the cost-optimal planner")
+    params = (LOGITS_PARAMS + RETRIEVAL_PARAMS + SEARCH_PARAMS + DRAFT_MODEL_PARAMS
+              + [Param("model_stage", "auto", 0, 0, str, "unified: run the draft model stage always (on), never "
+                                                         "(off), or when it measured faster here (auto)",
+                       choices=("auto", "on", "off"))])
+    uses_draft_model = True
+
+    @classmethod
+    def check(cls, values: dict) -> None:
+        check_retrieval(values)
+
+    def build(self, lm, p, draft):
+        self.indexes = search_indexes(lm, p)
+        model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
+        stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]),
+                  CopyLogitDrafter(p["max_breadth"]), model]
+        if p["deepen"]:
+            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
+        return stages
+
+    warnings = Reader.warnings
+    finish = Reader.finish

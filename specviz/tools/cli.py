@@ -1,0 +1,286 @@
+"""Command line: generate, bench, overhead, memory, calibrate, params (see README)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specviz.errors import SpecvizError
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
+    parser.add_argument("--draft-model", default=None, help="draft model for hf-assisted and respec's model drafter "
+                        "(respec default: the target's own weights)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
+    parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="generate from one prompt with one method")
+    gen.add_argument("--method", required=True)
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt")
+    source.add_argument("--prompt-file")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--budget", default="auto", help="draft nodes per step, or auto")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    gen.add_argument("--trace", default=None, help="write the step-by-step trace as JSON here")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+    _model_args(gen)
+
+    bench = commands.add_parser("bench", help="benchmark methods on a suite, interleaved per prompt")
+    bench.add_argument("--suite", required=True)
+    bench.add_argument("--methods", required=True, help="comma-separated, e.g. ar,pld,hf-pld")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--budget", default="auto")
+    bench.add_argument("--repeats", type=int, default=1, help="runs per method and prompt (median time)")
+    bench.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _model_args(bench)
+
+    sweep = commands.add_parser("sweep", help="one method at several values of one parameter, vs ar's output")
+    sweep.add_argument("--suite", required=True)
+    sweep.add_argument("--method", default="respec")
+    sweep.add_argument("--vary", required=True, metavar="NAME=V1,V2,...", help="e.g. tau=0,1,2,3,5")
+    sweep.add_argument("--max-new-tokens", type=int, default=96)
+    sweep.add_argument("--budget", default="auto")
+    sweep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    sweep.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _model_args(sweep)
+
+    over = commands.add_parser("overhead", help="median per-step time outside the forward pass")
+    over.add_argument("--suite", required=True)
+    over.add_argument("--method", required=True)
+    over.add_argument("--budgets", default="16,32,64", help="comma-separated fixed budgets")
+    over.add_argument("--max-new-tokens", type=int, default=48)
+    over.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_args(over)
+
+    mem = commands.add_parser("memory", help="RACER automaton size after N generated tokens")
+    mem.add_argument("--suite", default="assets/suite.jsonl")
+    mem.add_argument("--tokens", type=int, default=5000)
+    mem.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _model_args(mem)
+
+    cal = commands.add_parser("calibrate", help="measure the verify cost of 1..128 tree tokens")
+    cal.add_argument("--repeats", type=int, default=5)
+    cal.add_argument("--context", type=int, default=512)
+    _model_args(cal)
+
+    store = commands.add_parser("datastore", help="READER's long-term datastore: build it, or measure it")
+    store.add_argument("action", choices=("build", "info", "corpus"),
+                       help="build: tokenise assets/datastore_corpus.jsonl into the cache; info: size, load time, "
+                            "memory, lookup latency; corpus: regenerate the corpus text with the model (slow)")
+    _model_args(store)
+
+    par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
+    par.add_argument("method")
+    return parser
+
+
+def _positive(name: str, value: int, high: int = 100_000) -> int:
+    if not 1 <= value <= high:
+        raise SpecvizError(f"{name} must be between 1 and {high}, got {value}.")
+    return value
+
+
+def _draft_model(args, methods: list[str], lm):
+    """The draft model the user named ('self-skip:K': the target's first K layers); hf-assisted without
+    one drafts with the default model."""
+    from specviz.core.layer_skip import parse_self_skip, self_skip_model
+    from specviz.core.models import check_same_vocabulary, load_model
+
+    layers = parse_self_skip(args.draft_model or "")
+    if layers is not None:
+        if "hf-assisted" in methods:
+            raise SpecvizError("hf-assisted needs a draft model of its own, not self-skip.")
+        return self_skip_model(lm, layers)
+    if args.draft_model or "hf-assisted" in methods:
+        draft = load_model(args.draft_model, args.device, args.dtype)
+        check_same_vocabulary(lm, draft)
+        return draft
+    return None
+
+
+def cmd_generate(args) -> dict:
+    from specviz.core.session import Session
+    from specviz.methods import PEER_METHODS
+    from specviz.core.models import load_model
+    from specviz.core.params import parse_assignments
+    from specviz.core.prompts import encode, read_prompt_file
+
+    _positive("--max-new-tokens", args.max_new_tokens)
+    prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
+    params = parse_assignments(args.param)
+    lm = load_model(args.model, args.device, args.dtype)
+    if args.method in PEER_METHODS:
+        from specviz.tools.peers import hf_generate
+        draft = _draft_model(args, [args.method], lm)
+        if params:
+            raise SpecvizError(f"{args.method} takes no --param.")
+        run = hf_generate(lm, encode(lm.tokenizer, prompt, lm.max_context), args.method, args.max_new_tokens, draft)
+        stats = {"new_tokens": run["new_tokens"], "steps": run["steps"],
+                 "mean_accepted": round(run["new_tokens"] / max(1, run["steps"]), 4), "wall_s": round(run["wall_s"], 4),
+                 "tokens_per_s": round(run["new_tokens"] / run["wall_s"], 3)}
+        output_ids = run["output_ids"]
+    else:
+        session = Session(lm, args.method, params, budget=args.budget, temperature=args.temperature,
+                          seed=args.seed, draft=_draft_model(args, [args.method], lm)).start(prompt)
+        session.run(args.max_new_tokens)
+        stats, output_ids = session.stats(), session.output_ids
+        if args.trace:
+            session.trace().save(args.trace)
+    text = lm.tokenizer.decode(output_ids, skip_special_tokens=True)
+    return {"method": args.method, "output_ids": output_ids, "text": text, **stats}
+
+
+def _emit(table: str, report: dict, json_path: str | None) -> dict:
+    """Print a report's table; write the full report as JSON where asked."""
+    print(table)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
+def cmd_bench(args) -> dict:
+    from specviz.tools.bench import format_table, run_bench
+    from specviz.tools.suite import load_suite
+    from specviz.core.models import load_model
+    from specviz.core.params import parse_assignments
+
+    _positive("--max-new-tokens", args.max_new_tokens)
+    _positive("--repeats", args.repeats, 50)
+    suite = load_suite(args.suite)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    params = parse_assignments(args.param)
+    lm = load_model(args.model, args.device, args.dtype)
+    draft = _draft_model(args, methods, lm)
+    report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    return _emit(format_table(report), report, args.json)
+
+
+def cmd_sweep(args) -> dict:
+    from specviz.tools.suite import load_suite
+    from specviz.tools.sweep import format_sweep, run_sweep
+    from specviz.core.models import load_model
+    from specviz.core.params import parse_assignments
+
+    name, sep, values = args.vary.partition("=")
+    if not sep or not name.strip() or not values.strip():
+        raise SpecvizError(f"--vary takes NAME=V1,V2,..., got {args.vary!r}.")
+    suite = load_suite(args.suite)
+    lm = load_model(args.model, args.device, args.dtype)
+    report = run_sweep(lm, suite, args.method, name.strip(), [v.strip() for v in values.split(",") if v.strip()],
+                       _positive("--max-new-tokens", args.max_new_tokens), parse_assignments(args.param),
+                       args.budget, _draft_model(args, [args.method], lm),
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    return _emit(format_sweep(report), report, args.json)
+
+
+def cmd_overhead(args) -> None:
+    from specviz.tools.overhead import step_overhead
+    from specviz.tools.suite import load_suite
+    from specviz.methods import parse_budget
+    from specviz.core.models import load_model
+    from specviz.core.params import parse_assignments
+
+    suite = load_suite(args.suite)
+    budgets = [parse_budget(b.strip()) for b in args.budgets.split(",") if b.strip()]
+    lm = load_model(args.model, args.device, args.dtype)
+    for budget in budgets:
+        print(json.dumps(step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
+                                       parse_assignments(args.param))), flush=True)
+
+
+def cmd_memory(args) -> None:
+    from specviz.tools.memory import automaton_memory
+    from specviz.tools.suite import load_suite
+    from specviz.core.models import load_model
+    from specviz.core.params import parse_assignments
+
+    suite = load_suite(args.suite)
+    tokens = _positive("--tokens", args.tokens, 100_000)
+    lm = load_model(args.model, args.device, args.dtype)
+    print(json.dumps(automaton_memory(lm, suite, tokens, parse_assignments(args.param))))
+
+
+def cmd_calibrate(args) -> None:
+    from specviz.core import costmodel
+    from specviz.core.models import load_model
+
+    lm = load_model(args.model, args.device, args.dtype)
+    cost = costmodel.calibrate(lm, context_len=_positive("--context", args.context, lm.max_context - 200),
+                               repeats=_positive("--repeats", args.repeats, 100))
+    print(cost.table())
+    print(f"saved to {costmodel.stored_path(lm)}")
+
+
+def cmd_datastore(args) -> None:
+    from specviz.core.models import load_model
+    from specviz.index import datastore
+
+    lm = load_model(args.model, args.device, args.dtype)
+    if args.action == "build":
+        print(json.dumps(datastore.build(lm)))
+    elif args.action == "info":
+        print(json.dumps(datastore.measure(lm)))
+    else:
+        from specviz.tools.datastore_corpus import generate_corpus
+
+        print(json.dumps(generate_corpus(lm, datastore.ASSETS / "datastore_prompts.jsonl", datastore.CORPUS,
+                                         log=lambda line: print(line, file=sys.stderr, flush=True))))
+
+
+def cmd_params(args) -> None:
+    from specviz.methods import get_method
+
+    method = get_method(args.method)
+    print(f"{method.name}: {method.summary}")
+    print("  budget        default auto   range 1..256 or auto (draft nodes per step)")
+    for p in method.params:
+        allowed = "|".join(p.choices) if p.choices else f"{p.low}..{p.high}"
+        print(f"  {p.name:<17} default {p.default!s:<6} range {allowed}  {p.help}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            result = cmd_generate(args)
+            if args.json:
+                print(json.dumps(result, ensure_ascii=False))
+            else:
+                print(result["text"])
+                print(f"\n[{result['new_tokens']} tokens in {result['steps']} steps, "
+                      f"{result['mean_accepted']:.2f} per step, {result['tokens_per_s']:.1f} tok/s]", file=sys.stderr)
+        elif args.command == "bench":
+            cmd_bench(args)
+        elif args.command == "sweep":
+            cmd_sweep(args)
+        elif args.command == "overhead":
+            cmd_overhead(args)
+        elif args.command == "memory":
+            cmd_memory(args)
+        elif args.command == "calibrate":
+            cmd_calibrate(args)
+        elif args.command == "datastore":
+            cmd_datastore(args)
+        elif args.command == "params":
+            cmd_params(args)
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Per-step time outside the target's forward pass, by method and budget."""
+
+from __future__ import annotations
+
+import statistics
+
+from specviz.core.models import LoadedModel
+from specviz.core.session import Session
+
+
+def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_new_tokens: int,
+                  params: dict | None = None) -> dict:
+    """Median milliseconds per step spent outside the target's forward pass (drafting, union, mask,
+    acceptance, cache compaction, drafter updates, the step record), over every step of every prompt."""
+    parts: dict[str, list[float]] = {"outside_forward": [], "draft": [], "verify_minus_forward": [], "update": [],
+                                     "forward": [], "tree_nodes": []}
+    for item in suite:
+        session = Session(lm, method, params, budget=budget).start(item["messages"])
+        session.run(max_new_tokens)
+        for record in session.records:
+            t = record.timings_ms
+            parts["outside_forward"].append(t["total"] - t["forward"])
+            parts["draft"].append(t["draft"])
+            parts["verify_minus_forward"].append(t["verify"] - t["forward"])
+            parts["update"].append(t["update"])
+            parts["forward"].append(t["forward"])
+            parts["tree_nodes"].append(len(record.nodes) - 1)
+    # the same figure over the steps whose tree (nearly) filled the budget: the cost of a full tree
+    full = [o for o, n in zip(parts["outside_forward"], parts["tree_nodes"])
+            if isinstance(budget, int) and n >= 0.9 * budget]
+    return {"method": method, "budget": budget, "steps": len(parts["draft"]),
+            **{f"median_{k}": round(statistics.median(v), 3) for k, v in parts.items()},
+            "max_tree_nodes": max(parts["tree_nodes"]), "full_tree_steps": len(full),
+            "median_outside_forward_full_tree": round(statistics.median(full), 3) if full else None}
