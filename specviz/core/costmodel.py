@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from specviz.core.kv import new_cache
 
 from specviz.core.models import LoadedModel, cache_root
 from specviz.core.tree import DraftTree
@@ -54,7 +54,7 @@ def _slug(text: str) -> str:
 
 
 def stored_path(lm: LoadedModel) -> Path:
-    name = f"{_slug(lm.name)}-{lm.device.type}-{str(lm.dtype).replace('torch.', '')}-{torch.get_num_threads()}t.json"
+    name = f"{_slug(lm.name)}-{lm.device.type}-{str(lm.dtype).replace('torch.', '')}-{lm.linear}-{torch.get_num_threads()}t.json"
     return cache_root() / "costs" / name
 
 
@@ -74,7 +74,7 @@ def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, 
     model = lm.model
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     with torch.inference_mode():
         model(input_ids=torch.tensor([context], device=lm.device), past_key_values=cache, use_cache=True)
     medians = []

@@ -29,6 +29,9 @@ def masked_forward(model, cache, tokens: list[int], positions: list[int], visibl
     device = model.device
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     position_ids = torch.tensor([positions], dtype=torch.long, device=device)
+    lean = getattr(model, "_specviz_lean", None)  # core.lean_forward, where the model is Llama-shaped
+    if lean is not None:
+        return lean(input_ids, position_ids, additive_mask(visible.to(device), model.dtype)[0, 0], cache)
     out = model(input_ids=input_ids, position_ids=position_ids,
                 attention_mask=additive_mask(visible.to(device), model.dtype),
                 past_key_values=cache, use_cache=True)

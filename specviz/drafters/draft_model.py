@@ -15,10 +15,9 @@ copy of the weights, only a second KV cache.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from specviz.drafters.base import Drafter, StepOutcome
-from specviz.core.kv import keep_accepted
+from specviz.core.kv import keep_accepted, new_cache
 from specviz.core.models import LoadedModel
 from specviz.core.tree import ROOT, DraftTree
 from specviz.core.forward import masked_forward
@@ -32,7 +31,7 @@ class DraftModelDrafter(Drafter):
     def __init__(self, lm: LoadedModel, vocab_size: int, breadth: int = 2, branch_levels: int = 1, depth: int = 4):
         self.lm, self.vocab_size = lm, vocab_size
         self.breadth, self.branch_levels, self.depth = breadth, branch_levels, depth
-        self.cache = DynamicCache(config=lm.model.config)
+        self.cache = new_cache(lm.model.config)
         self.cached = 0                      # committed tokens whose entries the draft cache holds
         self.tree: DraftTree | None = None   # last proposal, and the cache slot of each of its nodes
         self.slot: dict[int, int] = {}

@@ -14,6 +14,7 @@ METHODS: dict[str, type[Method]] = {m.name: m for m in (
     PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified)}
 
 PEER_METHODS = {
+    "hf-ar": "transformers generate(), greedy, no speculation",
     "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
     "hf-assisted": "transformers generate(assistant_model=draft model)",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
+from specviz.core.divergence import classify, first_difference, recompute_margin, tie_threshold
 from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS, PEER_METHODS, get_method
@@ -49,10 +50,32 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
     # the planner's predicted accepted drafts against the measured ones, step by step
     errors = [abs(r.notes["predicted_accepted"] - r.num_accepted_drafts) for r in session.records
               if "predicted_accepted" in r.notes]
-    return {"output_ids": session.output_ids, "new_tokens": stats["new_tokens"], "steps": stats["steps"],
+    return {"output_ids": session.output_ids, "margins": session.margins, "lossless_declared": session.lossless,
+            "new_tokens": stats["new_tokens"], "steps": stats["steps"],
             "wall_s": stats["wall_s"], "predicted_abs_error": sum(errors),
             "model_drafted": sum(bool(r.allocation.get("model")) for r in session.records),
             "empty_trees": sum(len(r.nodes) == 1 for r in session.records)}
+
+
+def compare(lm: LoadedModel, prompt_ids: list[int], reference: dict, run: dict) -> str:
+    """yes / tie@k / MISMATCH / lossy@k of one run against ar's (see core.divergence)."""
+    if run["output_ids"] == reference["output_ids"]:
+        return "yes"
+    k = first_difference(reference["output_ids"], run["output_ids"])
+    margins = run.get("margins")
+    if margins is None and k < len(run["output_ids"]):  # a peer: recompute the margin it chose by
+        margins = {k: recompute_margin(lm, prompt_ids, run["output_ids"], k)}
+    return classify(reference["output_ids"], reference["margins"], run["output_ids"], margins or {},
+                    tie_threshold(lm.dtype), run.get("lossless_declared", True)).verdict
+
+
+def worst_verdict(verdicts: list[str]) -> str:
+    """Over runs or prompts: MISMATCH beats lossy beats tie beats yes; ties and lossy keep their count."""
+    for kind in ("MISMATCH", "lossy", "tie"):
+        hits = [v for v in verdicts if v.startswith(kind)]
+        if hits:
+            return hits[0] if len(hits) == 1 or kind == "MISMATCH" else f"{kind}x{len(hits)}"
+    return "yes"
 
 
 def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_tokens: int = 128,
@@ -80,15 +103,16 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
         for _ in range(repeats):
             for method in methods:  # interleaved: A B C A B C ...
                 runs[method].append(run_once(lm, method, prompt_ids, limit, params, budget, draft))
-        reference = runs[BASELINE][0]["output_ids"]
-        repetition = (round(self_repetition(prompt_ids, reference), 3),
-                      round(self_repetition(prompt_ids, reference, datastore), 3) if datastore else None)
+        reference = runs[BASELINE][0]
+        repetition = (round(self_repetition(prompt_ids, reference["output_ids"]), 3),
+                      round(self_repetition(prompt_ids, reference["output_ids"], datastore), 3) if datastore else None)
         for method in methods:
             first = runs[method][0]
             wall_s = statistics.median(r["wall_s"] for r in runs[method])
             rows.append({"id": item["id"], "category": item["category"], "method": method,
                          "new_tokens": first["new_tokens"], "steps": first["steps"], "wall_s": wall_s,
-                         "lossless": all(r["output_ids"] == reference for r in runs[method]),
+                         "lossless": all(r["output_ids"] == reference["output_ids"] for r in runs[method]),
+                         "verdict": worst_verdict([compare(lm, prompt_ids, reference, r) for r in runs[method]]),
                          "self_repetition": repetition[0], "self_repetition_ds": repetition[1],
                          **{k: first[k] for k in ("predicted_abs_error", "model_drafted", "empty_trees")
                             if k in first}})
@@ -106,6 +130,7 @@ def _aggregate(rows: list[dict]) -> dict:
            "mat": round(tokens / steps, 3) if steps else 0.0, "wall_s": round(wall, 3),
            "tokens_per_s": round(tokens / wall, 3) if wall else 0.0,
            "lossless": all(r["lossless"] for r in rows),
+           "verdict": worst_verdict([r["verdict"] for r in rows]),
            "self_repetition": round(statistics.mean(r["self_repetition"] for r in rows), 3),
            "self_repetition_ds": round(statistics.mean(with_ds), 3) if with_ds else None}
     if all("predicted_abs_error" in r for r in rows) and steps:
@@ -151,6 +176,6 @@ def format_table(report: dict) -> str:
             ds = f"{s['self_repetition_ds']:.2f}" if s.get("self_repetition_ds") is not None else "-"
             mae = f"{s['predicted_mae']:.2f}" if "predicted_mae" in s else "-"
             empty = f"{100 * s['empty_tree_steps']:.0f}%" if "empty_tree_steps" in s else "-"
-            lines.append(line + f" {'yes' if s['lossless'] else 'NO':>8} {s['self_repetition']:>7.2f} {ds:>5} "
+            lines.append(line + f" {s['verdict']:>8} {s['self_repetition']:>7.2f} {ds:>5} "
                                 f"{mae:>7} {empty:>5}")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from specviz.errors import SpecvizError
@@ -15,6 +16,20 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
                         "(respec default: the target's own weights)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
+    parser.add_argument("--mode", default=None, help="run mode: a precision (fp32, bf16, fp16) and/or compile, "
+                        "joined by '+', e.g. bf16+compile (default: fp32 eager on CPU; SPECVIZ_MODE sets it)")
+    parser.add_argument("--linear", default=None, help="linear-layer kernel: onednn (default on CPU) or stock "
+                        "(PyTorch's F.linear); SPECVIZ_LINEAR sets the default")
+
+
+def _load_target(args):
+    """The target model the command runs on; a kernel asked for that cannot run here is said on stderr."""
+    from specviz.core.models import load_model
+
+    lm = load_model(args.model, args.device, args.dtype, args.linear, args.mode)
+    for note in lm.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return lm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
                             "memory, lookup latency; corpus: regenerate the corpus text with the model (slow)")
     _model_args(store)
 
+    prof = commands.add_parser("profile", help="verify forward vs its linear layers alone, with the heaviest ops")
+    prof.add_argument("--sizes", default="1,16,64", help="comma-separated tree sizes (tokens)")
+    prof.add_argument("--context", type=int, default=512)
+    prof.add_argument("--repeats", type=int, default=7)
+    prof.add_argument("--json", default=None, metavar="OUT", help="write the rows here")
+    _model_args(prof)
+
+    rand = commands.add_parser("random-model", help="a model folder with another model's config and tokenizer "
+                               "and seeded random weights (for machines the real weights cannot reach)")
+    rand.add_argument("--like", default=None, help="model whose config and tokenizer to copy (default model)")
+    rand.add_argument("--out", required=True)
+    rand.add_argument("--weights", action="store_true", help="also write the random weights (else config only)")
+    rand.add_argument("--seed", type=int, default=0)
+
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
     return parser
@@ -103,7 +132,7 @@ def _draft_model(args, methods: list[str], lm):
             raise SpecvizError("hf-assisted needs a draft model of its own, not self-skip.")
         return self_skip_model(lm, layers)
     if args.draft_model or "hf-assisted" in methods:
-        draft = load_model(args.draft_model, args.device, args.dtype)
+        draft = load_model(args.draft_model, args.device, args.dtype, args.linear, args.mode)
         check_same_vocabulary(lm, draft)
         return draft
     return None
@@ -112,14 +141,13 @@ def _draft_model(args, methods: list[str], lm):
 def cmd_generate(args) -> dict:
     from specviz.core.session import Session
     from specviz.methods import PEER_METHODS
-    from specviz.core.models import load_model
     from specviz.core.params import parse_assignments
     from specviz.core.prompts import encode, read_prompt_file
 
     _positive("--max-new-tokens", args.max_new_tokens)
     prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     params = parse_assignments(args.param)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     if args.method in PEER_METHODS:
         from specviz.tools.peers import hf_generate
         draft = _draft_model(args, [args.method], lm)
@@ -153,7 +181,6 @@ def _emit(table: str, report: dict, json_path: str | None) -> dict:
 def cmd_bench(args) -> dict:
     from specviz.tools.bench import format_table, run_bench
     from specviz.tools.suite import load_suite
-    from specviz.core.models import load_model
     from specviz.core.params import parse_assignments
 
     _positive("--max-new-tokens", args.max_new_tokens)
@@ -161,7 +188,7 @@ def cmd_bench(args) -> dict:
     suite = load_suite(args.suite)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     params = parse_assignments(args.param)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     draft = _draft_model(args, methods, lm)
     report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -171,14 +198,13 @@ def cmd_bench(args) -> dict:
 def cmd_sweep(args) -> dict:
     from specviz.tools.suite import load_suite
     from specviz.tools.sweep import format_sweep, run_sweep
-    from specviz.core.models import load_model
     from specviz.core.params import parse_assignments
 
     name, sep, values = args.vary.partition("=")
     if not sep or not name.strip() or not values.strip():
         raise SpecvizError(f"--vary takes NAME=V1,V2,..., got {args.vary!r}.")
     suite = load_suite(args.suite)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     report = run_sweep(lm, suite, args.method, name.strip(), [v.strip() for v in values.split(",") if v.strip()],
                        _positive("--max-new-tokens", args.max_new_tokens), parse_assignments(args.param),
                        args.budget, _draft_model(args, [args.method], lm),
@@ -190,12 +216,11 @@ def cmd_overhead(args) -> None:
     from specviz.tools.overhead import step_overhead
     from specviz.tools.suite import load_suite
     from specviz.methods import parse_budget
-    from specviz.core.models import load_model
     from specviz.core.params import parse_assignments
 
     suite = load_suite(args.suite)
     budgets = [parse_budget(b.strip()) for b in args.budgets.split(",") if b.strip()]
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     for budget in budgets:
         print(json.dumps(step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
                                        parse_assignments(args.param))), flush=True)
@@ -204,20 +229,18 @@ def cmd_overhead(args) -> None:
 def cmd_memory(args) -> None:
     from specviz.tools.memory import automaton_memory
     from specviz.tools.suite import load_suite
-    from specviz.core.models import load_model
     from specviz.core.params import parse_assignments
 
     suite = load_suite(args.suite)
     tokens = _positive("--tokens", args.tokens, 100_000)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     print(json.dumps(automaton_memory(lm, suite, tokens, parse_assignments(args.param))))
 
 
 def cmd_calibrate(args) -> None:
     from specviz.core import costmodel
-    from specviz.core.models import load_model
 
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     cost = costmodel.calibrate(lm, context_len=_positive("--context", args.context, lm.max_context - 200),
                                repeats=_positive("--repeats", args.repeats, 100))
     print(cost.table())
@@ -225,10 +248,9 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_datastore(args) -> None:
-    from specviz.core.models import load_model
     from specviz.index import datastore
 
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = _load_target(args)
     if args.action == "build":
         print(json.dumps(datastore.build(lm)))
     elif args.action == "info":
@@ -238,6 +260,31 @@ def cmd_datastore(args) -> None:
 
         print(json.dumps(generate_corpus(lm, datastore.ASSETS / "datastore_prompts.jsonl", datastore.CORPUS,
                                          log=lambda line: print(line, file=sys.stderr, flush=True))))
+
+
+def cmd_profile(args) -> None:
+    from specviz.tools.profile_forward import format_profile, profile
+
+    lm = _load_target(args)
+    try:
+        sizes = [_positive("--sizes", int(x), 1024) for x in args.sizes.split(",") if x.strip()]
+    except ValueError:
+        raise SpecvizError(f"--sizes takes whole numbers separated by commas, got {args.sizes!r}.") from None
+    if not sizes:
+        raise SpecvizError("--sizes names no size.")
+    rows = profile(lm, sizes, _positive("--context", args.context, lm.max_context - max(sizes) - 1),
+                   _positive("--repeats", args.repeats, 1000))
+    _emit(format_profile(lm, rows), {"mode": lm.mode, "linear": lm.linear, "rows": rows}, args.json)
+
+
+def cmd_random_model(args) -> None:
+    from specviz.tools.random_model import describe, materialise
+
+    described = os.path.isfile(os.path.join(args.out, "config.json")) and args.like is None
+    folder = args.out if described else describe(args.like, args.out)
+    if args.weights:
+        materialise(str(folder), args.seed)
+    print(folder)
 
 
 def cmd_params(args) -> None:
@@ -251,6 +298,11 @@ def cmd_params(args) -> None:
         print(f"  {p.name:<17} default {p.default!s:<6} range {allowed}  {p.help}")
 
 
+COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+            "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
+            "random-model": cmd_random_model, "params": cmd_params}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -262,20 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(result["text"])
                 print(f"\n[{result['new_tokens']} tokens in {result['steps']} steps, "
                       f"{result['mean_accepted']:.2f} per step, {result['tokens_per_s']:.1f} tok/s]", file=sys.stderr)
-        elif args.command == "bench":
-            cmd_bench(args)
-        elif args.command == "sweep":
-            cmd_sweep(args)
-        elif args.command == "overhead":
-            cmd_overhead(args)
-        elif args.command == "memory":
-            cmd_memory(args)
-        elif args.command == "calibrate":
-            cmd_calibrate(args)
-        elif args.command == "datastore":
-            cmd_datastore(args)
-        elif args.command == "params":
-            cmd_params(args)
+        else:
+            COMMANDS[args.command](args)
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""The peers we measure against: transformers' own generate() with prompt lookup or an assistant model."""
+"""The peers we measure against: transformers' own generate(), plain greedy (hf-ar), with prompt lookup
+(hf-pld) or with an assistant model (hf-assisted). They run PyTorch's stock linear kernel, as shipped."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import torch
 
 from specviz.errors import SpecvizError
+from specviz.core import fast_linear
 from specviz.core.models import LoadedModel
 
 
@@ -15,7 +17,9 @@ def hf_generate(lm: LoadedModel, prompt_ids: list[int], method: str, max_new_tok
                 draft: LoadedModel | None = None) -> dict:
     """Greedy generate() as transformers ships it; steps = target forward passes (counted by a hook)."""
     kwargs = {}
-    if method == "hf-pld":
+    if method == "hf-ar":
+        pass
+    elif method == "hf-pld":
         kwargs["prompt_lookup_num_tokens"] = 10
     elif method == "hf-assisted":
         if draft is None:
@@ -27,11 +31,12 @@ def hf_generate(lm: LoadedModel, prompt_ids: list[int], method: str, max_new_tok
     hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
     input_ids = torch.tensor([prompt_ids], device=lm.device)
     try:
-        started = time.perf_counter()
-        out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                max_new_tokens=max_new_tokens, eos_token_id=sorted(lm.eos_ids),
-                                pad_token_id=sorted(lm.eos_ids)[0], **kwargs)
-        wall_s = time.perf_counter() - started
+        with fast_linear.stock():
+            started = time.perf_counter()
+            out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                    max_new_tokens=max_new_tokens, eos_token_id=sorted(lm.eos_ids),
+                                    pad_token_id=sorted(lm.eos_ids)[0], **kwargs)
+            wall_s = time.perf_counter() - started
     finally:
         hook.remove()
     output_ids = out[0, len(prompt_ids):].tolist()

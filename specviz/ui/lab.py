@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from specviz.tools.bench import run_once
+from specviz.core.divergence import classify, tie_threshold
 from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
@@ -147,7 +148,8 @@ class Lab:
         if key not in self.baselines:
             if session.method.name == "ar" and session.temperature == 0:
                 stats = session.stats()
-                self.baselines[key] = {"output_ids": session.output_ids, "new_tokens": n, "wall_s": stats["wall_s"]}
+                self.baselines[key] = {"output_ids": session.output_ids, "margins": list(session.margins),
+                                       "new_tokens": n, "wall_s": stats["wall_s"]}
             else:
                 self.baselines[key] = run_once(session.lm, "ar", session.prompt_ids, n, {})
         return self.baselines[key]
@@ -163,6 +165,10 @@ class Lab:
             stats["ar_tokens_per_s"] = round(baseline["new_tokens"] / baseline["wall_s"], 3)
             stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
             stats["identical_to_ar"] = baseline["output_ids"] == self.session.output_ids
+            if self.session.temperature == 0:  # sampled runs differ from greedy by design
+                stats["divergence"] = classify(baseline["output_ids"], baseline["margins"], self.session.output_ids,
+                                               self.session.margins, tie_threshold(self.session.lm.dtype),
+                                               self.session.lossless)
         return stats
 
     def counters_markdown(self) -> str:
@@ -172,7 +178,8 @@ class Lab:
         parts = [f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
         if "speedup_vs_ar" in c:
-            same = "identical to greedy ar" if c["identical_to_ar"] else "differs from greedy ar"
+            same = ("identical to greedy ar" if c["identical_to_ar"] else
+                    c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
             parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar {c['ar_tokens_per_s']:.1f} tok/s; {same})")
         else:
             parts.append("**speedup vs ar** measured when a Run ends")

@@ -1,0 +1,86 @@
+"""How good and how cheap is a draft model here: greedy chains drafted along `ar`'s own output.
+
+At every position of the target's greedy continuation the draft model drafts a greedy chain of `depth`
+tokens from the true prefix; level d is accepted when the chain's first d tokens are the target's next d.
+Reported per depth: the acceptance rate (share of positions whose chain is accepted to depth d), the
+conditional rate (accepted at d given accepted at d - 1: the per-level alpha a planner uses) and the
+median milliseconds of one draft level (a one-token forward with the drafter's own KV cache).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from specviz.core.forward import masked_forward
+from specviz.core.kv import new_cache
+from specviz.core.prompts import encode
+from specviz.core.session import Session
+
+
+def _feed(model, cache, tokens: list[int], start: int) -> torch.Tensor:
+    """Causal forward of tokens at positions start.. on the cache; logits of the last one."""
+    past = start
+    visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool)
+    visible[:, past:] = torch.tril(torch.ones((len(tokens), len(tokens)), dtype=torch.bool))
+    return masked_forward(model, cache, tokens, list(range(past, past + len(tokens))), visible)[-1]
+
+
+@torch.inference_mode()
+def chain_acceptance(lm, drafter_model, prompt_ids: list[int], continuation: list[int], depth: int):
+    """Per position: how many levels of the drafted chain match the continuation; and level times (ms)."""
+    ids = list(prompt_ids) + list(continuation)
+    cache = new_cache(drafter_model.config)
+    _feed(drafter_model, cache, ids[:len(prompt_ids) - 1], 0)
+    accepted, level_ms = [], []
+    for t in range(len(continuation)):
+        n = len(prompt_ids) + t          # the prefix is ids[:n]; the cache holds ids[:n - 1]
+        token, matched, alive = ids[n - 1], 0, True
+        for level in range(min(depth, len(continuation) - t)):
+            started = time.perf_counter()
+            logits = _feed(drafter_model, cache, [token], n - 1 + level)
+            level_ms.append((time.perf_counter() - started) * 1000)
+            token = int(logits.argmax())
+            alive = alive and token == continuation[t + level]
+            matched += alive
+        accepted.append(matched)
+        cache.crop(-(cache.get_seq_length() - n))  # keep ids[:n]: the first fed token was the true one
+    return accepted, level_ms
+
+
+def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_tokens: int = 32) -> dict:
+    """drafters: label -> model (the target itself for the full self-draft, a FirstLayersModel...)."""
+    per_label = {label: ([], []) for label in drafters}
+    for item in suite:
+        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
+        reference = Session(lm, "ar").start_ids(prompt_ids)
+        reference.run(int(item.get("max_new_tokens", max_new_tokens)))
+        for label, model in drafters.items():
+            accepted, level_ms = chain_acceptance(lm, model, prompt_ids, reference.output_ids, depth)
+            per_label[label][0].extend(accepted)
+            per_label[label][1].extend(level_ms)
+    report = {}
+    for label, (accepted, level_ms) in per_label.items():
+        positions = len(accepted)
+        reach = [sum(a >= d for a in accepted) / positions for d in range(1, depth + 1)]
+        conditional = [reach[0]] + [reach[d] / reach[d - 1] if reach[d - 1] else 0.0 for d in range(1, depth)]
+        report[label] = {"positions": positions, "accepted_to_depth": [round(r, 3) for r in reach],
+                         "alpha_by_depth": [round(c, 3) for c in conditional],
+                         "mean_accepted": round(sum(accepted) / positions, 3),
+                         "ms_per_level": round(statistics.median(level_ms), 2)}
+    return report
+
+
+def format_report(report: dict) -> str:
+    depth = len(next(iter(report.values()))["accepted_to_depth"])
+    head = f"{'drafter':<22} {'ms/level':>8} {'mean acc':>8}  " + " ".join(f"{'d' + str(d):>6}" for d in
+                                                                          range(1, depth + 1))
+    lines = [head]
+    for label, r in report.items():
+        lines.append(f"{label:<22} {r['ms_per_level']:>8.2f} {r['mean_accepted']:>8.2f}  "
+                     + " ".join(f"{x:>6.3f}" for x in r["accepted_to_depth"]) + "   (accepted to depth d)")
+        lines.append(f"{'':<22} {'':>8} {'':>8}  " + " ".join(f"{x:>6.3f}" for x in r["alpha_by_depth"])
+                     + "   (alpha at d given d - 1)")
+    return "\n".join(lines)

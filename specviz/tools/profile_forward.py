@@ -1,0 +1,107 @@
+"""Where a verify forward's time goes: the full tree forward against its linear layers alone.
+
+For q tree tokens over a cache of `context_len` entries, three medians:
+- `forward_ms`: the verify forward as the engine runs it (mask, rotary, attention over the cache, norms,
+  the linear layers, the head);
+- `linear_ms`: every nn.Linear of the model applied once to q rows, with the kernel the model runs
+  (oneDNN or stock): the part no change outside the linear layers can remove;
+- their ratio (issue target: at most 1.25).
+`top_ops` lists the heaviest operators of one forward (torch.profiler, self CPU time) to say what the rest is.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from specviz.core.forward import tree_forward
+from specviz.core.kv import new_cache
+from specviz.core.tree import DraftTree
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _chain(root: int, tokens: list[int]) -> DraftTree:
+    tree = DraftTree(root)
+    node = 0
+    for token in tokens:
+        node = tree.add(node, token, "logits")
+    return tree
+
+
+@torch.inference_mode()
+def linear_only_ms(lm, rows: int, repeats: int) -> float:
+    """Median ms of applying every linear layer of the model once to (1, rows, in_features) inputs."""
+    linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {m.in_features: torch.randn(1, rows, m.in_features, dtype=lm.dtype, device=lm.device)
+              for m in linears}
+    times = []
+    for _ in range(repeats + 1):
+        _sync(lm.device)
+        started = time.perf_counter()
+        for module in linears:
+            module(inputs[module.in_features])
+        _sync(lm.device)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[1:])
+
+
+@torch.inference_mode()
+def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False):
+    generator = torch.Generator().manual_seed(q)
+    context = torch.randint(100, lm.vocab_size - 1, (context_len + q,), generator=generator).tolist()
+    cache = new_cache(lm.model.config)
+    # the cache holds the context but its last token, which is the tree's root (as in the engine)
+    lm.model(input_ids=torch.tensor([context[:context_len - 1]], device=lm.device), past_key_values=cache,
+             use_cache=True)
+    tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
+    times = []
+    for _ in range(repeats + 1):
+        _sync(lm.device)
+        started = time.perf_counter()
+        tree_forward(lm.model, cache, tree, context_len - 1)
+        _sync(lm.device)
+        times.append((time.perf_counter() - started) * 1000)
+        cache.crop(-q)
+    top = None
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if lm.device.type == "cuda" else [])
+        with torch_profile(activities=activities) as prof:
+            tree_forward(lm.model, cache, tree, context_len - 1)
+            _sync(lm.device)
+        cache.crop(-q)
+        key = "self_cuda_time_total" if lm.device.type == "cuda" else "self_cpu_time_total"
+        events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:8]
+        top = [(e.key, round(getattr(e, key) / 1000, 2), e.count) for e in events]
+    return statistics.median(times[1:]), top
+
+
+def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, with_ops: bool = True) -> list[dict]:
+    rows = []
+    for q in sizes:
+        full, top = forward_ms(lm, q, context_len, repeats, profile=with_ops)
+        linear = linear_only_ms(lm, q, repeats)
+        rows.append({"tokens": q, "forward_ms": round(full, 2), "linear_ms": round(linear, 2),
+                     "ratio": round(full / linear, 3), "top_ops": top})
+    return rows
+
+
+def format_profile(lm, rows: list[dict]) -> str:
+    lines = [f"verify forward vs linear layers alone ({lm.name}, {lm.device.type}, "
+             f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}, compiled={getattr(lm, 'compiled', False)}, "
+             f"{torch.get_num_threads()} threads)",
+             f"{'tokens':>6} {'forward ms':>11} {'linear ms':>10} {'ratio':>6}"]
+    for r in rows:
+        lines.append(f"{r['tokens']:>6} {r['forward_ms']:>11.2f} {r['linear_ms']:>10.2f} {r['ratio']:>6.2f}")
+    for r in rows:
+        if r["top_ops"]:
+            lines.append(f"heaviest operators at {r['tokens']} tokens (self ms, calls): "
+                         + "; ".join(f"{name} {ms} ({n})" for name, ms, n in r["top_ops"]))
+    return "\n".join(lines)
