@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from specviz.accept.verification import Verification, make_verification
+from specviz.accept.verification import LogitTop, Verification, make_verification
 from specviz.core.tree import ROOT, DraftTree
 
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
     """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes."""
-    argmax = logits.argmax(-1).tolist()
+    top = LogitTop.of(logits)
+    argmax = top.argmax
     path, node = [], ROOT
     compared: set[int] = set()
     while True:
@@ -20,4 +21,4 @@ def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
             break
         path.append(child)
         node = child
-    return make_verification(tree, logits, path, argmax[node], compared)
+    return make_verification(tree, logits, path, argmax[node], compared, top=top)

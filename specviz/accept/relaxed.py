@@ -17,14 +17,15 @@ import torch
 
 from specviz.core.tree import ROOT, DraftTree
 from specviz.accept.greedy import greedy_accept
-from specviz.accept.verification import Verification, make_verification
+from specviz.accept.verification import LogitTop, Verification, make_verification
 
 
 class _Relaxer:
     def __init__(self, tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int):
         self.tree, self.min_greedy = tree, min_greedy
-        self.argmax = logits.argmax(-1).tolist()
-        top = logits.max(-1).values
+        self.logit_top = LogitTop.of(logits)
+        self.argmax = self.logit_top.argmax
+        top = self.logit_top.values[:, 0]
         self.ok = [False] * len(tree)  # per node: passes the relaxed check under its parent's logits
         if len(tree) > 1:
             parents = torch.tensor(tree.parents[1:], device=logits.device)
@@ -90,4 +91,4 @@ def relaxed_accept(tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float
     for n in path:
         compared.update(tree.children(n))
     last = path[-1] if path else ROOT
-    return make_verification(tree, logits, path, relaxer.argmax[last], compared, relaxed)
+    return make_verification(tree, logits, path, relaxer.argmax[last], compared, relaxed, relaxer.logit_top)

@@ -22,6 +22,7 @@ class Verification:
     target_probs: np.ndarray         # p_target(node token | its parent's context), per node (root: nan)
     target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
     log_norms: torch.Tensor | None = None  # logsumexp of every node's logits (q,), for log-probabilities
+    top: "LogitTop | None" = None     # every node's top-TOP_K logits, computed once per step and shared
 
     @property
     def accepted_tokens(self) -> list[int]:
@@ -29,9 +30,32 @@ class Verification:
         return self.accepted_draft_tokens + [self.bonus_token]
 
 
-def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+TOP_K = 16  # the widest row any consumer reads (copy-logit max_breadth <= 16, top-2 margins, argmax)
+
+
+@dataclass
+class LogitTop:
+    """Each row's TOP_K largest logits and their token ids, best first: one pass over (q, vocab) logits
+    serves the argmax, the nodes' ranks, the top-2 margins and the copy-logit table."""
+    values: torch.Tensor   # (q, TOP_K)
+    ids: torch.Tensor      # (q, TOP_K)
+    ids_list: list[list[int]]
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> "LogitTop":
+        values, ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
+        return cls(values, ids, ids.tolist())
+
+    @property
+    def argmax(self) -> list[int]:
+        return [row[0] for row in self.ids_list]
+
+
+def node_target_stats(tree: DraftTree, logits: torch.Tensor,
+                      top: LogitTop) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """Target probability and rank of every draft node's token under its parent's logits, and the
-    logsumexp of every node's logits."""
+    logsumexp of every node's logits. A rank is read off the parent's top-K where the token is in it;
+    only the nodes outside it count the larger logits of their parent's whole row."""
     n = len(tree)
     probs = np.full(n, np.nan)
     ranks = np.full(n, -1, dtype=np.int64)
@@ -39,21 +63,31 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor) -> tuple[np.ndarray
     if n > 1:
         parents = torch.tensor(tree.parents[1:], device=logits.device)
         tokens = torch.tensor(tree.tokens[1:], device=logits.device)
-        rows = logits.index_select(0, parents)
-        token_logits = rows.gather(1, tokens[:, None])
-        log_probs = token_logits[:, 0] - log_norms.index_select(0, parents)
-        probs[1:] = log_probs.exp().cpu().numpy()
-        ranks[1:] = (rows > token_logits).sum(-1).cpu().numpy()
+        token_logits = logits[parents, tokens]
+        probs[1:] = (token_logits - log_norms.index_select(0, parents)).exp().cpu().numpy()
+        outside = []
+        for node in range(1, n):
+            row = top.ids_list[tree.parents[node]]
+            token = tree.tokens[node]
+            if token in row:
+                ranks[node] = row.index(token)
+            else:
+                outside.append(node)
+        if outside:
+            picked = torch.tensor(outside, device=logits.device) - 1
+            rows = logits.index_select(0, parents.index_select(0, picked))
+            ranks[outside] = (rows > token_logits.index_select(0, picked)[:, None]).sum(-1).cpu().numpy()
     return probs, ranks, log_norms
 
 
 def make_verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
-                  compared: set[int], relaxed: set[int] = frozenset()) -> Verification:
+                      compared: set[int], relaxed: set[int] = frozenset(), top: LogitTop | None = None) -> Verification:
     """Statuses: relaxed or accepted on the path; rejected if compared against the target and refused;
     else unreached."""
     on_path = set(path)
     statuses = [ROOT_STATUS] + [RELAXED if n in relaxed else ACCEPTED if n in on_path else
                                 REJECTED if n in compared else UNREACHED for n in range(1, len(tree))]
-    probs, ranks, log_norms = node_target_stats(tree, logits)
+    top = top if top is not None else LogitTop.of(logits)
+    probs, ranks, log_norms = node_target_stats(tree, logits, top)
     return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
-                        statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms)
+                        statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms, top=top)

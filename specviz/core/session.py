@@ -211,7 +211,11 @@ class Session:
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
         rows = torch.tensor([0] + verification.path[:len(committed) - 1], device=logits.device)
-        self.margins.extend(top2_margins(logits.index_select(0, rows)))
+        if verification.top is not None:  # the step's shared top-k has the two best logits of every row
+            best = verification.top.values.index_select(0, rows)
+            self.margins.extend((best[:, 0] - best[:, 1]).tolist())
+        else:
+            self.margins.extend(top2_margins(logits.index_select(0, rows)))
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
                               forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)
         self.method.observe(outcome)

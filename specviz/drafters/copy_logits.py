@@ -41,8 +41,11 @@ class CopyLogitTable:
         self.top_probs: np.ndarray | None = None    # (vocab, width) their probabilities
         self.seen: np.ndarray | None = None         # (vocab,) whether the row holds anything yet
 
-    def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None) -> None:
-        """logits[i] is the target's prediction after tokens[i]; a token listed twice keeps its last row."""
+    def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None,
+              top=None, logit_rows: torch.Tensor | None = None) -> None:
+        """logits[logit_rows[i]] (default: logits[i]) is the target's prediction after tokens[i]; a token
+        listed twice keeps its last row. log_norms and top ((values, ids) of each row's top-k, k >= width)
+        are per logits row, where the caller has them already."""
         if self.top_tokens is None:
             vocab = logits.shape[-1]
             self.top_tokens = np.zeros((vocab, self.width), dtype=np.int64)
@@ -52,9 +55,15 @@ class CopyLogitTable:
         _, last_from_end = np.unique(ids[::-1], return_index=True)
         rows = len(ids) - 1 - last_from_end
         picked = torch.from_numpy(rows).to(logits.device)
-        chosen = logits.index_select(0, picked)
-        values, indices = chosen.topk(min(self.width, chosen.shape[-1]), dim=-1)
-        norms = log_norms.index_select(0, picked) if log_norms is not None else torch.logsumexp(chosen, dim=-1)
+        if logit_rows is not None:
+            picked = logit_rows.index_select(0, picked)
+        if top is not None and top[0].shape[-1] >= self.width:
+            values = top[0].index_select(0, picked)[:, :self.width]
+            indices = top[1].index_select(0, picked)[:, :self.width]
+        else:
+            values, indices = logits.index_select(0, picked).topk(min(self.width, logits.shape[-1]), dim=-1)
+        norms = (log_norms.index_select(0, picked) if log_norms is not None
+                 else torch.logsumexp(logits.index_select(0, picked), dim=-1))
         self.top_tokens[ids[rows]] = indices.cpu().numpy()
         self.top_probs[ids[rows]] = (values - norms[:, None]).exp().cpu().numpy()
         self.seen[ids[rows]] = True
@@ -96,11 +105,11 @@ class CopyLogitDrafter(Drafter):
         others = sorted(set(range(len(tree))) - set(committed))
         order = others + committed  # the committed occurrences are the most recent: they go last
         picked = torch.tensor(order, device=outcome.logits.device)
-        norms = outcome.verification.log_norms
+        norms, top = outcome.verification.log_norms, outcome.verification.top
         tokens = [tree.tokens[n] for n in order]
         self._undo = (self.table.saved_rows(tokens),)
-        self.table.store(tokens, outcome.logits.index_select(0, picked),
-                         None if norms is None else norms.index_select(0, picked))
+        self.table.store(tokens, outcome.logits, norms, None if top is None else (top.values, top.ids), picked)
+
 
     def checkpoint(self):
         self._undo = None
