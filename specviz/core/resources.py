@@ -75,6 +75,14 @@ def shared_datastore(lm):
     return shared(("datastore", str(path)), lambda: Datastore.load(path))
 
 
+def shared_copy_logit_seed(lm):
+    """The model's warm copy-logit table (index.copy_logit_seed): built from the datastore corpus on
+    first use and cached on disk; every session starts from a copy."""
+    from specviz.index import copy_logit_seed
+
+    return shared(("copy-logit-seed", id(lm.model)), lambda: copy_logit_seed.ensure(lm)[0])
+
+
 def forget(kind: str) -> None:
     """Drop the loaded resources of one kind (a rebuilt datastore is read again on next use)."""
     for key in loaded(kind):

@@ -68,6 +68,12 @@ class CopyLogitTable:
         self.top_probs[ids[rows]] = (values - norms[:, None]).exp().cpu().numpy()
         self.seen[ids[rows]] = True
 
+    def copy(self) -> "CopyLogitTable":
+        twin = CopyLogitTable(self.width)
+        if self.top_tokens is not None:
+            twin.top_tokens, twin.top_probs, twin.seen = self.top_tokens.copy(), self.top_probs.copy(), self.seen.copy()
+        return twin
+
     def saved_rows(self, tokens: list[int]):
         """A copy of the rows store(tokens, ...) would overwrite (None while the table is empty)."""
         if self.top_tokens is None:
@@ -91,9 +97,10 @@ class CopyLogitTable:
 class CopyLogitDrafter(Drafter):
     source = "logits"
 
-    def __init__(self, max_breadth: int = 8):
+    def __init__(self, max_breadth: int = 8, seed: CopyLogitTable | None = None):
+        """seed: a warm table to start from (a copy is taken; its rows may be wider than max_breadth)."""
         self.max_breadth = max_breadth
-        self.table = CopyLogitTable(max_breadth)
+        self.table = seed.copy() if seed is not None and seed.width >= max_breadth else CopyLogitTable(max_breadth)
         self._undo = None  # rows this step's observe overwrote
 
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:

@@ -21,12 +21,13 @@ from specviz.core.tree import ROOT, DraftTree
 class ReSpecDrafter(Drafter):
     source = "retrieval"  # the source of the last proposal (the method's budget split reads it)
 
-    def __init__(self, p: dict, model: DraftModelDrafter | None, setting: str = ""):
+    def __init__(self, p: dict, model: DraftModelDrafter | None, setting: str = "",
+                 logits: CopyLogitDrafter | None = None):
         self.trigger = EntropyTrigger(p["lookback"], p["lambda_e"], p["entropy_threshold"])
         self.index = MatchPositions(p["lookback"])
         self.retriever = ScoredRetriever(p["alpha"], p["theta_score"], branches=3, branch_len=p["branch_len"])
         self.chooser = FallbackChooser(p["fallback"], setting)
-        self.fallbacks: dict[str, Drafter] = {"logits": CopyLogitDrafter(p["max_breadth"])}
+        self.fallbacks: dict[str, Drafter] = {"logits": logits or CopyLogitDrafter(p["max_breadth"])}
         if model is not None:
             self.fallbacks["model"] = model
         self.decision = None

@@ -11,6 +11,9 @@ from specviz.methods.base import Method
 
 LOGITS_PARAMS = [
     Param("max_breadth", 8, 1, 16, int, "logits tree: children of the root (b_0); deeper nodes get b_i / 2^(j+1)"),
+    Param("warm_table", 1, 0, 1, int, "logits tree: 1 = start each prompt from the model's warm copy-logit "
+                                      "table (read once from the datastore corpus); 0 = a cold table per "
+                                      "prompt (the paper's setting)"),
 ]
 RETRIEVAL_PARAMS = [
     Param("ngram_length", 10, 2, 32, int, "retrieval: longest n-gram the automaton keeps"),
@@ -24,6 +27,13 @@ RETRIEVAL_PARAMS = [
 def check_retrieval(values: dict) -> None:
     if values["min_match"] > values["ngram_length"]:
         raise SpecvizError(f"min_match ({values['min_match']}) must not exceed ngram_length ({values['ngram_length']}).")
+
+
+def copy_logit_drafter(lm, p: dict) -> CopyLogitDrafter:
+    """The logits-tree drafter, warm (a copy of the model's seed table) or cold, as p['warm_table'] says."""
+    from specviz.core.resources import shared_copy_logit_seed
+
+    return CopyLogitDrafter(p["max_breadth"], shared_copy_logit_seed(lm) if p["warm_table"] else None)
 
 
 def automaton_drafter(p: dict) -> AutomatonDrafter:
@@ -40,7 +50,7 @@ class Racer(Method):
         check_retrieval(values)
 
     def build(self, lm, p, draft):
-        return [automaton_drafter(p), CopyLogitDrafter(p["max_breadth"])]
+        return [automaton_drafter(p), copy_logit_drafter(lm, p)]
 
 
 class RacerLogits(Method):
@@ -49,7 +59,7 @@ class RacerLogits(Method):
     params = LOGITS_PARAMS
 
     def build(self, lm, p, draft):
-        return [CopyLogitDrafter(p["max_breadth"])]
+        return [copy_logit_drafter(lm, p)]
 
 
 class RacerRetrieval(Method):

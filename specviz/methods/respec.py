@@ -11,7 +11,7 @@ from specviz.core.params import Param
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
-from specviz.methods.racer import LOGITS_PARAMS
+from specviz.methods.racer import LOGITS_PARAMS, copy_logit_drafter
 
 DRAFT_MODEL_PARAMS = [
     Param("draft_breadth", 2, 1, 8, int, "model drafter: top-k children per node on the branching levels"),
@@ -61,7 +61,7 @@ class ReSpec(Method):
 
     def build(self, lm, p, draft):
         model = draft_model_drafter(lm, p, draft) if p["fallback"] != "logits" else None
-        return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p))]
+        return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p), copy_logit_drafter(lm, p))]
 
     def accept(self, tree, logits: torch.Tensor, temperature: float, generator: torch.Generator):
         if temperature > 0:

@@ -6,11 +6,11 @@ cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
 from __future__ import annotations
 
 from specviz.core.params import Param
-from specviz.drafters.copy_logits import CopyLogitDrafter
 from specviz.drafters.gated import GatedDrafter
 from specviz.drafters.search_path import DeepenDrafter, SearchDrafter
 from specviz.methods.base import Method
-from specviz.methods.racer import LOGITS_PARAMS, RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
+from specviz.methods.racer import (LOGITS_PARAMS, RETRIEVAL_PARAMS, automaton_drafter, check_retrieval,
+                                   copy_logit_drafter)
 from specviz.methods.reader import SEARCH_PARAMS, Reader, search_indexes
 from specviz.methods.respec import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
 
@@ -33,7 +33,7 @@ class Unified(Method):
         self.indexes = search_indexes(lm, p)
         model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
         stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]),
-                  CopyLogitDrafter(p["max_breadth"]), model]
+                  copy_logit_drafter(lm, p), model]
         if p["deepen"]:
             stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
         return stages

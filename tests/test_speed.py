@@ -1,0 +1,189 @@
+"""The speed issue's pieces: lean forward, run modes, the numerics-aware lossless check, the shared
+top-k, the warm copy-logit table, the hf-ar peer, the profiler and the random twin."""
+
+import json
+
+import pytest
+import torch
+
+from specviz.accept.greedy import greedy_accept
+from specviz.accept.verification import TOP_K, LogitTop
+from specviz.core import modes
+from specviz.core.divergence import classify, recompute_margin, tie_threshold
+from specviz.core.forward import tree_forward
+from specviz.core.kv import new_cache
+from specviz.core.models import load_model
+from specviz.core.session import Session
+from specviz.core.tree import DraftTree
+from specviz.tools.random_model import describe, materialise
+from test_cli import cli
+
+OPEN_PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who finds a kite."}]
+
+
+# ---- lean forward ------------------------------------------------------------------------------------
+def _tree(root):
+    tree = DraftTree(root)
+    a = tree.add_path([5, 6, 7], "retrieval")
+    tree.add_path([8, 9], "logits", parent=a[0])
+    tree.add_path([10], "model")
+    return tree
+
+
+@torch.inference_mode()
+def _stock_path_logits(model, ids):
+    return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def test_lean_forward_is_installed_and_matches_stock_on_grouped_heads(tiny_models):
+    lm = load_model(tiny_models["same"])  # 4 query heads over 2 key/value heads
+    assert lm.lean and getattr(lm.model, "_specviz_lean", None) is not None
+    past = [11, 12, 13, 14, 15]
+    cache = new_cache(lm.model.config)
+    with torch.inference_mode():
+        lm.model(input_ids=torch.tensor([past]), past_key_values=cache, use_cache=True)
+    tree = _tree(16)
+    logits = tree_forward(lm.model, cache, tree, len(past))
+    assert cache.get_seq_length() == len(past) + len(tree)
+    for path in tree.paths():
+        stock = _stock_path_logits(lm.model, past + [tree.tokens[n] for n in path])[len(past):]
+        assert torch.allclose(stock, logits[path], atol=1e-5, rtol=0), path
+
+
+def test_stock_forward_when_asked(tiny_models, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_FORWARD", "stock")
+    lm = load_model(tiny_models["same"])
+    assert not lm.lean and getattr(lm.model, "_specviz_lean", None) is None
+
+
+# ---- modes -------------------------------------------------------------------------------------------
+def test_parse_mode_flags_and_unknown_names():
+    mode = modes.parse_mode("bf16+compile")
+    assert mode.dtype == torch.bfloat16 and mode.compiled and not mode.notes
+    assert modes.parse_mode("compile").dtype is None
+    for bad in ("turbo", "fp32+bf16", "bf16+warp"):
+        fallback = modes.parse_mode(bad)
+        assert fallback.dtype is None and not fallback.compiled
+        assert len(fallback.notes) == 1 and "default precision, eager" in fallback.notes[0]
+
+
+def test_modes_the_machine_cannot_run_fall_back_with_a_note(monkeypatch):
+    cpu = torch.device("cpu")
+    settled = modes.settle(modes.Mode(torch.float16), cpu, torch.float32)
+    assert settled.dtype == torch.float32 and "fp16" in settled.notes[0]
+    monkeypatch.setattr(modes.shutil, "which", lambda name: None)
+    settled = modes.settle(modes.Mode(torch.float32, compiled=True), cpu, torch.float32)
+    assert not settled.compiled and "C++ compiler" in settled.notes[0]
+
+
+def test_load_model_with_unknown_mode_runs_fp32_eager_and_says_so(tiny_models):
+    lm = load_model(tiny_models["same"], mode="warp-speed")
+    assert lm.mode == "fp32" and not lm.compiled
+    assert any("warp-speed" in note for note in lm.notes)
+
+
+def test_cli_reports_the_fallback_on_stderr():
+    out = cli("profile", "--mode", "turbo", "--sizes", "1,2", "--repeats", "1")
+    assert out.returncode == 0, out.stderr
+    assert "note:" in out.stderr and "turbo" in out.stderr
+    assert "ratio" in out.stdout and "float32" in out.stdout
+    bad = cli("profile", "--sizes", "1,x")
+    assert bad.returncode == 2 and "whole numbers" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---- numerics-aware lossless check -------------------------------------------------------------------
+def test_classify_tie_mismatch_lossy_and_identical():
+    ref, ref_margins = [1, 2, 3, 4], [5.0, 0.004, 2.0, 2.0]
+    assert classify(ref, ref_margins, [1, 2, 3, 4], ref_margins, 0.01).verdict == "yes"
+    tie = classify(ref, ref_margins, [1, 9, 3, 4], [5.0, 0.002, 1.0, 1.0], 0.01)
+    assert tie.verdict == "tie@1" and tie.position == 1 and tie.token == 9 and tie.reference_token == 2
+    assert "numeric tie" in tie.describe(str)
+    # the same difference where one run's margin is large is a bug, not numerics
+    assert classify(ref, ref_margins, [1, 9, 3, 4], [5.0, 0.5, 1.0, 1.0], 0.01).verdict == "MISMATCH"
+    assert classify([1, 2, 3, 4], [5.0] * 4, [1, 9, 3, 4], [5.0] * 4, 0.01).verdict == "MISMATCH"
+    assert classify(ref, ref_margins, [1, 9], [5.0, 5.0], 0.01, lossless=False).verdict == "lossy@1"
+    assert classify(ref, ref_margins, [1, 2], [5.0, 0.004], 0.01).verdict == "MISMATCH"  # stopped early
+
+
+def test_session_margins_are_the_targets_top2_margins(lm):
+    session = Session(lm, "racer", budget=16).start(OPEN_PROMPT)
+    session.run(12)
+    assert len(session.margins) == len(session.output_ids) == 12 and min(session.margins) >= 0
+    for position in (0, 5, 11):
+        again = recompute_margin(lm, session.prompt_ids, session.output_ids, position)
+        assert abs(again - session.margins[position]) < 1e-3 * max(1.0, again)
+
+
+@pytest.mark.slow
+def test_bf16_differences_from_ar_are_classified_not_hidden():
+    """In bf16 bitwise equality is not promised; every difference must be a tie (both margins small),
+    never a MISMATCH."""
+    lm16 = load_model(None, mode="bf16")
+    threshold = tie_threshold(lm16.dtype)
+    for messages in (OPEN_PROMPT, [{"role": "user", "content": "Repeat twice: red, green, blue."}]):
+        ar = Session(lm16, "ar").start(messages)
+        ar.run(32)
+        racer = Session(lm16, "racer", budget=32).start(messages)
+        racer.run(32)
+        verdict = classify(ar.output_ids, ar.margins, racer.output_ids, racer.margins, threshold).verdict
+        assert verdict == "yes" or verdict.startswith("tie@"), verdict
+
+
+# ---- shared top-k --------------------------------------------------------------------------------------
+def test_shared_top_k_gives_exact_ranks_inside_and_outside_it():
+    torch.manual_seed(0)
+    tree = DraftTree(0)
+    a = tree.add(0, 3, "logits")
+    tree.add(0, 40, "logits")
+    tree.add(a, 7, "retrieval")
+    logits = torch.randn(len(tree), 100)
+    logits[0, 3] = 10.0  # node a is the argmax under the root
+    verification = greedy_accept(tree, logits)
+    assert verification.top.values.shape == (len(tree), TOP_K)
+    for node in range(1, len(tree)):
+        row = logits[tree.parents[node]]
+        assert verification.target_ranks[node] == int((row > row[tree.tokens[node]]).sum())
+    assert LogitTop.of(logits).argmax == logits.argmax(-1).tolist()
+
+
+# ---- warm copy-logit table ---------------------------------------------------------------------------
+def test_warm_table_drafts_more_and_stays_lossless(lm):
+    ar = Session(lm, "ar").start(OPEN_PROMPT)
+    ar.run(24)
+    sizes = {}
+    for warm in (0, 1):
+        session = Session(lm, "racer-logits", {"warm_table": warm}, budget=16).start(OPEN_PROMPT)
+        session.run(24)
+        assert session.output_ids == ar.output_ids
+        sizes[warm] = sum(len(r.nodes) - 1 for r in session.records) / len(session.records)
+        seen = int(session.method.stages[0].table.seen.sum())
+        if warm:
+            assert seen > 1000  # the seed's rows (the corpus holds over a thousand distinct tokens)
+    assert sizes[1] > sizes[0]
+
+
+# ---- peers and tools -----------------------------------------------------------------------------------
+def test_bench_has_hf_ar_and_classifies_every_difference(tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"id": "a", "category": "open", "messages": OPEN_PROMPT}))
+    report_path = tmp_path / "report.json"
+    out = cli("bench", "--suite", str(suite), "--methods", "hf-ar,racer", "--max-new-tokens", "16",
+              "--json", str(report_path))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(report_path.read_text())
+    assert report["methods"] == ["ar", "hf-ar", "racer"]
+    verdicts = {r["method"]: r["verdict"] for r in report["prompts"]}
+    assert verdicts["racer"] == "yes"  # fp32, one forward for every method of ours: identical
+    # transformers' stock forward is another kernel: identical, or a tie, never a mismatch
+    assert verdicts["hf-ar"] == "yes" or verdicts["hf-ar"].startswith("tie@")
+
+
+def test_random_twin_has_the_config_and_tokenizer_not_the_weights(tiny_models, tmp_path):
+    folder = describe(tiny_models["same"], str(tmp_path / "twin"))
+    assert (folder / "config.json").is_file() and not (folder / "model.safetensors").exists()
+    materialise(str(folder), seed=3)
+    twin = load_model(str(folder))
+    original = load_model(tiny_models["same"])
+    assert twin.model.config.num_hidden_layers == original.model.config.num_hidden_layers
+    assert twin.tokenizer.get_vocab() == original.tokenizer.get_vocab()
+    assert not torch.equal(twin.model.lm_head.weight, original.model.lm_head.weight)
