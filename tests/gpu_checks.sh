@@ -4,6 +4,8 @@
 # weights) stands in: timings depend on shapes only and greedy exactness holds for any weights.
 # Needs: .gpu/twin (python -m specviz random-model --out .gpu/twin) and, where that machine's
 # transformers differs from requirements.txt, its wheel in .whl/. Writes everything under $OUT.
+# GPU_MODES (default "fp32 bf16"), GPU_SUITES (default "suite heldout") and GPU_BENCH=0 (profile,
+# cost curve and step overhead only) split the work into calls that fit the device tool's 10 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -24,7 +26,8 @@ for mode in ${GPU_MODES:-fp32 bf16}; do
   run python3 -m specviz calibrate --model "$MODEL" --mode "$mode"
   run python3 -m specviz overhead --model "$MODEL" --mode "$mode" --suite assets/suite.jsonl --method racer \
     --budgets 16,32,64 --max-new-tokens 32
-  for suite in suite heldout; do
+  [ "${GPU_BENCH:-1}" = 1 ] || continue
+  for suite in ${GPU_SUITES:-suite heldout}; do
     run python3 -m specviz bench --model "$MODEL" --mode "$mode" --suite "assets/$suite.jsonl" \
       --methods ar,hf-ar,hf-pld,racer --repeats 3 --max-new-tokens 64 --json "$OUT/bench-$suite-$mode.json"
   done
