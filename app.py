@@ -24,10 +24,16 @@ EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
 PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
-def _settings(lab: Lab | None, model, draft_model, prompt, method, auto_budget, budget, *param_values) -> Lab:
+RUN_MODES = [("device default (CPU: fp32, exact)", ""),
+             ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
+             ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
+             ("bf16 + torch.compile", "bf16+compile")]
+
+
+def _settings(lab: Lab | None, model, draft_model, mode, prompt, method, auto_budget, budget, *param_values) -> Lab:
     lab = lab or Lab()
     lab.apply(model, prompt, method, "auto" if auto_budget else budget,
-              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model)
+              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model, mode)
     return lab
 
 
@@ -82,12 +88,16 @@ def on_reset(lab):
     return (lab, *lab.view())
 
 
-def on_load_model(name):
+def on_load_model(name, mode=""):
     try:
-        lm = shared_model(name)
+        lm = shared_model(name, mode)
     except SpecvizError as error:
         return f"⚠️ {error}"
-    return f"Loaded **{lm.name}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}), context {lm.max_context}."
+    from specviz.core.modes import parse_mode
+
+    notes = "".join(f" ⚠️ {note}" for note in [*parse_mode(mode).notes, *lm.notes])
+    return (f"Loaded **{lm.name}** on {lm.device}, mode **{lm.mode}** (linear kernel {lm.linear}, "
+            f"{'lean' if lm.lean else 'stock'} forward), context {lm.max_context}.{notes}")
 
 
 def build_app() -> gr.Blocks:
@@ -116,6 +126,9 @@ def build_app() -> gr.Blocks:
                                              "unified): blank = the target's own weights (self-speculation); "
                                              "self-skip:K = only its first K layers (cheap); or a hub id / local "
                                              "folder with the target's vocabulary", elem_id="draft-model")
+                    mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label="Run mode "
+                                       "(precision and compile; a mode this machine cannot run falls back to "
+                                       "fp32 eager and says so)", elem_id="run-mode")
                     load = gr.Button("Load model")
                     model_status = gr.Markdown()
         with gr.Row():
@@ -136,7 +149,7 @@ def build_app() -> gr.Blocks:
                              elem_id="prediction-plot")
         diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
 
-        settings = [model, draft_model, prompt, method, auto_budget, budget, *param_inputs]
+        settings = [model, draft_model, mode, prompt, method, auto_budget, budget, *param_inputs]
         outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message]
         method.change(param_visibility, method, param_inputs)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
@@ -144,7 +157,7 @@ def build_app() -> gr.Blocks:
         run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")
         stop_btn.click(on_stop, lab, outputs, cancels=[run_event], api_name="stop")
         reset_btn.click(on_reset, lab, outputs, api_name="reset")
-        load.click(on_load_model, model, model_status, api_name="load_model")
+        load.click(on_load_model, [model, mode], model_status, api_name="load_model")
     return demo
 
 

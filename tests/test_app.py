@@ -31,9 +31,9 @@ def url(lm):
     demo.close()
 
 
-def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", **params):
+def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", mode="", **params):
     values = [params.get(p.name, p.default) for p in app.PARAMS]
-    return [max_new_tokens, model, draft_model, prompt, method, False, budget, *values]
+    return [max_new_tokens, model, draft_model, mode, prompt, method, False, budget, *values]
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
@@ -180,3 +180,17 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
     assert message == "" and "steps** 4" in counters  # the session went on where it was
     _, _, _, _, method_step, diff, _, _ = client.predict(*settings(**(respec | dict(tau=0.0))), api_name="/step")
     assert diff == "" and "ReSpec, step 0" in method_step  # a changed setting restarts; tau 0 is lossless
+
+
+def test_bf16_mode_through_gradio_client_classifies_differences(url):
+    """The faster inexact mode is offered, says which mode runs, and names any difference from ar."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    _, _, counters, _, _, _, _, message = client.predict(*settings(method="racer", budget=16, mode="bf16",
+                                                                   max_new_tokens=24), api_name="/run")
+    assert "**mode** bf16" in counters and message.startswith("Done")
+    assert "identical to greedy ar" in counters or "numeric tie" in counters, counters
+    assert "MISMATCH" not in counters
+    status = client.predict("", "bf16", api_name="/load_model")
+    assert "mode **bf16**" in status

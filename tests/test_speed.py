@@ -82,6 +82,16 @@ def test_load_model_with_unknown_mode_runs_fp32_eager_and_says_so(tiny_models):
     assert any("warp-speed" in note for note in lm.notes)
 
 
+def test_lab_shows_a_mode_fallback_and_keeps_working(lm):
+    from specviz.ui.lab import Lab
+
+    lab = Lab()
+    lab.apply("", "Say hi.", "racer", 8, {}, mode="warp")
+    assert "warp" in lab.message and "eager" in lab.message
+    lab.step(4)
+    assert lab.session.lm.mode == "fp32" and "**mode** fp32" in lab.counters_markdown()
+
+
 def test_cli_reports_the_fallback_on_stderr():
     out = cli("profile", "--mode", "turbo", "--sizes", "1,2", "--repeats", "1")
     assert out.returncode == 0, out.stderr

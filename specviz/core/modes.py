@@ -44,6 +44,16 @@ def parse_mode(text: str | None) -> Mode:
     return mode
 
 
+def canonical(text: str | None) -> str:
+    """One spelling per mode ('bf16+compile', 'compile', '' for the default), so that a model is loaded
+    once per mode whatever the user typed; a name parse_mode refuses is the default ('')."""
+    mode = parse_mode(text)
+    if mode.notes:
+        return ""
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(mode.dtype, "")
+    return "+".join(filter(None, [name, "compile" if mode.compiled else ""]))
+
+
 def why_not_precision(device: torch.device, dtype: torch.dtype) -> str | None:
     """None when this device computes in dtype at a useful speed, else why not."""
     if device.type == "cuda":

@@ -41,15 +41,23 @@ def model_key(name: str | None) -> str:
     return (name or "").strip() or os.environ.get("SPECVIZ_MODEL", "").strip() or DEFAULT_MODEL
 
 
-def shared_model(name: str | None):
-    """A target (or draft) model by hub id, folder or the default's name; read-only weights."""
+def mode_key(mode: str | None) -> str:
+    """The mode as typed (blank: SPECVIZ_MODE); core.modes.canonical gives the model's key."""
+    return (mode or "").strip().lower() or os.environ.get("SPECVIZ_MODE", "").strip().lower()
+
+
+def shared_model(name: str | None, mode: str | None = None):
+    """A target (or draft) model by hub id, folder or the default's name, in a run mode (core.modes;
+    blank: SPECVIZ_MODE or the device default); read-only weights, one copy per (model, mode)."""
     from specviz.core.models import load_model
 
-    key = model_key(name)
-    return shared(("model", key), lambda: load_model(key))
+    from specviz.core.modes import canonical
+
+    key, run_mode = model_key(name), canonical(mode_key(mode))
+    return shared(("model", key, run_mode), lambda: load_model(key, mode=run_mode))
 
 
-def shared_draft(lm, spec: str | None):
+def shared_draft(lm, spec: str | None, mode: str | None = None):
     """The draft model a method's model source uses: None for the target's own weights (spec blank),
     the target's first K layers for 'self-skip:K', else another model of the same vocabulary."""
     from specviz.core.layer_skip import parse_self_skip, self_skip_model
@@ -61,7 +69,7 @@ def shared_draft(lm, spec: str | None):
     layers = parse_self_skip(spec)
     if layers is not None:
         return shared(("self-skip", id(lm.model), layers), lambda: self_skip_model(lm, layers))
-    draft = shared_model(spec)
+    draft = shared_model(spec, mode)
     if draft is not lm:
         check_same_vocabulary(lm, draft)
     return draft

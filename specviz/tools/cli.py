@@ -109,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     rand.add_argument("--weights", action="store_true", help="also write the random weights (else config only)")
     rand.add_argument("--seed", type=int, default=0)
 
+    quality = commands.add_parser("draft-quality", help="a draft model's acceptance by depth and ms per draft level, "
+                                  "drafting greedy chains along ar's own output")
+    quality.add_argument("--suite", default="assets/suite.jsonl")
+    quality.add_argument("--drafters", default="self,self-skip:8",
+                         help="comma-separated: self (the target's own weights), self-skip:K, or a model id/folder")
+    quality.add_argument("--depth", type=int, default=6)
+    quality.add_argument("--max-new-tokens", type=int, default=32)
+    quality.add_argument("--json", default=None, metavar="OUT", help="write the report here")
+    _model_args(quality)
+
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
     return parser
@@ -287,6 +297,31 @@ def cmd_random_model(args) -> None:
     print(folder)
 
 
+def cmd_draft_quality(args) -> None:
+    from specviz.core.layer_skip import parse_self_skip, self_skip_model
+    from specviz.core.models import check_same_vocabulary, load_model
+    from specviz.tools.draft_quality import format_report, measure
+    from specviz.tools.suite import load_suite
+
+    lm = _load_target(args)
+    drafters = {}
+    for label in [d.strip() for d in args.drafters.split(",") if d.strip()]:
+        layers = parse_self_skip(label)
+        if label == "self":
+            drafters[label] = lm.model
+        elif layers is not None:
+            drafters[label] = self_skip_model(lm, layers).model
+        else:
+            draft = load_model(label, args.device, args.dtype, args.linear, args.mode)
+            check_same_vocabulary(lm, draft)
+            drafters[label] = draft.model
+    if not drafters:
+        raise SpecvizError("--drafters names no drafter.")
+    report = measure(lm, drafters, load_suite(args.suite), _positive("--depth", args.depth, 32),
+                     _positive("--max-new-tokens", args.max_new_tokens))
+    _emit(format_report(report), report, args.json)
+
+
 def cmd_params(args) -> None:
     from specviz.methods import get_method
 
@@ -300,7 +335,7 @@ def cmd_params(args) -> None:
 
 COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
-            "random-model": cmd_random_model, "params": cmd_params}
+            "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,8 +77,11 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
             tree_forward(lm.model, cache, tree, context_len - 1)
             _sync(lm.device)
         cache.crop(-q)
-        key = "self_cuda_time_total" if lm.device.type == "cuda" else "self_cpu_time_total"
-        events = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:8]
+        averages = prof.key_averages()
+        # the device's own time where there is one (torch >= 2.4 names it self_device_time_total)
+        key = next((k for k in ("self_device_time_total", "self_cuda_time_total")
+                    if lm.device.type == "cuda" and averages and hasattr(averages[0], k)), "self_cpu_time_total")
+        events = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:8]
         top = [(e.key, round(getattr(e, key) / 1000, 2), e.count) for e in events]
     return statistics.median(times[1:]), top
 

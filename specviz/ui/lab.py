@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 from specviz.tools.bench import run_once
 from specviz.core.divergence import classify, tie_threshold
+from specviz.core.modes import parse_mode
 from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
-from specviz.core.resources import model_key, shared_draft, shared_model
+from specviz.core.resources import mode_key, model_key, shared_draft, shared_model
 from specviz.core.prompts import validate_messages
 from specviz.core.token_diff import token_diff
 from specviz.ui.viz import (budget_split_markdown, prediction_figure, respec_step_markdown, search_step_markdown,
@@ -43,6 +44,7 @@ class Settings:
     budget: int | str
     params: tuple           # sorted (name, value) pairs of the method's own parameters
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
+    mode: str = ""          # run mode (core.modes): "" = the device default (fp32 on CPU)
 
 
 @dataclass
@@ -58,24 +60,27 @@ class Lab:
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     # ---- settings -------------------------------------------------------------------------------
-    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "") -> None:
+    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
+              mode: str = "") -> None:
         """Make the session match the widgets; a change of any setting starts a fresh generation."""
         spec = get_method(method)
         own = {p.name: params[p.name] for p in spec.params if p.name in params}
         draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
         settings = Settings(model_key(model), prompt, method, parse_budget(budget),
-                            tuple(sorted(spec.resolve_params(own).items())), draft_name)
+                            tuple(sorted(spec.resolve_params(own).items())), draft_name, mode_key(mode))
         if settings == self.settings and self.session is not None:
             return
         parsed = parse_prompt(prompt)
-        lm = shared_model(settings.model)
-        draft = shared_draft(lm, draft_name)
+        lm = shared_model(settings.model, settings.mode)
+        draft = shared_draft(lm, draft_name, settings.mode)
         session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft).start(parsed)
         restarted = self.session is not None and self.session.records
         self.session, self.settings = session, settings
         self.message = "Settings changed: generation restarted." if restarted else ""
-        if session.method.warnings:
-            self.message = " ".join([self.message, *(f"⚠️ {w}" for w in session.method.warnings)]).strip()
+        # a mode name we do not know, a mode this machine cannot run, a branch that is off
+        warnings = [*parse_mode(settings.mode).notes, *lm.notes, *session.method.warnings]
+        if warnings:
+            self.message = " ".join([self.message, *(f"⚠️ {w}" for w in warnings)]).strip()
 
     # ---- actions --------------------------------------------------------------------------------
     def step(self, max_new_tokens: int) -> None:
@@ -144,7 +149,7 @@ class Lab:
         if session is None or not session.output_ids:
             return None
         n = len(session.output_ids)
-        key = (self.settings.model, tuple(session.prompt_ids), n)
+        key = (self.settings.model, self.settings.mode, tuple(session.prompt_ids), n)
         if key not in self.baselines:
             if session.method.name == "ar" and session.temperature == 0:
                 stats = session.stats()
@@ -159,7 +164,7 @@ class Lab:
         if self.session is None:
             return {}
         stats = self.session.stats()
-        key = (self.settings.model, tuple(self.session.prompt_ids), stats["new_tokens"])
+        key = (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), stats["new_tokens"])
         baseline = self.baselines.get(key)
         if baseline and stats["wall_s"] and baseline["wall_s"]:
             stats["ar_tokens_per_s"] = round(baseline["new_tokens"] / baseline["wall_s"], 3)
@@ -175,12 +180,13 @@ class Lab:
         c = self.counters()
         if not c:
             return "**steps** 0 · **tokens** 0"
-        parts = [f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
+        parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
         if "speedup_vs_ar" in c:
             same = ("identical to greedy ar" if c["identical_to_ar"] else
                     c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar {c['ar_tokens_per_s']:.1f} tok/s; {same})")
+            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode "
+                         f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
         else:
             parts.append("**speedup vs ar** measured when a Run ends")
         if self.session.records:
