@@ -103,8 +103,8 @@ def test_bad_racer_settings_are_clear(lm, params, message):
 
 
 def test_ablations_have_their_own_parameters():
-    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth"}
-    assert "max_breadth" not in {p.name for p in get_method("racer-retrieval").params}
+    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth", "warm_table"}
+    assert not {"max_breadth", "warm_table"} & {p.name for p in get_method("racer-retrieval").params}
     with pytest.raises(SpecvizError, match="has no parameter"):
         get_method("racer-logits").resolve_params({"capacity": 100})
 

@@ -37,6 +37,16 @@ class CostModel:
         slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
         return self.ms[-1] + slope * (q - self.sizes[-1])
 
+    def costs_ms(self, largest: int) -> np.ndarray:
+        """cost_ms(q) for q = 1..largest in one call (index q - 1)."""
+        q = np.arange(1, largest + 1, dtype=np.float64)
+        costs = np.interp(q, self.sizes, self.ms)
+        beyond = q > self.sizes[-1]
+        if beyond.any():
+            slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
+            costs[beyond] = self.ms[-1] + slope * (q[beyond] - self.sizes[-1])
+        return costs
+
     def relative(self, q: int) -> float:
         """Cost of q tokens in units of a one-token step."""
         return self.cost_ms(q) / self.ms[0]
@@ -54,7 +64,10 @@ def _slug(text: str) -> str:
 
 
 def stored_path(lm: LoadedModel) -> Path:
-    name = f"{_slug(lm.name)}-{lm.device.type}-{str(lm.dtype).replace('torch.', '')}-{lm.linear}-{torch.get_num_threads()}t.json"
+    # one curve per everything that moves it: device, mode (precision, compile), kernel, forward, threads
+    forward = "lean" if getattr(lm, "lean", False) else "stock"
+    name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{lm.linear}-{forward}-"
+            f"{torch.get_num_threads()}t.json")
     return cache_root() / "costs" / name
 
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+import numpy as np
+
 from specviz.core.costmodel import CostModel
 from specviz.core.tree import DraftTree
 
@@ -123,12 +125,21 @@ class OnlineCost:
         return max(edge for edge in COST_BANDS if edge <= q)
 
     def cost_ms(self, q: int) -> float:
-        band = self.band(q)
+        return self.curve.cost_ms(q) * self._ratio(self.band(q))
+
+    def costs_ms(self, largest: int) -> np.ndarray:
+        """cost_ms(q) for q = 1..largest in one call (index q - 1)."""
+        q = np.arange(1, largest + 1)
+        bands = np.array(COST_BANDS)[np.searchsorted(COST_BANDS, q, side="right") - 1]
+        ratios = {band: self._ratio(band) for band in set(bands.tolist())}
+        return self.curve.costs_ms(largest) * np.array([ratios[b] for b in bands.tolist()])
+
+    def _ratio(self, band: int) -> float:
         ratio = self.ratio.get(band)
         if ratio is None:  # band not measured often enough: borrow the nearest trusted band's correction
             measured = sorted(self.ratio, key=lambda b: abs(b - band))
             ratio = self.ratio[measured[0]] if measured else 1.0
-        return self.curve.cost_ms(q) * ratio
+        return ratio
 
     def checkpoint(self):
         return {band: list(samples) for band, samples in self.samples.items()}, dict(self.ratio)
@@ -155,14 +166,18 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
     ties with plain decoding loses to it more often than not."""
     chances = acceptance.node_chances(tree)
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
-    best_keep, best_rate, expected = 0, margin / (draft_ms + cost.cost_ms(1)), 0.0
-    for kept, node in enumerate(order, start=1):
-        expected += chances[node]
-        rate = (1.0 + expected) / (draft_ms + cost.cost_ms(1 + kept))
-        if rate > best_rate:
-            best_keep, best_rate = kept, rate
-    expected_kept = sum(chances[n] for n in order[:best_keep])
-    rate = (1.0 + expected_kept) / (draft_ms + cost.cost_ms(1 + best_keep))
+    costs = cost.costs_ms(1 + len(order)) if hasattr(cost, "costs_ms") else \
+        np.array([cost.cost_ms(q) for q in range(1, 2 + len(order))])
+    # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin
+    expected = np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
+    rates = (1.0 + expected) / (draft_ms + costs)
+    best_keep = 0
+    if len(order):
+        candidate = int(np.argmax(rates[1:])) + 1
+        if rates[candidate] > margin * rates[0]:
+            best_keep = candidate
+    expected_kept = float(expected[best_keep])
+    rate = float(rates[best_keep])
     return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
                                "expected_accepted": round(expected_kept, 3), "draft_ms": round(draft_ms, 2),
                                "expected_tokens_per_s": round(1000 * rate, 2)}
