@@ -197,3 +197,35 @@ def test_random_twin_has_the_config_and_tokenizer_not_the_weights(tiny_models, t
     assert twin.model.config.num_hidden_layers == original.model.config.num_hidden_layers
     assert twin.tokenizer.get_vocab() == original.tokenizer.get_vocab()
     assert not torch.equal(twin.model.lm_head.weight, original.model.lm_head.weight)
+
+
+# ---- per-source calibration of the planner --------------------------------------------------------
+def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
+    from specviz.core.costmodel import CostModel
+    from specviz.core.planner import AcceptanceModel, plan
+
+    def tree():
+        t = DraftTree(1)
+        a = t.add(0, 5, "logits", prior=0.7)
+        t.add(a, 6, "logits", prior=0.7)
+        r = t.add(0, 7, "retrieval", prior=0.9)
+        t.add(r, 8, "retrieval", prior=0.9)
+        return t
+
+    # every draft node costs a fifth of a one-token step
+    cost = CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m", device="cpu",
+                     dtype="float32", threads=2)
+    model = AcceptanceModel()
+    kept_before, _ = plan(tree(), model, cost, 8)
+    assert set(kept_before) == {1, 2}  # the logits chain promises most (and takes the root's first share)
+    for _ in range(6):  # the logits nodes always fail, the retrieval chain is always accepted
+        t = tree()
+        model.observe_step(t, model.node_chances(t), ["root", "rejected", "unreached", "accepted", "accepted"])
+    assert model.calibration("logits") < 0.5 < 1.0 < model.calibration("retrieval")
+    t = tree()
+    kept_after, decision = plan(t, model, cost, 8)
+    assert set(kept_after) == {3, 4} and all(t.sources[n] == {"retrieval"} for n in kept_after)
+    saved = model.checkpoint()
+    model.observe_step(t, model.node_chances(t), ["root", "accepted", "accepted", "rejected", "unreached"])
+    model.rollback(saved)
+    assert model.checkpoint() == saved

@@ -21,6 +21,14 @@ prior (a fair coin with the weight of one observation) makes a kind of node neve
 try. Where the drafter estimated the node's chance (meta 'prior': a copy-logit probability, a
 retrieval share) that estimate is the prior instead.
 
+Each source's promises are calibrated per session: the planner keeps, per source, an exponential moving
+sum of the chances of the kept nodes it proposed and of how many of them the target accepted, and
+scales that source's chances by got / promised (1 at the start, at most CALIBRATION_MAX; a node two
+sources proposed takes the better factor). On text that does not repeat, the copy-logit priors (a
+probability seen in another context) promise several times what the target accepts; this stops the
+planner paying for those trees without touching a retrieval chain that does pay. A source that kept no
+node this step fades towards the start, so a session that stopped drafting from it tries again later.
+
 The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
 size band, scale the curve (context length and machine load move it; the planner needs the ratio between
 a one-token step and a tree, which the correction keeps current).
@@ -40,6 +48,10 @@ MAX_DEPTH_KEY = 3   # depth 3 and deeper share estimates: a draft that got that 
 MAX_POSITION_KEY = 4
 PLAIN_MARGIN = 1.1  # how much faster than plain decoding a tree must promise to be drafted at all
 COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the correction learns apart
+CALIBRATION_PRIOR = 2.0   # per source, promised = got = this many drafts at the start (factor 1)
+CALIBRATION_DECAY = 0.9   # per step in which the source had kept nodes
+CALIBRATION_FADE = 0.98   # per step in which it had none
+CALIBRATION_MAX = 1.5
 
 
 def node_key(tree: DraftTree, node: int) -> tuple:
@@ -61,6 +73,34 @@ class AcceptanceModel:
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
         self.accepted: dict[tuple, float] = {}
         self.compared: dict[tuple, float] = {}
+        self.promised: dict[str, float] = {}  # per source: moving sums of kept nodes' chances ...
+        self.got: dict[str, float] = {}       # ... and of how many of them were accepted
+
+    def calibration(self, source: str) -> float:
+        """How much of what this source's chances promise this session's text delivers."""
+        return min(CALIBRATION_MAX, (self.got.get(source, 0.0) + CALIBRATION_PRIOR)
+                   / (self.promised.get(source, 0.0) + CALIBRATION_PRIOR))
+
+    def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
+        """Unconditional chances times the best calibration among each node's sources (root: 1)."""
+        factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])} if len(tree) > 1 else {}
+        return [1.0] + [chances[n] * max(factors[s] for s in tree.sources[n]) for n in range(1, len(tree))]
+
+    def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[str]) -> None:
+        """chances: the verified tree's uncalibrated node chances; accepted nodes are the ones delivered."""
+        promised: dict[str, float] = {}
+        got: dict[str, float] = {}
+        for node in range(1, len(tree)):
+            for source in tree.sources[node]:
+                promised[source] = promised.get(source, 0.0) + chances[node]
+                got[source] = got.get(source, 0.0) + (statuses[node] in ("accepted", "relaxed"))
+        for source in set(self.promised) | set(promised):
+            if source in promised:
+                self.promised[source] = self.promised.get(source, 0.0) * CALIBRATION_DECAY + promised[source]
+                self.got[source] = self.got.get(source, 0.0) * CALIBRATION_DECAY + got[source]
+            else:
+                self.promised[source] *= CALIBRATION_FADE
+                self.got[source] *= CALIBRATION_FADE
 
     @staticmethod
     def coarse(key: tuple) -> tuple:
@@ -94,10 +134,11 @@ class AcceptanceModel:
         return sum(self.node_chances(tree)[1:])
 
     def checkpoint(self):
-        return dict(self.accepted), dict(self.compared)
+        return dict(self.accepted), dict(self.compared), dict(self.promised), dict(self.got)
 
     def rollback(self, saved) -> None:
         self.accepted, self.compared = dict(saved[0]), dict(saved[1])
+        self.promised, self.got = dict(saved[2]), dict(saved[3])
 
     def update(self, tree: DraftTree, statuses: list[str]) -> None:
         """Learn from the nodes the target compared (accepted / relaxed / rejected)."""
@@ -164,7 +205,7 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
     time (spent whatever is kept). A tree must promise `margin` times the rate of plain decoding
     (1 / (draft + one-token verify)) before it replaces it: estimates are noisy, and a tree that only
     ties with plain decoding loses to it more often than not."""
-    chances = acceptance.node_chances(tree)
+    chances = acceptance.calibrated(tree, acceptance.node_chances(tree))
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
     costs = cost.costs_ms(1 + len(order)) if hasattr(cost, "costs_ms") else \
         np.array([cost.cost_ms(q) for q in range(1, 2 + len(order))])

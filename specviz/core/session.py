@@ -192,7 +192,8 @@ class Session:
         t0 = time.perf_counter()
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
         tree, budget, draft_notes = self._draft(room)
-        predicted = self.acceptance.expected_accepted(tree)
+        chances = self.acceptance.node_chances(tree)
+        predicted = sum(self.acceptance.calibrated(tree, chances)[1:])
         t1 = time.perf_counter()
         logits = tree_forward(self.lm.model, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":
@@ -222,6 +223,7 @@ class Session:
         draft_notes.update(self.method.step_notes())
         draft_notes["predicted_accepted"] = round(predicted, 3)
         self.acceptance.update(tree, verification.statuses)
+        self.acceptance.observe_step(tree, chances, verification.statuses)
         if self.budget == "auto":
             self.online_cost.observe(len(tree), (t_forward - t1) * 1000)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
