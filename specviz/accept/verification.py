@@ -22,7 +22,7 @@ class Verification:
     target_probs: np.ndarray         # p_target(node token | its parent's context), per node (root: nan)
     target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
     log_norms: torch.Tensor | None = None  # logsumexp of every node's logits (q,), for log-probabilities
-    top: "LogitTop | None" = None     # every node's top-TOP_K logits, computed once per step and shared
+    top: "LogitTop | None" = None     # every node's top-TOP_K logits (make_verification always sets it)
 
     @property
     def accepted_tokens(self) -> list[int]:

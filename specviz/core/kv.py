@@ -28,7 +28,6 @@ def keep_accepted(cache, past_len: int, kept_block_positions: list[int]) -> None
         cache.crop(-surplus)
 
 
-
 class GrowingLayer(DynamicLayer):
     """A DynamicLayer that appends into a preallocated buffer (capacity doubles when full) instead of
     torch.cat-ing the whole cache on every forward: at a 512-token cache the copies took 6 ms of a 32 ms

@@ -15,6 +15,7 @@ import torch
 
 PRECISIONS = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
               "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 MODE_CHOICES = ("fp32", "bf16", "fp16", "compile", "fp32+compile", "bf16+compile")
 
 
@@ -25,7 +26,7 @@ class Mode:
     notes: list[str] = field(default_factory=list)
 
     def label(self, dtype: torch.dtype) -> str:
-        name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+        name = PRECISION_NAMES.get(dtype, str(dtype))
         return name + ("+compile" if self.compiled else "")
 
 
@@ -50,7 +51,7 @@ def canonical(text: str | None) -> str:
     mode = parse_mode(text)
     if mode.notes:
         return ""
-    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(mode.dtype, "")
+    name = PRECISION_NAMES.get(mode.dtype, "")
     return "+".join(filter(None, [name, "compile" if mode.compiled else ""]))
 
 

@@ -83,7 +83,7 @@ class AcceptanceModel:
 
     def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
         """Unconditional chances times the best calibration among each node's sources (root: 1)."""
-        factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])} if len(tree) > 1 else {}
+        factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])}
         return [1.0] + [chances[n] * max(factors[s] for s in tree.sources[n]) for n in range(1, len(tree))]
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[str]) -> None:
@@ -128,10 +128,6 @@ class AcceptanceModel:
                 left -= share
                 chances[child] = chances[parent] * share
         return chances
-
-    def expected_accepted(self, tree: DraftTree) -> float:
-        """E(T) minus the bonus: the expected number of accepted draft tokens of this tree."""
-        return sum(self.node_chances(tree)[1:])
 
     def checkpoint(self):
         return dict(self.accepted), dict(self.compared), dict(self.promised), dict(self.got)
@@ -201,14 +197,13 @@ class OnlineCost:
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
          margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
     """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
-    cost: anything with cost_ms(q) (a CostModel or an OnlineCost); draft_ms: this step's measured draft
+    cost: anything with costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's measured draft
     time (spent whatever is kept). A tree must promise `margin` times the rate of plain decoding
     (1 / (draft + one-token verify)) before it replaces it: estimates are noisy, and a tree that only
     ties with plain decoding loses to it more often than not."""
     chances = acceptance.calibrated(tree, acceptance.node_chances(tree))
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
-    costs = cost.costs_ms(1 + len(order)) if hasattr(cost, "costs_ms") else \
-        np.array([cost.cost_ms(q) for q in range(1, 2 + len(order))])
+    costs = cost.costs_ms(1 + len(order))
     # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin
     expected = np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
     rates = (1.0 + expected) / (draft_ms + costs)

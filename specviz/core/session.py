@@ -8,7 +8,6 @@ from typing import Callable
 import torch
 
 from specviz.core import costmodel
-from specviz.core.divergence import top2_margins
 from specviz.core.forward import tree_forward
 from specviz.core.kv import cache_length, keep_accepted, new_cache
 from specviz.core.models import LoadedModel, check_same_vocabulary
@@ -211,12 +210,10 @@ class Session:
         # the cache keeps the root and the accepted nodes whose successors were committed too
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
+        # the target's top-2 logit margin where each committed token was chosen (the step's shared top-k)
         rows = torch.tensor([0] + verification.path[:len(committed) - 1], device=logits.device)
-        if verification.top is not None:  # the step's shared top-k has the two best logits of every row
-            best = verification.top.values.index_select(0, rows)
-            self.margins.extend((best[:, 0] - best[:, 1]).tolist())
-        else:
-            self.margins.extend(top2_margins(logits.index_select(0, rows)))
+        best = verification.top.values.index_select(0, rows)
+        self.margins.extend((best[:, 0] - best[:, 1]).tolist())
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
                               forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)
         self.method.observe(outcome)

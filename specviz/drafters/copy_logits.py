@@ -115,8 +115,7 @@ class CopyLogitDrafter(Drafter):
         norms, top = outcome.verification.log_norms, outcome.verification.top
         tokens = [tree.tokens[n] for n in order]
         self._undo = (self.table.saved_rows(tokens),)
-        self.table.store(tokens, outcome.logits, norms, None if top is None else (top.values, top.ids), picked)
-
+        self.table.store(tokens, outcome.logits, norms, (top.values, top.ids), picked)
 
     def checkpoint(self):
         self._undo = None
