@@ -5,7 +5,7 @@ from transformers import DynamicCache
 from specviz.core.kv import keep_accepted
 from specviz.core.tree import DraftTree
 from specviz.accept.greedy import greedy_accept
-from specviz.accept.sampling import sampling_accept
+from specviz.accept.sampling import SamplingSettings, sampling_accept
 from specviz.core.forward import tree_forward
 
 
@@ -98,5 +98,5 @@ def test_sampling_accept_keeps_target_distribution():
     counts = np.zeros(4)
     trials = 4000
     for _ in range(trials):
-        counts[sampling_accept(tree, logits, 1.0, generator).accepted_tokens[0]] += 1
+        counts[sampling_accept(tree, logits, SamplingSettings(1.0), generator).accepted_tokens[0]] += 1
     assert np.allclose(counts / trials, [0.1, 0.2, 0.3, 0.4], atol=0.03)

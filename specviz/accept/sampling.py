@@ -1,38 +1,185 @@
-"""Lossless speculative sampling over a tree of deterministic drafts (recursive rejection among siblings)."""
+"""Sampling: the settings (temperature, top-p, seed), the target's sampling distribution, and lossless
+speculative sampling over a draft tree.
+
+At each accepted node the children are tried in turn (recursive rejection among siblings); the
+residual r starts as the target's distribution p at that node:
+- first every deterministic proposal c (retrieval, logits, a top-k or greedy model draft; q = a point
+  mass), in the tree's order: accepted with probability r(c); on refusal r loses c and is renormalised.
+  Together they emit c with probability p(c) whatever their order, and otherwise leave p without them;
+- then the child the draft model *sampled* from q (one draw per node: a chain, as RAPID drafts), tried
+  even when a deterministic source proposed the same token: accepted with probability min(1, r(c) / q(c));
+  on refusal r becomes norm(max(r - q, 0)).
+When no child is accepted the bonus token is drawn from what is left of r. Each step is a standard
+speculative-sampling step with target r, so the output follows p exactly, whatever the drafts. A draw
+must reach the verifier whatever its value: cutting it for its own q would bias the output, so a tree
+with draws is not pruned by the planner (see Session._draft).
+
+RAPID's retrieval-augmented target (eta > 0) replaces r by p_hat = softmax(log r + eta (q - r)) in the
+acceptance test of sampled proposals, entries with p_hat < 0.1 max p_hat keep r (the paper's tail rule,
+not renormalised: p_hat only enters through min(1, p_hat / q) and the residual, and the token drawn is
+still a proper distribution), and the residual is norm(max(r - p_hat, r - q, 0)). eta = 0 gives p_hat = r.
+eta > 0 is not lossless: the output then follows min(q, p_hat) + (1 - beta) norm(max(p - min(q, p_hat), 0)).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from specviz.accept.verification import Verification, make_verification
+from specviz.accept.verification import LogitTop, Verification, make_verification
 from specviz.core.tree import ROOT, DraftTree
+from specviz.errors import SpecvizError
+
+TAIL_FRACTION = 0.1   # RAPID: p_hat entries below this fraction of its maximum keep the target's value
+EMPTY_MASS = 1e-12    # a residual with less mass than this is treated as empty (see _draw)
+CHART_TOP = 6         # tokens per distribution kept for the app's p / q / p_hat chart
 
 
-def sampling_accept(tree: DraftTree, logits: torch.Tensor, temperature: float,
-                    generator: torch.Generator) -> Verification:
-    """Lossless speculative sampling for drafts that carry no draft distribution (deterministic
-    proposals): at each accepted node, try its children in order; child c is accepted with the current
-    residual probability p(c), and on refusal p loses c's mass and is renormalised. The bonus token is
-    drawn from the residual left at the last accepted node. The output follows the target's sampling
-    distribution exactly, whatever the drafts."""
-    probs_all = torch.softmax(logits / temperature, dim=-1)
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def checked(cls, temperature=0.0, top_p=1.0, seed=0) -> "SamplingSettings":
+        """Parse and range-check what a user typed; one clear message per bad value."""
+        try:
+            temperature = float(temperature)
+        except (TypeError, ValueError):
+            raise SpecvizError(f"temperature must be a number, got {temperature!r}.") from None
+        if not 0.0 <= temperature <= 5.0:
+            raise SpecvizError(f"temperature must be between 0 and 5, got {temperature:g}.")
+        try:
+            top_p = float(top_p)
+        except (TypeError, ValueError):
+            raise SpecvizError(f"top_p must be a number, got {top_p!r}.") from None
+        if not 0.0 < top_p <= 1.0:
+            raise SpecvizError(f"top_p must be in (0, 1], got {top_p:g}.")
+        try:
+            as_float = float(seed)
+        except (TypeError, ValueError):
+            raise SpecvizError(f"seed must be a whole number, got {seed!r}.") from None
+        if as_float != int(as_float) or isinstance(seed, bool):
+            raise SpecvizError(f"seed must be a whole number, got {seed!r}.")
+        if not 0 <= int(as_float) < 2 ** 63:
+            raise SpecvizError(f"seed must be between 0 and 2^63 - 1, got {seed!r}.")
+        return cls(temperature, top_p, int(as_float))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """softmax(logits / T) restricted to the nucleus (the fewest best tokens holding top_p of the mass,
+    the one crossing top_p included), renormalised; float64 on the CPU (rows are drawn from there)."""
+    probs = torch.softmax(logits.detach().double().cpu() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs   # mass of the better tokens
+        sorted_probs[before >= top_p] = 0.0
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def augmented_target(r: torch.Tensor, q: torch.Tensor, eta: float) -> torch.Tensor:
+    """RAPID's p_hat from the current residual r and the draft's q (see the module doc)."""
+    if eta == 0.0:
+        return r
+    p_hat = torch.softmax(torch.log(r) + eta * (q - r), dim=-1)
+    tail = p_hat < TAIL_FRACTION * p_hat.max()
+    return torch.where(tail, r, p_hat)
+
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor, p_hat: torch.Tensor) -> torch.Tensor:
+    """What one sampled proposal from q, tested against p_hat with p's residual, emits."""
+    kept = torch.minimum(q, p_hat)
+    left = (p - kept).clamp_min(0.0)
+    beta = float(kept.sum())
+    if float(left.sum()) <= EMPTY_MASS:
+        return kept / kept.sum()
+    return kept + (1.0 - beta) * left / left.sum()
+
+
+def _draw(residual: torch.Tensor, fallback: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
+    """A token from the residual; an empty residual (an event of probability zero that rounding can still
+    produce) draws from the node's target distribution instead, and says so."""
+    total = float(residual.sum())
+    empty = not total > EMPTY_MASS
+    weights = fallback if empty else residual / total
+    return int(torch.multinomial(weights.float(), 1, generator=generator).item()), empty
+
+
+def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None, out: torch.Tensor | None) -> dict:
+    """The top tokens of p, q and p_hat at one node, for the app's side-by-side bars."""
+    top = min(CHART_TOP, p.shape[-1])
+    ids = set(p.topk(top).indices.tolist())
+    for dist in (q, p_hat):
+        if dist is not None:
+            ids.update(dist.topk(top).indices.tolist())
+    ids = sorted(ids, key=lambda t: -float(p[t]))
+    chart = {"tokens": ids, "p": [round(float(p[t]), 5) for t in ids]}
+    if q is not None:
+        chart["q"] = [round(float(q[t]), 5) for t in ids]
+        chart["p_hat"] = [round(float(p_hat[t]), 5) for t in ids]
+        chart["out"] = [round(float(out[t]), 5) for t in ids]
+        chart["tv"] = round(0.5 * float((out - p).abs().sum()), 5)   # output vs the target's own distribution
+    return chart
+
+
+def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator,
+                    eta: float = 0.0) -> Verification:
+    """Lossless speculative sampling over the tree (eta > 0: RAPID's retrieval-augmented target)."""
     path, node = [], ROOT
     compared: set[int] = set()
+    transferred: set[int] = set()
+    charts: dict[int, dict] = {}
+    empty_residuals = 0
     while True:
-        residual = probs_all[node].clone()
+        p = sampling_probs(logits[node], settings.temperature, settings.top_p)
+        residual = p.clone()
+        q = tree.draft_dists.get(node)
+        q = None if q is None else q.double().cpu()
+        p_hat = None if q is None else augmented_target(p, q, eta)
+        charts[node] = _chart(p, q, p_hat, None if q is None else output_distribution(p, q, p_hat))
         accepted_child = None
-        for child in tree.children(node):
+        for child in tree.children(node):          # fixed proposals first, in the tree's order
+            if not tree.is_deterministic(child):
+                continue
             compared.add(child)
             token = tree.tokens[child]
             total = float(residual.sum())
-            p_token = float(residual[token]) / total if total > 0 else 0.0
-            if torch.rand((), generator=generator).item() < p_token:
+            if total > EMPTY_MASS and torch.rand((), generator=generator).item() < float(residual[token]) / total:
                 accepted_child = child
                 break
             residual[token] = 0.0
+        drawn = [child for child in tree.children(node) if tree.draws(child)] if accepted_child is None else []
+        if len(drawn) > 1 or any(tree.draws(child) > 1 for child in drawn):
+            raise ValueError("a sampled draft draws one child per node (a chain)")
+        for child in drawn:                        # then the draw from q
+            compared.add(child)
+            token = tree.tokens[child]
+            total = float(residual.sum())
+            r = residual / total if total > EMPTY_MASS else p
+            r_hat = augmented_target(r, q, eta)
+            coin = torch.rand((), generator=generator).item()
+            if coin <= min(1.0, float(r_hat[token]) / float(q[token])):
+                accepted_child = child
+                if coin > min(1.0, float(r[token]) / float(q[token])):
+                    transferred.add(child)   # p alone would have refused it with this coin
+            else:
+                residual = torch.maximum(r - r_hat, r - q).clamp_min(0.0)
         if accepted_child is None:
-            bonus = int(torch.multinomial(residual / residual.sum(), 1, generator=generator).item())
+            bonus, empty = _draw(residual, p, generator)
+            empty_residuals += empty
             break
         path.append(accepted_child)
         node = accepted_child
-    return make_verification(tree, logits, path, bonus, compared)
+    verification = make_verification(tree, logits, path, bonus, compared, transferred=transferred,
+                                     top=LogitTop.of(logits))
+    verification.charts = charts
+    verification.empty_residuals = empty_residuals
+    return verification

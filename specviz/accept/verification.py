@@ -11,6 +11,8 @@ import torch
 from specviz.core.tree import DraftTree
 
 ACCEPTED, REJECTED, UNREACHED, RELAXED, ROOT_STATUS = "accepted", "rejected", "unreached", "relaxed", "root"
+TRANSFERRED = "transferred"   # accepted under RAPID's p_hat where p alone would have refused it (same coin)
+ACCEPTED_STATUSES = (ACCEPTED, RELAXED, TRANSFERRED)
 
 
 @dataclass
@@ -23,6 +25,8 @@ class Verification:
     target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
     log_norms: torch.Tensor | None = None  # logsumexp of every node's logits (q,), for log-probabilities
     top: "LogitTop | None" = None     # every node's top-TOP_K logits (make_verification always sets it)
+    charts: dict | None = None        # sampling: per visited node, the top tokens of p (and q, p_hat, output)
+    empty_residuals: int = 0          # sampling: bonus draws whose residual was empty (drawn from p instead)
 
     @property
     def accepted_tokens(self) -> list[int]:
@@ -81,11 +85,13 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor,
 
 
 def make_verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
-                      compared: set[int], relaxed: set[int] = frozenset(), top: LogitTop | None = None) -> Verification:
-    """Statuses: relaxed or accepted on the path; rejected if compared against the target and refused;
-    else unreached."""
+                      compared: set[int], relaxed: set[int] = frozenset(), top: LogitTop | None = None,
+                      transferred: set[int] = frozenset()) -> Verification:
+    """Statuses: relaxed, transferred or accepted on the path; rejected if compared against the target
+    and refused; else unreached."""
     on_path = set(path)
-    statuses = [ROOT_STATUS] + [RELAXED if n in relaxed else ACCEPTED if n in on_path else
+    statuses = [ROOT_STATUS] + [RELAXED if n in relaxed else TRANSFERRED if n in transferred else
+                                ACCEPTED if n in on_path else
                                 REJECTED if n in compared else UNREACHED for n in range(1, len(tree))]
     top = top if top is not None else LogitTop.of(logits)
     probs, ranks, log_norms = node_target_stats(tree, logits, top)

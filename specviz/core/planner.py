@@ -41,6 +41,7 @@ from collections import deque
 
 import numpy as np
 
+from specviz.accept.verification import ACCEPTED_STATUSES, REJECTED
 from specviz.core.costmodel import CostModel
 from specviz.core.tree import DraftTree
 
@@ -93,7 +94,7 @@ class AcceptanceModel:
         for node in range(1, len(tree)):
             for source in tree.sources[node]:
                 promised[source] = promised.get(source, 0.0) + chances[node]
-                got[source] = got.get(source, 0.0) + (statuses[node] in ("accepted", "relaxed"))
+                got[source] = got.get(source, 0.0) + (statuses[node] in ACCEPTED_STATUSES)
         for source in set(self.promised) | set(promised):
             if source in promised:
                 self.promised[source] = self.promised.get(source, 0.0) * CALIBRATION_DECAY + promised[source]
@@ -140,7 +141,7 @@ class AcceptanceModel:
         """Learn from the nodes the target compared (accepted / relaxed / rejected)."""
         for node in range(1, len(tree)):
             status = statuses[node]
-            if status in ("accepted", "relaxed", "rejected"):
+            if status in ACCEPTED_STATUSES or status == REJECTED:
                 key = node_key(tree, node)
                 hit = 1.0 if status != "rejected" else 0.0
                 for level in (key, self.coarse(key)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.errors import SpecvizError
@@ -30,6 +31,42 @@ def as_messages(prompt: str | list[dict]) -> list[dict]:
     return validate_messages(prompt)
 
 
+@dataclass(frozen=True)
+class PromptText:
+    """A prompt as chat messages, read by a method that builds its own context from it (RAPID): the last
+    user message is a document followed by a question, its last paragraph (after the last blank line)."""
+    messages: tuple
+
+    @classmethod
+    def of(cls, prompt: str | list[dict]) -> "PromptText":
+        return cls(tuple(dict(m) for m in as_messages(prompt)))
+
+    @property
+    def _last_user(self) -> int:
+        return max(i for i, m in enumerate(self.messages) if m["role"] == "user") if any(
+            m["role"] == "user" for m in self.messages) else len(self.messages) - 1
+
+    def _parts(self) -> tuple[str, str]:
+        text = self.messages[self._last_user]["content"].strip()
+        head, sep, tail = text.rpartition("\n\n")
+        return (head.strip(), tail.strip()) if sep else ("", text)
+
+    @property
+    def document(self) -> str:
+        return self._parts()[0]
+
+    @property
+    def question(self) -> str:
+        return self._parts()[1]
+
+    def with_document(self, document: str) -> list[dict]:
+        """The same messages with the document replaced (blank: the question alone)."""
+        messages = [dict(m) for m in self.messages]
+        question = self.question
+        messages[self._last_user]["content"] = f"{document}\n\n{question}" if document.strip() else question
+        return messages
+
+
 def encode(tokenizer, prompt: str | list[dict], max_context: int) -> list[int]:
     """Token ids of the prompt under the model's chat template (raw text for a model without one)."""
     messages = as_messages(prompt)
@@ -40,8 +77,9 @@ def encode(tokenizer, prompt: str | list[dict], max_context: int) -> list[int]:
         ids = tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
     ids = [int(t) for t in ids]
     if len(ids) >= max_context:
-        raise SpecvizError(f"The prompt is {len(ids)} tokens long; this model's context holds {max_context}. "
-                           "Shorten it.")
+        raise SpecvizError(f"The prompt is {len(ids)} tokens long; this model's context holds {max_context} "
+                           f"(and the answer needs room too). Shorten it (a document) by at least "
+                           f"{len(ids) - max_context + 64} tokens: it is refused rather than silently cut.")
     return ids
 
 

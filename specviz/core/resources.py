@@ -95,3 +95,10 @@ def forget(kind: str) -> None:
     """Drop the loaded resources of one kind (a rebuilt datastore is read again on next use)."""
     for key in loaded(kind):
         _values.pop(key, None)
+
+
+def shared_embedder():
+    """RAPID's sentence embedder (all-MiniLM-L6-v2 from its PyPI package), loaded on first use."""
+    from specviz.index.embedder import SentenceEmbedder
+
+    return shared(("embedder",), SentenceEmbedder)

@@ -12,7 +12,8 @@ from specviz.core.forward import tree_forward
 from specviz.core.kv import cache_length, keep_accepted, new_cache
 from specviz.core.models import LoadedModel, check_same_vocabulary
 from specviz.core.planner import AcceptanceModel, OnlineCost, plan
-from specviz.core.prompts import encode
+from specviz.accept.sampling import SamplingSettings
+from specviz.core.prompts import PromptText, encode
 from specviz.core.trace import NodeRecord, StepRecord, Trace
 from specviz.core.tree import DraftTree
 from specviz.drafters.base import StepOutcome
@@ -38,7 +39,7 @@ class TokenTexts:
 class Session:
     def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
                  temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None,
-                 draft: LoadedModel | None = None):
+                 draft: LoadedModel | None = None, top_p: float = 1.0):
         self.lm = lm
         self.method_class = get_method(method)
         self.params = self.method_class.resolve_params(params)
@@ -47,10 +48,10 @@ class Session:
             check_same_vocabulary(lm, draft)
         self.draft = draft  # None: a model drafter drafts with the target's own weights
         self.budget = parse_budget(budget)
-        if not 0.0 <= float(temperature) <= 5.0:
-            raise SpecvizError(f"temperature must be between 0 and 5, got {temperature}.")
-        self.temperature = float(temperature)
-        self.generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        self.sampling = SamplingSettings.checked(temperature, top_p, seed)
+        self.method_class.check_sampling(self.params, self.sampling)
+        self.temperature = self.sampling.temperature
+        self.generator = torch.Generator(device="cpu").manual_seed(self.sampling.seed)
         self._cost_model = cost_model
         self._online_cost: OnlineCost | None = None
         self.token_text = TokenTexts(lm.tokenizer)
@@ -78,11 +79,12 @@ class Session:
 
     def start(self, prompt) -> "Session":
         """Encode a text or chat prompt (one user message for plain text) and prefill."""
-        return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context))
+        return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context), PromptText.of(prompt))
 
     @torch.inference_mode()
-    def start_ids(self, prompt_ids: list[int]) -> "Session":
-        """Prefill every prompt token but the last: that one is the first step's root."""
+    def start_ids(self, prompt_ids: list[int], prompt: PromptText | None = None) -> "Session":
+        """Prefill every prompt token but the last: that one is the first step's root. prompt: the text
+        the ids encode, for a method that builds its own context from it."""
         if not prompt_ids:
             raise SpecvizError("The prompt is empty: write something for the model to answer.")
         if len(prompt_ids) >= self.lm.max_context:
@@ -92,7 +94,8 @@ class Session:
         self.context = list(prompt_ids)
         self.records, self.finish_reason, self._finish_reported = [], None, False
         self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
-        self.method = self.method_class(self.lm, self.params, self.draft)
+        self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
+        self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel()
         self.cache = new_cache(self.lm.model.config)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
@@ -141,6 +144,7 @@ class Session:
     def trace(self) -> Trace:
         return Trace(model=self.lm.name, method=self.name,
                      params={**self.params, "budget": self.budget, "temperature": self.temperature,
+                             "top_p": self.sampling.top_p, "seed": self.sampling.seed,
                              **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
                                 if self.method_class.uses_draft_model else {})},
                      prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
@@ -155,6 +159,10 @@ class Session:
         limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
         offered, split = self.method.draft(self.context, limit)
         notes = {"split": split}
+        if offered.draft_dists:
+            # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
+            # own probability would bias the sampled output (accept.sampling)
+            return offered, limit, notes
         if self.budget == "auto":
             draft_ms = (time.perf_counter() - started) * 1000
             order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms)
@@ -171,7 +179,7 @@ class Session:
             raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
         past_len = len(self.context) - 1
         saved = (self.method.checkpoint(), self.acceptance.checkpoint(),
-                 self._online_cost.checkpoint() if self._online_cost else None)
+                 self._online_cost.checkpoint() if self._online_cost else None, self.generator.get_state())
         try:
             return self._step(past_len, max_new_tokens)
         except BaseException:
@@ -185,6 +193,7 @@ class Session:
             self.acceptance.rollback(saved[1])
             if saved[2] is not None:
                 self._online_cost.rollback(saved[2])
+            self.generator.set_state(saved[3])
             raise
 
     def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
@@ -198,7 +207,7 @@ class Session:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        verification = self.method.accept(tree, logits, self.temperature, self.generator)
+        verification = self.method.accept(tree, logits, self.sampling, self.generator)
         t2 = time.perf_counter()
 
         committed = verification.accepted_tokens
@@ -219,6 +228,9 @@ class Session:
         self.method.observe(outcome)
         draft_notes.update(self.method.step_notes())
         draft_notes["predicted_accepted"] = round(predicted, 3)
+        if verification.charts is not None:  # sampling: p (q, p_hat) at the visited nodes, for the app's chart
+            draft_notes["sampling"] = {"charts": {str(n): c for n, c in verification.charts.items()},
+                                       "empty_residuals": verification.empty_residuals}
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
         if self.budget == "auto":
@@ -249,7 +261,8 @@ class Session:
                 target_rank=None if n == 0 else int(verification.target_ranks[n]),
                 draft_prob=draft_prob, score=None if n == 0 else round(tree.score(n), 6),
                 meta=tree.meta[n]))
-        origins = ["+".join(sorted(tree.sources[n])) + ("~relaxed" if verification.statuses[n] == "relaxed" else "")
+        marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
+        origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]
         origins += ["bonus"] * (len(committed) - len(origins))
         return StepRecord(

@@ -28,6 +28,9 @@ class DraftTree:
         self.meta: list[dict[str, dict]] = [{}]
         self._child_of: dict[tuple[int, int], int] = {}
         self._children: list[list[int]] = [[]]
+        # per parent node: the distribution q (vocab,) a sampling draft model drew that node's child
+        # from; that child carries meta["model"]["draws"] = 1
+        self.draft_dists: dict[int, "torch.Tensor"] = {}
 
     # ---- building -------------------------------------------------------------------------------
     def add(self, parent: int, token: int, source: str, score: float = 1.0, **meta) -> int:
@@ -81,6 +84,14 @@ class DraftTree:
     def child_with_token(self, node: int, token: int) -> int | None:
         return self._child_of.get((node, int(token)))
 
+    def draws(self, node: int) -> int:
+        """How many times a sampling draft model drew this node from its parent's q (0: never)."""
+        return int(self.meta[node].get("model", {}).get("draws", 0))
+
+    def is_deterministic(self, node: int) -> bool:
+        """Whether some source proposed the node as a fixed choice (not a draw from a distribution)."""
+        return any(source != "model" or "draws" not in meta for source, meta in self.meta[node].items())
+
     def score(self, node: int) -> float:
         """Best score any source gave the node (what breadth-first truncation keeps)."""
         return max((m.get("score", 0.0) for m in self.meta[node].values()), default=0.0)
@@ -125,6 +136,8 @@ class DraftTree:
             parent = mapped[other.parents[node]]
             for source, meta in other.meta[node].items():
                 mapped[node] = merged.add(parent, other.tokens[node], source, **meta)
+        for node, dist in other.draft_dists.items():
+            merged.draft_dists[mapped[node]] = dist
         return merged
 
     def select(self, nodes: Iterable[int]) -> "DraftTree":
@@ -137,6 +150,9 @@ class DraftTree:
                 raise ValueError(f"node {node} selected without its parent")
             for source, meta in self.meta[node].items():
                 mapped[node] = fresh.add(parent, self.tokens[node], source, **meta)
+        for node, dist in self.draft_dists.items():
+            if node in mapped:
+                fresh.draft_dists[mapped[node]] = dist
         return fresh
 
     def expansion_order(self, key: Callable[[int], tuple | float] | None = None) -> list[int]:

@@ -10,12 +10,19 @@ target accepted, so those are not fed again.
 
 With no draft model given the target's own weights draft (self-speculation): the same module, no second
 copy of the weights, only a second KV cache.
+
+Two options serve RAPID's RAG drafter: `own_prompt` gives the drafter a prompt of its own in place of
+the target's (its context is that prompt followed by the tokens generated so far, with its own
+positions and cache), and `sampler` makes it draw each node's children from its distribution q
+(temperature and top-p applied, drawn with the session's generator) instead of taking the top-k;
+q is kept on the tree for the acceptance rule.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.core.kv import keep_accepted, new_cache
 from specviz.core.models import LoadedModel
@@ -28,9 +35,13 @@ FEED_CHUNK = 512
 class DraftModelDrafter(Drafter):
     source = "model"
 
-    def __init__(self, lm: LoadedModel, vocab_size: int, breadth: int = 2, branch_levels: int = 1, depth: int = 4):
+    def __init__(self, lm: LoadedModel, vocab_size: int, breadth: int = 2, branch_levels: int = 1, depth: int = 4,
+                 sampler: tuple[SamplingSettings, torch.Generator] | None = None):
         self.lm, self.vocab_size = lm, vocab_size
         self.breadth, self.branch_levels, self.depth = breadth, branch_levels, depth
+        self.sampler = sampler if sampler is not None and not sampler[0].greedy else None
+        self.own_prompt: list[int] | None = None   # the drafter's prompt in place of the target's ...
+        self.target_prompt_len = 0                  # ... which was this long
         self.cache = new_cache(lm.model.config)
         self.cached = 0                      # committed tokens whose entries the draft cache holds
         self.tree: DraftTree | None = None   # last proposal, and the cache slot of each of its nodes
@@ -51,12 +62,37 @@ class DraftModelDrafter(Drafter):
             self.forwards += 1
         return logits[:self.vocab_size]
 
+    def use_prompt(self, own_prompt: list[int], target_prompt_len: int) -> None:
+        """Draft on own_prompt + the generated tokens instead of the target's context."""
+        if not own_prompt or self.cached:
+            raise ValueError("use_prompt takes a non-empty prompt, before the first proposal")
+        self.own_prompt, self.target_prompt_len = list(own_prompt), target_prompt_len
+
+    def own_context(self, context: list[int]) -> list[int]:
+        """The drafter's view of the committed tokens (the same last token: the root)."""
+        if self.own_prompt is None:
+            return context
+        return self.own_prompt + context[self.target_prompt_len:]
+
+    def _children(self, tree: DraftTree, parent: int, row: torch.Tensor, width: int) -> list[tuple[int, float, int]]:
+        """(token, q(token), draws) for a parent's children: the top-`width` tokens, or one draw from q
+        when sampling (a chain, whatever the width: see accept.sampling; q is kept on the tree)."""
+        if self.sampler is None:
+            top_p, top_t = torch.softmax(row.float(), dim=-1).topk(width)
+            return [(t, p, 0) for p, t in zip(top_p.tolist(), top_t.tolist())]
+        settings, generator = self.sampler
+        q = sampling_probs(row, settings.temperature, settings.top_p)
+        tree.draft_dists[parent] = q.float()
+        token = int(torch.multinomial(q.float(), 1, generator=generator).item())
+        return [(token, float(q[token]), 1)]
+
     @torch.inference_mode()
     def propose(self, context: list[int], budget: int) -> DraftTree:
         self.forwards = 0
         surplus = self.cache.get_seq_length() - self.cached
         if surplus > 0:  # entries of a proposal that was never verified
             self.cache.crop(-surplus)
+        context = self.own_context(context)
         row = self._feed(context[self.cached:])
         self.cached = base = len(context)
         tree = DraftTree(context[-1])
@@ -65,15 +101,14 @@ class DraftModelDrafter(Drafter):
         level, rows = [ROOT], row[None]
         for depth in range(1, self.depth + 1):
             width = self.breadth if depth <= self.branch_levels else 1
-            probs = torch.softmax(rows, dim=-1)
-            top_p, top_t = probs.topk(width, dim=-1)
             new_level = []
             for i, parent in enumerate(level):
-                for p, token in zip(top_p[i].tolist(), top_t[i].tolist()):
+                for token, p, draws in self._children(tree, parent, rows[i], width):
                     if tree.num_drafted >= budget:
                         break
+                    extra = {"draws": draws} if draws else {}
                     child = tree.add(parent, token, self.source, score=path_prob[parent] * p, draft_prob=round(p, 6),
-                                     bucket=f"d{'hi' if p >= 0.8 else 'mid' if p >= 0.4 else 'lo'}", prior=p)
+                                     bucket=f"d{'hi' if p >= 0.8 else 'mid' if p >= 0.4 else 'lo'}", prior=p, **extra)
                     path_prob[child] = path_prob[parent] * p
                     new_level.append(child)
             if depth == self.depth or not new_level or tree.num_drafted >= budget:
@@ -116,7 +151,7 @@ class DraftModelDrafter(Drafter):
             return
         base = self.cached
         kept, node = [], ROOT
-        for token in outcome.context[base:-1]:  # the new root is fed with the next proposal
+        for token in self.own_context(outcome.context)[base:-1]:  # the new root is fed with the next proposal
             node = self.tree.child_with_token(node, token)
             if node is None or node not in self.slot:
                 break

@@ -6,12 +6,13 @@ from specviz.errors import SpecvizError
 from specviz.methods.base import AUTO_MAX_NODES, BUDGET_MAX, Method, parse_budget
 from specviz.methods.baseline import PlainDecoding, PromptLookup
 from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
+from specviz.methods.rapid import Rapid
 from specviz.methods.reader import Reader
 from specviz.methods.respec import ReSpec
 from specviz.methods.unified import Unified
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
-    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified)}
+    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid)}
 
 PEER_METHODS = {
     "hf-ar": "transformers generate(), greedy, no speculation",

@@ -9,9 +9,10 @@ from typing import ClassVar
 import torch
 
 from specviz.accept.greedy import greedy_accept
-from specviz.accept.sampling import sampling_accept
+from specviz.accept.sampling import SamplingSettings, sampling_accept
 from specviz.accept.verification import Verification
 from specviz.core.params import Param, resolve
+from specviz.core.prompts import PromptText
 from specviz.core.tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 
@@ -37,15 +38,24 @@ class Method:
         return values
 
     @classmethod
+    def check_sampling(cls, params: dict, sampling: SamplingSettings) -> None:
+        """Refuse parameter values that mean nothing at these sampling settings (SpecvizError)."""
+
+    @classmethod
     def lossless(cls, params: dict, temperature: float) -> bool:
         """Whether the output follows the target exactly (greedy: identical tokens; sampling: the same
         distribution) with these parameters at this temperature."""
         return True
 
     # ---- one generation --------------------------------------------------------------------------------
-    def __init__(self, lm, params: dict, draft=None):
-        """lm: the target; draft: the draft model a model source uses (None: the target's own weights)."""
+    def __init__(self, lm, params: dict, draft=None, sampling: SamplingSettings = SamplingSettings(),
+                 generator: torch.Generator | None = None, prompt: "PromptText | None" = None):
+        """lm: the target; draft: the draft model a model source uses (None: the target's own weights);
+        sampling and generator: the session's (a drafter that samples draws from the same generator, so a
+        seeded run is reproducible); prompt: what the user wrote, for a drafter that builds its own
+        context from it (None when the session started from token ids)."""
         self.lm, self.p = lm, params
+        self.sampling, self.generator, self.prompt = sampling, generator, prompt
         self.stages: list[Drafter] = self.build(lm, params, draft)
 
     def build(self, lm, p: dict, draft) -> list[Drafter]:
@@ -72,11 +82,11 @@ class Method:
                                      "shared": proposed - (tree.num_drafted - before)}
         return tree, split
 
-    def accept(self, tree: DraftTree, logits: torch.Tensor, temperature: float,
+    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: SamplingSettings,
                generator: torch.Generator) -> Verification:
         """Strict greedy at temperature 0, else lossless speculative sampling."""
-        if temperature > 0:
-            return sampling_accept(tree, logits, temperature, generator)
+        if not sampling.greedy:
+            return sampling_accept(tree, logits, sampling, generator)
         return greedy_accept(tree, logits)
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -63,7 +63,7 @@ class ReSpec(Method):
         model = draft_model_drafter(lm, p, draft) if p["fallback"] != "logits" else None
         return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p), copy_logit_drafter(lm, p))]
 
-    def accept(self, tree, logits: torch.Tensor, temperature: float, generator: torch.Generator):
-        if temperature > 0:
-            return super().accept(tree, logits, temperature, generator)
+    def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator):
+        if not sampling.greedy:
+            return super().accept(tree, logits, sampling, generator)
         return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"])

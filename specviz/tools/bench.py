@@ -10,7 +10,8 @@ from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS, PEER_METHODS, get_method
 from specviz.core.models import LoadedModel
-from specviz.core.prompts import encode
+from specviz.core.prompts import PromptText, encode
+from specviz.accept.sampling import SamplingSettings
 
 BASELINE = "ar"
 
@@ -38,13 +39,19 @@ def check_params(methods: list[str], params: dict) -> None:
 
 
 def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens: int, params: dict,
-             budget="auto", draft: LoadedModel | None = None) -> dict:
-    """One generation; returns output ids, new tokens, steps, wall seconds."""
+             budget="auto", draft: LoadedModel | None = None, sampling: SamplingSettings = SamplingSettings(),
+             prompt: PromptText | None = None) -> dict:
+    """One generation; returns output ids, new tokens, steps, wall seconds (prefill included), decode
+    seconds, drafted and accepted draft tokens."""
     if method in PEER_METHODS:
+        if not sampling.greedy:
+            raise SpecvizError(f"{method} runs greedy only here; leave it out of a sampled benchmark.")
         from specviz.tools.peers import hf_generate
         return hf_generate(lm, prompt_ids, method, max_new_tokens, draft)
     own_draft = draft if get_method(method).uses_draft_model else None
-    session = Session(lm, method, params_for(method, params), budget=budget, draft=own_draft).start_ids(prompt_ids)
+    session = Session(lm, method, params_for(method, params), budget=budget, draft=own_draft,
+                      temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
+    session.start_ids(prompt_ids, prompt)
     session.run(max_new_tokens)
     stats = session.stats()
     # the planner's predicted accepted drafts against the measured ones, step by step
@@ -52,13 +59,18 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
               if "predicted_accepted" in r.notes]
     return {"output_ids": session.output_ids, "margins": session.margins, "lossless_declared": session.lossless,
             "new_tokens": stats["new_tokens"], "steps": stats["steps"],
-            "wall_s": stats["wall_s"], "predicted_abs_error": sum(errors),
+            "wall_s": stats["wall_s"], "decode_s": session.step_s, "predicted_abs_error": sum(errors),
+            "drafted": sum(len(r.nodes) - 1 for r in session.records),
+            "accepted_drafts": sum(r.num_accepted_drafts for r in session.records),
             "model_drafted": sum(bool(r.allocation.get("model")) for r in session.records),
             "empty_trees": sum(len(r.nodes) == 1 for r in session.records)}
 
 
-def compare(lm: LoadedModel, prompt_ids: list[int], reference: dict, run: dict) -> str:
-    """yes / tie@k / MISMATCH / lossy@k of one run against ar's (see core.divergence)."""
+def compare(lm: LoadedModel, prompt_ids: list[int], reference: dict, run: dict, sampled: bool = False) -> str:
+    """yes / tie@k / MISMATCH / lossy@k of one run against ar's (see core.divergence); 'sampled' when the
+    runs sample (their tokens differ by design: losslessness is a property of distributions there)."""
+    if sampled:
+        return "sampled"
     if run["output_ids"] == reference["output_ids"]:
         return "yes"
     k = first_difference(reference["output_ids"], run["output_ids"])
@@ -71,6 +83,8 @@ def compare(lm: LoadedModel, prompt_ids: list[int], reference: dict, run: dict) 
 
 def worst_verdict(verdicts: list[str]) -> str:
     """Over runs or prompts: MISMATCH beats lossy beats tie beats yes; ties and lossy keep their count."""
+    if verdicts and all(v == "sampled" for v in verdicts):
+        return "sampled"
     for kind in ("MISMATCH", "lossy", "tie"):
         hits = [v for v in verdicts if v.startswith(kind)]
         if hits:
@@ -80,14 +94,14 @@ def worst_verdict(verdicts: list[str]) -> str:
 
 def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_tokens: int = 128,
               params: dict | None = None, budget="auto", repeats: int = 1, draft: LoadedModel | None = None,
-              log: Callable[[str], None] = lambda s: None) -> dict:
+              log: Callable[[str], None] = lambda s: None, sampling: SamplingSettings = SamplingSettings()) -> dict:
     methods = check_methods(methods)
     params = params or {}
     check_params(methods, params)
     encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context)) for item in suite]
     # one untimed warm-up of every method, so first-call costs land on no prompt
     for method in methods:
-        run_once(lm, method, encoded[0][1], 8, params, budget, draft)
+        run_once(lm, method, encoded[0][1], 8, params, budget, draft, sampling, PromptText.of(suite[0]["messages"]))
     from specviz.core.resources import shared_datastore
     from specviz.tools.self_repetition import self_repetition
 
@@ -100,9 +114,11 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
     for item, prompt_ids in encoded:
         limit = int(item.get("max_new_tokens", max_new_tokens))
         runs = {m: [] for m in methods}
-        for _ in range(repeats):
+        prompt = PromptText.of(item["messages"])
+        for repeat in range(repeats):
             for method in methods:  # interleaved: A B C A B C ...
-                runs[method].append(run_once(lm, method, prompt_ids, limit, params, budget, draft))
+                seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
+                runs[method].append(run_once(lm, method, prompt_ids, limit, params, budget, draft, seeded, prompt))
         reference = runs[BASELINE][0]
         repetition = (round(self_repetition(prompt_ids, reference["output_ids"]), 3),
                       round(self_repetition(prompt_ids, reference["output_ids"], datastore), 3) if datastore else None)
@@ -112,7 +128,10 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
             rows.append({"id": item["id"], "category": item["category"], "method": method,
                          "new_tokens": first["new_tokens"], "steps": first["steps"], "wall_s": wall_s,
                          "lossless": all(r["output_ids"] == reference["output_ids"] for r in runs[method]),
-                         "verdict": worst_verdict([compare(lm, prompt_ids, reference, r) for r in runs[method]]),
+                         "verdict": worst_verdict([compare(lm, prompt_ids, reference, r, not sampling.greedy)
+                                                   for r in runs[method]]),
+                         "decode_s": statistics.median(r.get("decode_s", r["wall_s"]) for r in runs[method]),
+                         "drafted": first.get("drafted", 0), "accepted_drafts": first.get("accepted_drafts", 0),
                          "self_repetition": repetition[0], "self_repetition_ds": repetition[1],
                          **{k: first[k] for k in ("predicted_abs_error", "model_drafted", "empty_trees")
                             if k in first}})
@@ -129,6 +148,9 @@ def _aggregate(rows: list[dict]) -> dict:
     out = {"prompts": len(rows), "new_tokens": tokens, "steps": steps,
            "mat": round(tokens / steps, 3) if steps else 0.0, "wall_s": round(wall, 3),
            "tokens_per_s": round(tokens / wall, 3) if wall else 0.0,
+           "decode_tokens_per_s": round(tokens / sum(r["decode_s"] for r in rows), 3) if rows else 0.0,
+           "acceptance_rate": round(sum(r["accepted_drafts"] for r in rows) / drafted, 3)
+           if (drafted := sum(r["drafted"] for r in rows)) else None,
            "lossless": all(r["lossless"] for r in rows),
            "verdict": worst_verdict([r["verdict"] for r in rows]),
            "self_repetition": round(statistics.mean(r["self_repetition"] for r in rows), 3),
@@ -166,7 +188,7 @@ def format_table(report: dict) -> str:
     it ran), lossless."""
     peer = PEER_REFERENCE if PEER_REFERENCE in report["methods"] else None
     header = f"{'category':<14} {'method':<18} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'vs ar':>6}"
-    lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless selfrep  +DS  predMAE empty"]
+    lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless selfrep  +DS  predMAE empty  acc"]
     for category, per_method in report["categories"].items():
         for method, s in per_method.items():
             line = (f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
@@ -176,6 +198,7 @@ def format_table(report: dict) -> str:
             ds = f"{s['self_repetition_ds']:.2f}" if s.get("self_repetition_ds") is not None else "-"
             mae = f"{s['predicted_mae']:.2f}" if "predicted_mae" in s else "-"
             empty = f"{100 * s['empty_tree_steps']:.0f}%" if "empty_tree_steps" in s else "-"
+            acc = f"{100 * s['acceptance_rate']:.0f}%" if s.get("acceptance_rate") is not None else "-"
             lines.append(line + f" {s['verdict']:>8} {s['self_repetition']:>7.2f} {ds:>5} "
-                                f"{mae:>7} {empty:>5}")
+                                f"{mae:>7} {empty:>5} {acc:>4}")
     return "\n".join(lines)

@@ -32,6 +32,20 @@ def _load_target(args):
     return lm
 
 
+def _sampling_args(parser) -> None:
+    """Temperature (0: greedy), top-p and seed; checked by SamplingSettings.checked (values stay text here
+    so that a bad one gets its own message)."""
+    parser.add_argument("--temperature", default="0", help="0 = greedy; > 0 samples (lossless speculative sampling)")
+    parser.add_argument("--top-p", default="1", help="nucleus sampling mass in (0, 1]")
+    parser.add_argument("--seed", default="0", help="whole number; the same seed repeats a sampled run")
+
+
+def _sampling(args):
+    from specviz.accept.sampling import SamplingSettings
+
+    return SamplingSettings.checked(args.temperature, args.top_p, args.seed)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -43,8 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prompt-file")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--budget", default="auto", help="draft nodes per step, or auto")
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--seed", type=int, default=0)
+    _sampling_args(gen)
     gen.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     gen.add_argument("--trace", default=None, help="write the step-by-step trace as JSON here")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
@@ -58,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="runs per method and prompt (median time)")
     bench.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _sampling_args(bench)
     _model_args(bench)
 
     sweep = commands.add_parser("sweep", help="one method at several values of one parameter, vs ar's output")
@@ -155,11 +169,14 @@ def cmd_generate(args) -> dict:
     from specviz.core.prompts import encode, read_prompt_file
 
     _positive("--max-new-tokens", args.max_new_tokens)
+    sampling = _sampling(args)
     prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     params = parse_assignments(args.param)
     lm = _load_target(args)
     if args.method in PEER_METHODS:
         from specviz.tools.peers import hf_generate
+        if not sampling.greedy:
+            raise SpecvizError(f"{args.method} runs greedy only here; use temperature 0.")
         draft = _draft_model(args, [args.method], lm)
         if params:
             raise SpecvizError(f"{args.method} takes no --param.")
@@ -169,8 +186,9 @@ def cmd_generate(args) -> dict:
                  "tokens_per_s": round(run["new_tokens"] / run["wall_s"], 3)}
         output_ids = run["output_ids"]
     else:
-        session = Session(lm, args.method, params, budget=args.budget, temperature=args.temperature,
-                          seed=args.seed, draft=_draft_model(args, [args.method], lm)).start(prompt)
+        session = Session(lm, args.method, params, budget=args.budget, temperature=sampling.temperature,
+                          top_p=sampling.top_p, seed=sampling.seed, draft=_draft_model(args, [args.method], lm))
+        session.start(prompt)
         session.run(args.max_new_tokens)
         stats, output_ids = session.stats(), session.output_ids
         if args.trace:
@@ -195,13 +213,14 @@ def cmd_bench(args) -> dict:
 
     _positive("--max-new-tokens", args.max_new_tokens)
     _positive("--repeats", args.repeats, 50)
+    sampling = _sampling(args)
     suite = load_suite(args.suite)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     params = parse_assignments(args.param)
     lm = _load_target(args)
     draft = _draft_model(args, methods, lm)
     report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
-                       log=lambda line: print(line, file=sys.stderr, flush=True))
+                       log=lambda line: print(line, file=sys.stderr, flush=True), sampling=sampling)
     return _emit(format_table(report), report, args.json)
 
 

@@ -9,8 +9,14 @@ from specviz.core.prompts import as_messages, validate_messages
 from specviz.errors import SpecvizError
 
 
+def long_context_prompt(document: str, question: str) -> str:
+    """A document and a question as one prompt: the question is the last paragraph (core.prompts.PromptText)."""
+    return f"{document.strip()}\n\nQuestion: {question.strip()} Answer briefly."
+
+
 def load_suite(path: str | Path) -> list[dict]:
-    """Lines of {"id", "category", "messages" | "prompt", optional "max_new_tokens"}."""
+    """Lines of {"id", "category", "messages" | "prompt", optional "max_new_tokens"}, or of a long-context
+    item {"id", "category", "document": a file under the suite's folder, "question", "reference"}."""
     path = Path(path)
     if not path.is_file():
         raise SpecvizError(f"Suite file '{path}' does not exist.")
@@ -24,7 +30,14 @@ def load_suite(path: str | Path) -> list[dict]:
             raise SpecvizError(f"{path}:{number} is not valid JSON: {exc}") from exc
         if not isinstance(item, dict) or not {"id", "category"} <= item.keys():
             raise SpecvizError(f"{path}:{number} needs an \"id\" and a \"category\".")
-        if "messages" in item:
+        if "document" in item:
+            document = path.parent / item["document"]
+            if not document.is_file() or "question" not in item:
+                raise SpecvizError(f"{path}:{number}: a long-context item needs a \"question\" and a document "
+                                   f"file that exists ({document}).")
+            item["prompt"] = long_context_prompt(document.read_text(), item["question"])
+            item["messages"] = as_messages(item["prompt"])
+        elif "messages" in item:
             item["messages"] = validate_messages(item["messages"])
         elif "prompt" in item:
             item["messages"] = as_messages(item["prompt"])

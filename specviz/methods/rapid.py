@@ -1,0 +1,80 @@
+"""RAPID (`rapid`): a RAG drafter (the draft model, by default the target's own weights, reading only the
+chunks of the document retrieved for the question) drafts a chain of gamma tokens, sampled from its
+distribution q; the target verifies the chain in one forward over its full long context, by speculative
+sampling against the retrieval-augmented target p_hat = softmax(z / T + eta (q - p)) (eta = 0: plain
+speculative sampling, lossless; eta > 0: the drafter's knowledge shifts the output, which is then no
+longer the target's own distribution). At temperature 0 the chain is the drafter's greedy one, verified
+strictly: lossless, and eta has no meaning there."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.accept.sampling import SamplingSettings, sampling_accept
+from specviz.core.params import Param
+from specviz.core.prompts import encode
+from specviz.core.resources import shared_embedder
+from specviz.drafters.draft_model import DraftModelDrafter
+from specviz.errors import SpecvizError
+from specviz.index.chunk_retrieval import Retrieval, retrieve
+from specviz.methods.base import Method
+
+
+class Rapid(Method):
+    name = "rapid"
+    summary = ("RAPID: a RAG drafter (the draft model on the retrieved chunks of a long document) samples a "
+               "chain; the target verifies it against the retrieval-augmented distribution (eta)")
+    params = [
+        Param("gamma", 10, 1, 32, int, "rapid: tokens the RAG drafter drafts per step"),
+        Param("eta", 0.0, 0.0, 50.0, float, "rapid: knowledge-transfer strength in p_hat = softmax(z/T + eta (q - p)); "
+                                            "0 = lossless; needs temperature > 0"),
+        Param("chunk_tokens", 512, 32, 2048, int, "rapid: tokens per document chunk"),
+        Param("retrieval_budget", 1024, 32, 8192, int, "rapid: tokens of retrieved chunks the drafter reads"),
+        Param("min_similarity", 0.3, -1.0, 1.0, float, "rapid: chunks below this cosine similarity are not "
+                                                       "retrieved (minilm ranker)"),
+        Param("ranker", "bm25", 0, 0, str, "rapid: how chunks are ranked against the question: BM25 on words, or "
+                                            "cosine of all-MiniLM-L6-v2 embeddings", choices=("bm25", "minilm")),
+    ]
+    uses_draft_model = True
+
+    @classmethod
+    def check_sampling(cls, params: dict, sampling: SamplingSettings) -> None:
+        if sampling.greedy and float(params["eta"]) > 0:
+            raise SpecvizError("eta has no effect at temperature 0: greedy verification compares argmaxes and "
+                               "p_hat = softmax(z / T + eta (q - p)) needs a temperature. Set a temperature > 0, "
+                               "or eta = 0.")
+
+    @classmethod
+    def lossless(cls, params: dict, temperature: float) -> bool:
+        return temperature == 0 or float(params["eta"]) == 0
+
+    def build(self, lm, p, draft):
+        drafter = DraftModelDrafter(draft or lm, lm.vocab_size, breadth=1, branch_levels=0, depth=p["gamma"],
+                                    sampler=(self.sampling, self.generator))
+        self.retrieval: Retrieval | None = None
+        self.notes: list[str] = []
+        if self.prompt is None:
+            self.notes.append("Started from token ids: no document to retrieve from; the drafter reads the whole prompt")
+            return [drafter]
+        embedder = shared_embedder() if p["ranker"] == "minilm" and self.prompt.document else None
+        self.retrieval = retrieve(lm.tokenizer, self.prompt.document, self.prompt.question, p["chunk_tokens"],
+                                  p["retrieval_budget"], p["min_similarity"], p["ranker"], embedder)
+        if self.retrieval.note:
+            self.notes.append(f"RAG drafter: {self.retrieval.note}")
+        own = encode(lm.tokenizer, self.prompt.with_document(self.retrieval.context), lm.max_context)
+        target = encode(lm.tokenizer, list(self.prompt.messages), lm.max_context)
+        if own[-1] != target[-1]:
+            self.notes.append("The drafter's prompt ends in another token than the target's; it reads the whole prompt")
+        else:
+            drafter.use_prompt(own, len(target))
+        self.draft_prompt_len = len(own)
+        return [drafter]
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.notes)
+
+    def accept(self, tree, logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator):
+        if sampling.greedy:
+            return super().accept(tree, logits, sampling, generator)
+        return sampling_accept(tree, logits, sampling, generator, eta=float(self.p["eta"]))
