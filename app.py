@@ -16,7 +16,7 @@ from specviz.ui.lab import Lab, shared_model
 from specviz.tools.suite import example_prompts
 from specviz.methods import BUDGET_MAX, METHODS
 from specviz.core.models import DEFAULT_MODEL
-from specviz.ui.viz import TOKEN_CSS, prediction_figure, tree_figure
+from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
@@ -24,17 +24,38 @@ EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
 PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
+MESSAGE_AT = 8   # index of the message among the outputs (see build_app)
+
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
              ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
              ("bf16 + torch.compile", "bf16+compile")]
 
 
-def _settings(lab: Lab | None, model, draft_model, mode, prompt, method, auto_budget, budget, *param_values) -> Lab:
+def _settings(lab: Lab | None, model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p,
+              seed, *param_values) -> Lab:
     lab = lab or Lab()
     lab.apply(model, prompt, method, "auto" if auto_budget else budget,
-              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model, mode)
+              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model, mode, temperature, top_p, seed)
     return lab
+
+
+def _shown(lab: Lab):
+    """lab.view() as the page's outputs: the node list becomes the dropdown's choices."""
+    *head, choices, chart = lab.view()
+    return (lab, *head, gr.update(choices=choices, value=choices[0][1] if choices else None), chart)
+
+
+def eta_state(temperature):
+    """eta means nothing at temperature 0 (greedy verification): the slider is off there, and says why."""
+    if float(temperature or 0) > 0:
+        return gr.update(interactive=True, info=None)
+    return gr.update(value=0.0, interactive=False,
+                     info="off at temperature 0: verification is greedy there and p_hat needs a temperature")
+
+
+def on_node(lab, node_id):
+    return (lab or Lab()).distribution(node_id)
 
 
 def param_visibility(method: str):
@@ -54,8 +75,9 @@ def param_input(p):
 def _failed(lab: Lab | None, error: Exception):
     """Bad input: show the message, keep the session (and what it generated) as it was."""
     lab = lab or Lab()
-    *shown, _ = lab.view()
-    return lab, *shown, f"⚠️ {error}"
+    shown = list(_shown(lab))
+    shown[MESSAGE_AT] = f"⚠️ {error}"
+    return tuple(shown)
 
 
 def on_step(lab, max_new_tokens, *settings):
@@ -64,14 +86,14 @@ def on_step(lab, max_new_tokens, *settings):
         lab.step(int(max_new_tokens))
     except SpecvizError as error:
         return _failed(lab, error)
-    return (lab, *lab.view())
+    return _shown(lab)
 
 
 def on_run(lab, max_new_tokens, *settings):
     try:
         lab = _settings(lab, *settings)
         for _ in lab.run(int(max_new_tokens)):
-            yield (lab, *lab.view())
+            yield _shown(lab)
     except SpecvizError as error:
         yield _failed(lab, error)
 
@@ -79,13 +101,13 @@ def on_run(lab, max_new_tokens, *settings):
 def on_stop(lab):
     lab = lab or Lab()
     lab.stop()
-    return (lab, *lab.view())
+    return _shown(lab)
 
 
 def on_reset(lab):
     lab = lab or Lab()
     lab.reset()
-    return (lab, *lab.view())
+    return _shown(lab)
 
 
 def on_load_model(name, mode=""):
@@ -117,12 +139,19 @@ def build_app() -> gr.Blocks:
                                           elem_id="auto-budget")
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
                 max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+                with gr.Accordion("Sampling", open=False):
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, elem_id="temperature",
+                                            label="Temperature (0 = greedy; > 0 samples, verified by lossless "
+                                                  "speculative sampling)")
+                    top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p (nucleus mass)", elem_id="top-p")
+                    seed = gr.Number(value=0, label="Seed (whole number; the same seed repeats a sampled run)",
+                                     elem_id="seed")
                 with gr.Accordion("Method parameters", open=False):
                     param_inputs = [param_input(p) for p in PARAMS]
                 with gr.Accordion("Model", open=False):
                     model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
                                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model of the model source (respec, reader, "
+                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model of the model source (respec, reader, rapid, "
                                              "unified): blank = the target's own weights (self-speculation); "
                                              "self-skip:K = only its first K layers (cheap); or a hub id / local "
                                              "folder with the target's vocabulary", elem_id="draft-model")
@@ -148,10 +177,25 @@ def build_app() -> gr.Blocks:
         prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
                              elem_id="prediction-plot")
         diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
+        with gr.Row():
+            with gr.Column(scale=3):
+                document = gr.HTML(label="Document (rapid: the chunks the RAG drafter reads are highlighted)",
+                                   elem_id="document")
+            with gr.Column(scale=2):
+                node = gr.Dropdown([], label="Node of the last step (sampling): p, q and p_hat at its position",
+                                   elem_id="node-pick")
+                distribution = gr.Plot(value=distribution_figure(None, None, str), elem_id="distribution-plot",
+                                       label="p (target), q (draft), p_hat (eta) and what was emitted")
 
-        settings = [model, draft_model, mode, prompt, method, auto_budget, budget, *param_inputs]
-        outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message]
+        settings = [model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
+                    *param_inputs]
+        outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message, document, node,
+                   distribution]
         method.change(param_visibility, method, param_inputs)
+        eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")
+        temperature.change(eta_state, temperature, eta)
+        demo.load(eta_state, temperature, eta)
+        node.input(on_node, [lab, node], distribution)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
         run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")

@@ -31,19 +31,20 @@ def url(lm):
     demo.close()
 
 
-def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", mode="", **params):
+def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", mode="",
+             temperature=0.0, top_p=1.0, seed=0, **params):
     values = [params.get(p.name, p.default) for p in app.PARAMS]
-    return [max_new_tokens, model, draft_model, mode, prompt, method, False, budget, *values]
+    return [max_new_tokens, model, draft_model, mode, prompt, method, False, budget, temperature, top_p, seed, *values]
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    figure, text, counters, split, _, _, _, message = client.predict(*settings(), api_name="/step")
+    figure, text, counters, split, _, _, _, message, *_ = client.predict(*settings(), api_name="/step")
     assert "steps** 1" in counters and message == ""
     assert "<b>" not in text  # tokens are escaped
-    figure, text, counters, split, _, _, _, message = client.predict(*settings(), api_name="/run")
+    figure, text, counters, split, _, _, _, message, *_ = client.predict(*settings(), api_name="/run")
     assert "speedup vs ar" in counters and "x (ar" in counters
     assert "identical to greedy ar" in counters
     assert message.startswith("Done")
@@ -51,11 +52,11 @@ def test_step_run_and_bad_input_through_gradio_client(url):
     # bad input: a clear message, and the session (with its output) survives
     for bad, expected in [(settings(prompt=""), "prompt is empty"),
                           (settings(model="/no/such/model"), "does not exist")]:
-        _, _, counters, _, _, _, _, message = client.predict(*bad, api_name="/step")
+        _, _, counters, _, _, _, _, message, *_ = client.predict(*bad, api_name="/step")
         assert expected in message and counters == kept
-    _, _, counters, _, _, _, _, message = client.predict(*settings(), api_name="/step")
+    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(), api_name="/step")
     assert "raise the limit" in message or "finished" in message
-    _, text, counters, _, _, _, _, message = client.predict(api_name="/reset")
+    _, text, counters, _, _, _, _, message, *_ = client.predict(api_name="/reset")
     assert "Nothing generated yet" in text
 
 
@@ -63,9 +64,9 @@ def test_racer_split_panel_and_bad_settings(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    _, _, counters, split, _, _, _, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, split, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
     assert message == "" and "steps** 1" in counters
-    _, _, counters, split, _, _, _, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, split, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
     assert "Budget split" in split and "| retrieval |" in split and "| logits |" in split
     kept = counters
     # values past a slider's range are refused by Gradio itself, with its own clear message
@@ -78,10 +79,10 @@ def test_racer_split_panel_and_bad_settings(url):
         with pytest.raises(AppError, match=expected):
             client.predict(*settings(method="racer", **bad), api_name="/step")
     # values each slider allows but that contradict each other get our message
-    _, _, counters, _, _, _, _, message = client.predict(*settings(method="racer", budget=32, min_match=6, ngram_length=4),
+    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32, min_match=6, ngram_length=4),
                                                 api_name="/step")
     assert "must not exceed" in message and counters == kept
-    _, _, counters, _, _, _, _, message = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
     assert "steps** 3" in counters, counters  # the session went on where it was
 
 
@@ -93,9 +94,9 @@ def test_stop_keeps_session(url):
                         api_name="/run")
     import time
     time.sleep(3)
-    *_, stop_message = client.predict(api_name="/stop")
+    stop_message = client.predict(api_name="/stop")[7]
     assert stop_message.startswith("Stopped after")
-    _, _, counters, _, _, _, _, message = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                                              api_name="/step")
     job.cancel()
     steps = int(counters.split("**steps** ")[1].split(" ")[0])
@@ -164,7 +165,7 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
     prompt = app.EXAMPLES["summarise: sum-lighthouse"]
     respec = dict(prompt=prompt, method="respec", budget=32, max_new_tokens=48, fallback="logits", tau=5.0)
     for _ in range(3):
-        _, text, counters, _, method_step, diff, _, message = client.predict(*settings(**respec), api_name="/step")
+        _, text, counters, _, method_step, diff, _, message, *_ = client.predict(*settings(**respec), api_name="/step")
     assert message == "" and "steps** 3" in counters
     assert "ReSpec, step 2" in method_step and "H_k" in method_step and "retrieval" in method_step
     assert "lossless output" in diff  # tau > 0: the text is compared with plain greedy decoding
@@ -174,11 +175,11 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
         with pytest.raises(AppError, match=expected):
             client.predict(*settings(**(respec | bad)), api_name="/step")
     for draft, expected in [(tiny_models["other"], "another vocabulary"), ("/no/such/draft", "does not exist")]:
-        _, _, counters, _, _, _, _, message = client.predict(*settings(**respec, draft_model=draft), api_name="/step")
+        _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(**respec, draft_model=draft), api_name="/step")
         assert expected in message and counters == kept
-    _, _, counters, _, _, diff, _, message = client.predict(*settings(**respec), api_name="/step")
+    _, _, counters, _, _, diff, _, message, *_ = client.predict(*settings(**respec), api_name="/step")
     assert message == "" and "steps** 4" in counters  # the session went on where it was
-    _, _, _, _, method_step, diff, _, _ = client.predict(*settings(**(respec | dict(tau=0.0))), api_name="/step")
+    _, _, _, _, method_step, diff, _, _, *_ = client.predict(*settings(**(respec | dict(tau=0.0))), api_name="/step")
     assert diff == "" and "ReSpec, step 0" in method_step  # a changed setting restarts; tau 0 is lossless
 
 
@@ -187,7 +188,7 @@ def test_bf16_mode_through_gradio_client_classifies_differences(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    _, _, counters, _, _, _, _, message = client.predict(*settings(method="racer", budget=16, mode="bf16",
+    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=16, mode="bf16",
                                                                    max_new_tokens=24), api_name="/run")
     assert "**mode** bf16" in counters and message.startswith("Done")
     assert "identical to greedy ar" in counters or "numeric tie" in counters, counters

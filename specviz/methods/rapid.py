@@ -28,8 +28,8 @@ class Rapid(Method):
         Param("gamma", 10, 1, 32, int, "rapid: tokens the RAG drafter drafts per step"),
         Param("eta", 0.0, 0.0, 50.0, float, "rapid: knowledge-transfer strength in p_hat = softmax(z/T + eta (q - p)); "
                                             "0 = lossless; needs temperature > 0"),
-        Param("chunk_tokens", 512, 32, 2048, int, "rapid: tokens per document chunk"),
-        Param("retrieval_budget", 1024, 32, 8192, int, "rapid: tokens of retrieved chunks the drafter reads"),
+        Param("chunk_tokens", 512, 16, 2048, int, "rapid: tokens per document chunk"),
+        Param("retrieval_budget", 1024, 16, 8192, int, "rapid: tokens of retrieved chunks the drafter reads"),
         Param("min_similarity", 0.3, -1.0, 1.0, float, "rapid: chunks below this cosine similarity are not "
                                                        "retrieved (minilm ranker)"),
         Param("ranker", "bm25", 0, 0, str, "rapid: how chunks are ranked against the question: BM25 on words, or "

@@ -18,11 +18,15 @@ from specviz.methods import get_method, parse_budget
 from specviz.core.resources import mode_key, model_key, shared_draft, shared_model
 from specviz.core.prompts import validate_messages
 from specviz.core.token_diff import token_diff
-from specviz.ui.viz import (budget_split_markdown, prediction_figure, respec_step_markdown, search_step_markdown,
-                            token_diff_html, tokens_html, tree_figure)
+from specviz.tools.suite import long_context_prompt
+from specviz.accept.sampling import SamplingSettings
+from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
+                            respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
+                            transfer_markdown, tree_figure)
 
 def parse_prompt(text: str):
-    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat."""
+    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
+    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
     stripped = (text or "").strip()
     if stripped.startswith("{"):
         try:
@@ -31,6 +35,10 @@ def parse_prompt(text: str):
             return text  # not JSON after all: the model reads it as text
         if isinstance(data, dict) and "messages" in data:
             return validate_messages(data["messages"])
+        if isinstance(data, dict) and {"document", "question"} <= data.keys():
+            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
+                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
+            return long_context_prompt(data["document"], data["question"])
     if not stripped:
         raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
     return text
@@ -45,6 +53,7 @@ class Settings:
     params: tuple           # sorted (name, value) pairs of the method's own parameters
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
     mode: str = ""          # run mode (core.modes): "" = the device default (fp32 on CPU)
+    sampling: SamplingSettings = SamplingSettings()
 
 
 @dataclass
@@ -61,19 +70,23 @@ class Lab:
 
     # ---- settings -------------------------------------------------------------------------------
     def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
-              mode: str = "") -> None:
+              mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
         """Make the session match the widgets; a change of any setting starts a fresh generation."""
         spec = get_method(method)
         own = {p.name: params[p.name] for p in spec.params if p.name in params}
         draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
+        sampling = SamplingSettings.checked(temperature, top_p, seed)
+        resolved = spec.resolve_params(own)
+        spec.check_sampling(resolved, sampling)
         settings = Settings(model_key(model), prompt, method, parse_budget(budget),
-                            tuple(sorted(spec.resolve_params(own).items())), draft_name, mode_key(mode))
+                            tuple(sorted(resolved.items())), draft_name, mode_key(mode), sampling)
         if settings == self.settings and self.session is not None:
             return
         parsed = parse_prompt(prompt)
         lm = shared_model(settings.model, settings.mode)
         draft = shared_draft(lm, draft_name, settings.mode)
-        session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft).start(parsed)
+        session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft,
+                          temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).start(parsed)
         restarted = self.session is not None and self.session.records
         self.session, self.settings = session, settings
         self.message = "Settings changed: generation restarted." if restarted else ""
@@ -143,20 +156,26 @@ class Lab:
             self.reference.run(len(session.output_ids))
             return token_diff(self.reference.output_ids, session.output_ids)
 
+    def _baseline_key(self, new_tokens: int) -> tuple:
+        return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
+                self.session.sampling)
+
     def measure_baseline(self) -> dict | None:
-        """Plain greedy `ar` on the same prompt for the same number of tokens (once per prompt and length)."""
+        """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
+        seed (once per prompt, length and sampling settings)."""
         session = self.session
         if session is None or not session.output_ids:
             return None
         n = len(session.output_ids)
-        key = (self.settings.model, self.settings.mode, tuple(session.prompt_ids), n)
+        key = self._baseline_key(n)
         if key not in self.baselines:
-            if session.method.name == "ar" and session.temperature == 0:
+            if session.method.name == "ar":
                 stats = session.stats()
                 self.baselines[key] = {"output_ids": session.output_ids, "margins": list(session.margins),
                                        "new_tokens": n, "wall_s": stats["wall_s"]}
             else:
-                self.baselines[key] = run_once(session.lm, "ar", session.prompt_ids, n, {})
+                self.baselines[key] = run_once(session.lm, "ar", session.prompt_ids, n, {},
+                                               sampling=session.sampling)
         return self.baselines[key]
 
     # ---- what the page shows --------------------------------------------------------------------
@@ -164,8 +183,7 @@ class Lab:
         if self.session is None:
             return {}
         stats = self.session.stats()
-        key = (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), stats["new_tokens"])
-        baseline = self.baselines.get(key)
+        baseline = self.baselines.get(self._baseline_key(stats["new_tokens"]))
         if baseline and stats["wall_s"] and baseline["wall_s"]:
             stats["ar_tokens_per_s"] = round(baseline["new_tokens"] / baseline["wall_s"], 3)
             stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
@@ -183,9 +201,14 @@ class Lab:
         parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
         if "speedup_vs_ar" in c:
-            same = ("identical to greedy ar" if c["identical_to_ar"] else
-                    c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode "
+            if self.session.temperature > 0:
+                same = (f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}: "
+                        "tokens differ from ar's by design, the distribution does not"
+                        + ("" if self.session.lossless else " (except with eta > 0: see below)"))
+            else:
+                same = ("identical to greedy ar" if c["identical_to_ar"] else
+                        c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
+            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling "
                          f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
         else:
             parts.append("**speedup vs ar** measured when a Run ends")
@@ -195,13 +218,35 @@ class Lab:
                          f"(forward {t['forward']:.1f}) · update {t['update']:.1f} ms")
         return " · ".join(parts)
 
+    def document_view(self) -> str:
+        """RAPID: the document with the retrieved chunks highlighted ('' for other methods)."""
+        method = self.session.method if self.session else None
+        retrieval = getattr(method, "retrieval", None)
+        if retrieval is None:
+            return ""
+        return document_html(method.prompt.document, retrieval.summary())
+
+    def node_choices(self) -> list[tuple[str, int]]:
+        records = self.session.records if self.session else []
+        return node_choices(records[-1] if records else None, self.session.token_text if self.session else str)
+
+    def distribution(self, node_id) -> "object":
+        """The p / q / p_hat bars at a node of the last step."""
+        records = self.session.records if self.session else []
+        token_text = self.session.token_text if self.session else str
+        return distribution_figure(records[-1] if records else None, node_id, token_text)
+
     def view(self):
         """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
-        token diff against the lossless output HTML, predicted-vs-measured figure, message) now."""
+        token diff against the lossless output HTML, predicted-vs-measured figure, message, document HTML,
+        node choices of the last step, distribution figure of the first of them) now."""
         records = self.session.records if self.session else []
         token_text = self.session.token_text if self.session else str
         last = records[-1] if records else None
+        choices = self.node_choices()
+        transfer = transfer_markdown(records, self.session.lossless) if self.session else ""
         return (tree_figure(last), tokens_html(records, token_text), self.counters_markdown(),
                 budget_split_markdown(last), "  \n".join(filter(None, [respec_step_markdown(last, token_text),
-                                                                        search_step_markdown(last)])),
-                token_diff_html(self.lossless_diff(), token_text), prediction_figure(records), self.message)
+                                                                        search_step_markdown(last), transfer])),
+                token_diff_html(self.lossless_diff(), token_text), prediction_figure(records), self.message,
+                self.document_view(), choices, self.distribution(choices[0][1] if choices else None))

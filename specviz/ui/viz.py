@@ -10,13 +10,15 @@ from specviz.core import sources
 from specviz.core.trace import StepRecord
 
 # the registered sources' colours, then the marks that are not sources
-MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200"}
+MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200",
+                "transferred": "#17becf"}
 
 
 def colour_of(name: str) -> str:
     return sources.colour(name) if sources.is_source(name) else MARK_COLOURS[name]
 STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", "rejected": "x",
-                  "unreached": "circle-open"}
+                  "unreached": "circle-open", "transferred": "star"}
+ACCEPTED_MARKS = ("accepted", "relaxed", "transferred")
 
 
 def visible_token(text: str) -> str:
@@ -87,7 +89,7 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
     for accepted_edges in (False, True):
         xs, ys = [], []
         for n in record.nodes:
-            if n.parent < 0 or (n.status in ("accepted", "relaxed")) != accepted_edges:
+            if n.parent < 0 or (n.status in ACCEPTED_MARKS) != accepted_edges:
                 continue
             (x0, y0), (x1, y1) = position[n.parent], position[n.id]
             xs += [x0, x1, None]
@@ -100,8 +102,8 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
         groups.setdefault((source_group(n.sources), n.status), []).append(n)
     for (group, status), nodes in sorted(groups.items()):
         fill, ring = group_colours(group)
-        if status == "relaxed":  # accepted by the relaxed rule: its own fill, ringed in its source's colour
-            fill, ring = MARK_COLOURS["relaxed"], fill
+        if status in ("relaxed", "transferred"):  # accepted by a rule that bends p: own fill, source's ring
+            fill, ring = MARK_COLOURS[status], fill
         figure.add_trace(go.Scatter(
             x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
             mode="markers+text", name=f"{group} · {status}",
@@ -116,10 +118,13 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
 
 
 def origin_class(origin: str) -> str:
-    """CSS class of a committed token: bonus, relaxed (a retrieved token the relaxed rule accepted), its
-    source, or several."""
-    if origin in ("bonus",) or origin.endswith("~relaxed"):
-        return "bonus" if origin == "bonus" else "relaxed"
+    """CSS class of a committed token: bonus, relaxed (a retrieved token the relaxed rule accepted),
+    transferred (a draft RAPID's p_hat accepted where p would have refused it), its source, or several."""
+    if origin == "bonus":
+        return "bonus"
+    for mark in ("relaxed", "transferred"):
+        if origin.endswith(f"~{mark}"):
+            return mark
     return origin if "+" not in origin else "several"
 
 
@@ -144,13 +149,15 @@ def source_legend_html() -> str:
         spans = " ".join(f'<span class="tok tok-{s.name}" title="{html.escape(s.legend, quote=True)}">{s.name}</span>'
                          for s in members)
         groups.append(f"<strong>{family}</strong>: {spans}")
-    marks = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("several", "relaxed", "bonus"))
+    marks = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("several", "relaxed", "transferred", "bonus"))
     return " · ".join(groups) + f" · {marks}"
 
 
 TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
      ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
+    + [".document { white-space: pre-wrap; max-height: 360px; overflow-y: auto; font-size: 0.9em; }",
+       ".chunk { border-left: 2px solid #ddd; } .chunk-chosen { background: #2ca02c22; border-left: 3px solid #2ca02c; }"]
     + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
        ".diff-head { margin-bottom: 4px; font-weight: 600; }"]
     + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}"
@@ -165,7 +172,7 @@ def budget_split_markdown(record: StepRecord | None) -> str:
     split = record.notes.get("split", {})
     accepted = {}
     for origin in record.accepted_origins:
-        for source in origin.removesuffix("~relaxed").split("+"):
+        for source in origin.split("~")[0].split("+"):
             accepted[source] = accepted.get(source, 0) + 1
     rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
     for source, counts in split.items():
@@ -279,3 +286,69 @@ def prediction_figure(records: list[StepRecord]) -> go.Figure:
     else:
         figure.update_layout(title="predicted vs measured accepted drafts: no step yet")
     return figure
+
+
+# ---- RAPID and sampling ---------------------------------------------------------------------------------
+def document_html(document: str, retrieval: dict | None) -> str:
+    """The long document with its chunks outlined and the ones the RAG drafter reads highlighted (hover:
+    the chunk's score); every character escaped."""
+    if retrieval is None:
+        return ""
+    chosen = set(retrieval["chosen"])
+    head = (f'<div class="diff-head">RAG drafter reads {len(chosen)} of {retrieval["chunks"]} chunks '
+            f'({retrieval["context_tokens"]} tokens, budget {retrieval["budget"]}; ranker {retrieval["ranker"]}, '
+            f'{1000 * retrieval["seconds"]:.0f} ms)' + (f' · {html.escape(retrieval["note"])}' if retrieval["note"] else "")
+            + "</div>")
+    parts = []
+    for i, ((start, end), score) in enumerate(zip(retrieval["spans"], retrieval["scores"])):
+        css = "chunk chunk-chosen" if i in chosen else "chunk"
+        title = html.escape(f"chunk {i}: score {score:.3f}" + (" (retrieved)" if i in chosen else ""), quote=True)
+        parts.append(f'<span class="{css}" title="{title}">{html.escape(document[start:end])}</span>')
+    return head + f'<div class="document">{"".join(parts)}</div>'
+
+
+def node_choices(record: StepRecord | None, token_text) -> list[tuple[str, int]]:
+    """Draft nodes whose position has a sampling chart (the parent was visited), as dropdown choices."""
+    if record is None or "sampling" not in record.notes:
+        return []
+    charts = record.notes["sampling"]["charts"]
+    return [(f"node {n.id}: {visible_token(n.text)} (depth {n.depth}, {'+'.join(n.sources)}, {n.status})", n.id)
+            for n in record.nodes if n.parent >= 0 and str(n.parent) in charts]
+
+
+def distribution_figure(record: StepRecord | None, node_id, token_text) -> go.Figure:
+    """At the selected node's position: the target's p, the draft's q, RAPID's p_hat and what the rule
+    emits there, over the top tokens, side by side."""
+    figure = go.Figure()
+    figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=300, plot_bgcolor="white", barmode="group",
+                         yaxis=dict(title="probability", gridcolor="#eee"), legend=dict(orientation="h", y=-0.25))
+    charts = (record.notes.get("sampling", {}).get("charts", {}) if record else {})
+    node = next((n for n in record.nodes if n.id == node_id), None) if record and node_id is not None else None
+    if node is None or str(node.parent) not in charts:
+        figure.update_layout(title="p, q, p_hat at a node: sample (temperature > 0) and pick a node")
+        return figure
+    chart = charts[str(node.parent)]
+    labels = [visible_token(token_text(t)) + (" ◀" if t == node.token_id else "") for t in chart["tokens"]]
+    series = [("p (target)", "p", "#1f77b4"), ("q (draft)", "q", "#2ca02c"), ("p_hat (eta)", "p_hat", "#17becf"),
+              ("emitted", "out", "#7f7f7f")]
+    for name, key, colour in series:
+        if key in chart:
+            figure.add_trace(go.Bar(x=labels, y=chart[key], name=name, marker_color=colour))
+    tv = f" · output vs p: TV {chart['tv']:.3f}" if "tv" in chart else ""
+    figure.update_layout(title=f"position of node {node.id} ({visible_token(node.text)}, {node.status}){tv}")
+    return figure
+
+
+def transfer_markdown(records: list[StepRecord], lossless: bool) -> str:
+    """RAPID with eta > 0: how far the emitted distribution moved from the target's own, and how many
+    drafts p_hat accepted that p would have refused."""
+    if lossless or not records:
+        return ""
+    tvs = [c["tv"] for r in records for c in r.notes.get("sampling", {}).get("charts", {}).values() if "tv" in c]
+    transferred = sum(n.status == "transferred" for r in records for n in r.nodes)
+    if not tvs:
+        return ""
+    return (f"**Lossy (eta > 0)**: at the {len(tvs)} drafted positions so far the emitted distribution differs "
+            f"from the target's own by a mean total-variation distance of **{sum(tvs) / len(tvs):.3f}** "
+            f"(max {max(tvs):.3f}); **{transferred}** drafts were accepted by p_hat where p would have refused "
+            f"them (cyan ★ in the tree, cyan in the text).")
