@@ -49,7 +49,7 @@ def _shown(lab: Lab):
 def eta_state(temperature):
     """eta means nothing at temperature 0 (greedy verification): the slider is off there, and says why."""
     if float(temperature or 0) > 0:
-        return gr.update(interactive=True, info=None)
+        return gr.update(interactive=True, info="")
     return gr.update(value=0.0, interactive=False,
                      info="off at temperature 0: verification is greedy there and p_hat needs a temperature")
 
@@ -68,8 +68,9 @@ def param_input(p):
     label = f"{p.name}: {p.help}"
     visible = p in METHODS["racer"].params
     if p.choices:
-        return gr.Dropdown(list(p.choices), value=p.default, label=label, visible=visible)
-    return gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01, label=label, visible=visible)
+        return gr.Dropdown(list(p.choices), value=p.default, label=label, visible=visible, elem_id=f"param-{p.name}")
+    return gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01, label=label, visible=visible,
+                     elem_id=f"param-{p.name}")
 
 
 def _failed(lab: Lab | None, error: Exception):

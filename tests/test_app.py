@@ -195,3 +195,72 @@ def test_bf16_mode_through_gradio_client_classifies_differences(url):
     assert "MISMATCH" not in counters
     status = client.predict("", "bf16", api_name="/load_model")
     assert "mode **bf16**" in status
+
+
+def rapid_prompt() -> str:
+    """A short long-context prompt (the ferry document's first part and a question), as JSON."""
+    import json
+
+    document = (Path(__file__).parent.parent / "assets" / "documents" / "ferry-timetable-reform.md").read_text()
+    return json.dumps({"document": document[:2500], "question": "How many people lived on the islands in 2021?"})
+
+
+def test_rapid_with_sampling_and_eta_through_gradio_client(url):
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    rapid = dict(prompt=rapid_prompt(), method="rapid", budget=16, max_new_tokens=24, temperature=0.9, seed=4,
+                 eta=10.0, gamma=4, chunk_tokens=128, retrieval_budget=256)
+    out = client.predict(*settings(**rapid), api_name="/run")
+    _, text, counters, _, method_step, diff, _, message, document, node, chart = out
+    assert message.startswith("Done") and "sampled at temperature 0.9" in counters, (message, counters)
+    assert "Lossy (eta > 0)" in method_step and "total-variation" in method_step
+    assert "chunk-chosen" in document and "RAG drafter reads" in document
+    # bad sampling input: a clear message each, and the session keeps what it generated
+    for bad, expected in [(dict(temperature=0.0), "eta has no effect at temperature 0"),
+                          (dict(seed=1.5), "seed must be a whole number")]:
+        _, _, kept, _, _, _, _, message, *_ = client.predict(*settings(**(rapid | bad)), api_name="/step")
+        assert expected in message and kept == counters, message
+    # the same seed repeats the run token for token; eta 0 at temperature 0 is greedy and lossless
+    again = client.predict(*settings(**rapid), api_name="/run")
+    assert again[1] == text
+    _, _, counters, _, method_step, diff, *_ = client.predict(
+        *settings(**(rapid | dict(temperature=0.0, eta=0.0))), api_name="/run")
+    assert "identical to greedy ar" in counters and "Lossy" not in method_step
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian chromium is not installed")
+def test_browser_rapid_document_and_distribution(url):
+    """rapid sampled with eta: the document with its retrieved chunk, the p / q / p_hat bars of a node,
+    and the eta slider switched off at temperature 0."""
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 2200})
+        page.goto(url, wait_until="load")
+        page.locator("#prompt textarea").fill(rapid_prompt())
+        page.get_by_label("Method").first.click()
+        page.get_by_role("option", name="rapid", exact=True).click()
+        page.get_by_text("Method parameters", exact=True).click()   # a closed accordion renders nothing
+        eta = page.locator("#param-eta input[type=range]")
+        page.wait_for_timeout(500)
+        assert eta.is_disabled()   # temperature 0: eta is off
+        page.get_by_text("Sampling", exact=True).click()
+        temperature = page.locator("#temperature input[type=number]")
+        temperature.fill("0.9")
+        temperature.press("Enter")
+        page.wait_for_timeout(500)
+        assert not eta.is_disabled()
+        page.locator("#step-btn").click()
+        page.wait_for_function("document.querySelector('#counters').innerText.includes('steps 1 ')", timeout=120_000)
+        page.wait_for_timeout(800)
+        document = page.locator("#document").inner_text()
+        bars = page.locator("#distribution-plot .barlayer .point").count()
+        page.screenshot(path=str(SCREENSHOTS / "rapid.png"), full_page=True)
+        browser.close()
+    assert "RAG drafter reads" in document
+    assert bars >= 4   # p and q (and p_hat, emitted) over the top tokens

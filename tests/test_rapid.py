@@ -77,6 +77,29 @@ def test_eta_is_refused_at_temperature_zero_and_declared_lossy_above(lm):
     assert Session(lm, "rapid", {"eta": 0}, temperature=0.8).lossless
 
 
+def test_bad_input_gets_a_clear_message(lm):
+    with pytest.raises(SpecvizError, match="eta must be between"):
+        Session(lm, "rapid", {"eta": -1}, temperature=0.8)
+    with pytest.raises(SpecvizError, match="chunk_tokens must be between"):
+        Session(lm, "rapid", {"chunk_tokens": 0})
+    with pytest.raises(SpecvizError, match="ranker must be one of"):
+        Session(lm, "rapid", {"ranker": "tfidf"})
+    too_long = long_context_prompt(FERRY * 4, "Who ran the consultation?")   # about 8,700 tokens
+    with pytest.raises(SpecvizError, match="context holds 8192.*refused rather than silently cut"):
+        Session(lm, "rapid").start(too_long)
+
+
+def test_rapid_drafts_with_the_layer_skip_drafter(lm):
+    from specviz.core.resources import shared_draft
+
+    prompt = long_context_prompt(FERRY[:3000], FERRY_QUESTIONS[0]["question"])
+    reference = Session(lm, "ar").start(prompt)
+    reference.run(12)
+    session = Session(lm, "rapid", {"gamma": 4}, draft=shared_draft(lm, "self-skip:8")).start(prompt)
+    session.run(12)
+    assert session.output_ids == reference.output_ids
+
+
 def test_sampled_rapid_is_reproducible_and_marks_transfers(lm):
     prompt = long_context_prompt(FERRY[:1500], "Which islands does the report name first?")
     runs = []
@@ -84,8 +107,9 @@ def test_sampled_rapid_is_reproducible_and_marks_transfers(lm):
         session = Session(lm, "rapid", {"gamma": 4, "eta": 20, "chunk_tokens": 64, "retrieval_budget": 128},
                           temperature=1.0, seed=7).start(prompt)
         session.run(24)
-        runs.append((session.output_ids, [n.status for r in session.records for n in r.nodes]))
+        runs.append((session.output_ids, [(n.status, n.mark) for r in session.records for n in r.nodes]))
     assert runs[0] == runs[1]
+    assert all(status == "accepted" for status, mark in runs[0][1] if mark == "transferred")
     other = Session(lm, "rapid", {"gamma": 4}, temperature=1.0, seed=8).start(prompt)
     other.run(24)
     assert other.output_ids != runs[0][0]

@@ -256,7 +256,9 @@ class Session:
             nodes.append(NodeRecord(
                 id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
                 text=self.token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
-                status=verification.statuses[n],
+                # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
+                status="accepted" if verification.statuses[n] == "transferred" else verification.statuses[n],
+                mark="transferred" if verification.statuses[n] == "transferred" else None,
                 target_prob=None if n == 0 else round(float(verification.target_probs[n]), 6),
                 target_rank=None if n == 0 else int(verification.target_ranks[n]),
                 draft_prob=draft_prob, score=None if n == 0 else round(tree.score(n), 6),

@@ -22,6 +22,7 @@ class NodeRecord:
     draft_prob: float | None = None      # where a draft model proposed it
     score: float | None = None           # best score a source gave it
     meta: dict = field(default_factory=dict)  # per source: what it said about the node
+    mark: str | None = None              # "transferred": accepted by RAPID's p_hat where p would have refused it
 
 
 @dataclass

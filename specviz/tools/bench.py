@@ -61,6 +61,8 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
             "new_tokens": stats["new_tokens"], "steps": stats["steps"],
             "wall_s": stats["wall_s"], "decode_s": session.step_s, "predicted_abs_error": sum(errors),
             "drafted": sum(len(r.nodes) - 1 for r in session.records),
+            "first_step_s": session.records[0].timings_ms["total"] / 1000 if session.records else 0.0,
+            "first_step_tokens": len(session.records[0].accepted_tokens) if session.records else 0,
             "accepted_drafts": sum(r.num_accepted_drafts for r in session.records),
             "model_drafted": sum(bool(r.allocation.get("model")) for r in session.records),
             "empty_trees": sum(len(r.nodes) == 1 for r in session.records)}

@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="runs per method and prompt (median time)")
     bench.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    bench.add_argument("--skip-category", default="", help="comma-separated suite categories to leave out")
     _sampling_args(bench)
     _model_args(bench)
 
@@ -132,6 +133,20 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--max-new-tokens", type=int, default=32)
     quality.add_argument("--json", default=None, metavar="OUT", help="write the report here")
     _model_args(quality)
+
+    longc = commands.add_parser("long-context", help="RAPID on the long documents: ar vs rapid by context length "
+                                "and retrieval budget (grid), eta vs exact match (eta), retrieval quality and cost")
+    longc.add_argument("part", choices=("grid", "eta", "retrieval"))
+    longc.add_argument("--suite", default="assets/suite.jsonl", help="its long-context items are used")
+    longc.add_argument("--repeats", type=int, default=3, help="grid: interleaved runs per item (median)")
+    longc.add_argument("--seeds", type=int, default=2, help="eta: sampled runs per item and eta")
+    longc.add_argument("--budgets", default="512,1024", help="retrieval budgets (tokens), comma-separated")
+    longc.add_argument("--etas", default="0,5,10,20")
+    longc.add_argument("--gamma", type=int, default=10)
+    longc.add_argument("--max-new-tokens", type=int, default=48)
+    longc.add_argument("--temperature", default=None, help="grid: 0 (default); eta: 0.8 (default)")
+    longc.add_argument("--json", default=None, metavar="OUT", help="write the rows here")
+    _model_args(longc)
 
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
@@ -214,7 +229,10 @@ def cmd_bench(args) -> dict:
     _positive("--max-new-tokens", args.max_new_tokens)
     _positive("--repeats", args.repeats, 50)
     sampling = _sampling(args)
-    suite = load_suite(args.suite)
+    skipped = {c.strip() for c in args.skip_category.split(",") if c.strip()}
+    suite = [item for item in load_suite(args.suite) if item["category"] not in skipped]
+    if not suite:
+        raise SpecvizError(f"Every prompt of {args.suite} is in a skipped category.")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     params = parse_assignments(args.param)
     lm = _load_target(args)
@@ -352,7 +370,46 @@ def cmd_params(args) -> None:
         print(f"  {p.name:<17} default {p.default!s:<6} range {allowed}  {p.help}")
 
 
-COMMANDS = {"bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+def cmd_long_context(args) -> dict:
+    from pathlib import Path
+
+    from specviz.accept.sampling import SamplingSettings
+    from specviz.tools import long_context
+    from specviz.tools.suite import load_suite
+
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    suite = load_suite(args.suite)
+    items = long_context.long_items(suite)
+    if args.part != "retrieval" and not items:
+        raise SpecvizError(f"{args.suite} has no long-context items.")
+    lm = _load_target(args)
+    draft = _draft_model(args, ["rapid"], lm)
+    if args.part == "grid":   # one question per document: the context length is what varies
+        items = list({item["document"]: item for item in reversed(items)}.values())[::-1]
+        temperature = SamplingSettings.checked(args.temperature or 0).temperature
+        rows = long_context.run_grid(lm, items, budgets, _positive("--repeats", args.repeats, 50),
+                                     args.max_new_tokens, temperature, args.gamma, draft, log)
+        report, table = {"rows": rows}, long_context.format_grid(rows)
+    elif args.part == "eta":
+        temperature = SamplingSettings.checked(args.temperature or 0.8).temperature
+        etas = [float(e) for e in args.etas.split(",") if e.strip()]
+        rows = long_context.run_eta(lm, items, etas, args.seeds, temperature, args.max_new_tokens, args.gamma,
+                                    budgets[-1], draft, log)
+        report = {"rows": rows}
+        table = "\n".join(f"eta {r['eta']:>5g}: exact match {100 * r['exact_match']:.0f}% of {r['runs']} runs, "
+                          f"acceptance {100 * (r['acceptance_rate'] or 0):.0f}%, MAT {r['mat']:.2f}" for r in rows)
+    else:
+        report = long_context.run_retrieval(lm, Path(args.suite).parent / "documents", budgets=budgets)
+        table = (f"{report['embedder']}: load {report['load_s']} s, weights {report['weights_mb']} MB, RSS "
+                 f"+{report['rss_growth_mb']} MB after load and a first embedding\n" + "\n".join(
+                     f"{k:<12} evidence in chosen chunks {v['evidence_found']}/{v['questions']}, none above "
+                     f"threshold {v['none_above_threshold']}, median {v['median_ms']} ms per question"
+                     for k, v in report["rankers"].items()))
+    return _emit(table, report, args.json)
+
+
+COMMANDS = {"long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
             "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
 

@@ -65,7 +65,8 @@ def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
 
 def _hover(node) -> str:
     lines = [f"<b>{visible_token(node.text)}</b> (id {node.token_id})",
-             f"sources: {', '.join(node.sources) or 'committed root'}", f"status: {node.status}"]
+             f"sources: {', '.join(node.sources) or 'committed root'}",
+             f"status: {node.status}" + (" (by p_hat: p alone would have refused it)" if node.mark == "transferred" else "")]
     if node.target_prob is not None:
         lines.append(f"target p = {node.target_prob:.4f}, rank {node.target_rank}")
     if node.draft_prob is not None:
@@ -99,7 +100,7 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
                                               width=3 if accepted_edges else 1)))
     groups: dict[tuple[str, str], list] = {}
     for n in record.nodes:
-        groups.setdefault((source_group(n.sources), n.status), []).append(n)
+        groups.setdefault((source_group(n.sources), n.mark or n.status), []).append(n)
     for (group, status), nodes in sorted(groups.items()):
         fill, ring = group_colours(group)
         if status in ("relaxed", "transferred"):  # accepted by a rule that bends p: own fill, source's ring
@@ -345,7 +346,7 @@ def transfer_markdown(records: list[StepRecord], lossless: bool) -> str:
     if lossless or not records:
         return ""
     tvs = [c["tv"] for r in records for c in r.notes.get("sampling", {}).get("charts", {}).values() if "tv" in c]
-    transferred = sum(n.status == "transferred" for r in records for n in r.nodes)
+    transferred = sum(n.mark == "transferred" for r in records for n in r.nodes)
     if not tvs:
         return ""
     return (f"**Lossy (eta > 0)**: at the {len(tvs)} drafted positions so far the emitted distribution differs "
