@@ -34,8 +34,10 @@ def as_messages(prompt: str | list[dict]) -> list[dict]:
 @dataclass(frozen=True)
 class PromptText:
     """A prompt as chat messages, read by a method that builds its own context from it (RAPID): the last
-    user message is a document followed by a question, its last paragraph (after the last blank line)."""
+    user message is a document followed by a question, its last paragraph (after the last blank line).
+    ids: the target's token ids of the prompt, once a session has encoded it."""
     messages: tuple
+    ids: tuple = ()
 
     @classmethod
     def of(cls, prompt: str | list[dict]) -> "PromptText":

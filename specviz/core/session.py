@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -95,6 +96,7 @@ class Session:
         self.records, self.finish_reason, self._finish_reported = [], None, False
         self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
         self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
+        prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel()
         self.cache = new_cache(self.lm.model.config)

@@ -62,7 +62,7 @@ class Rapid(Method):
         if self.retrieval.note:
             self.notes.append(f"RAG drafter: {self.retrieval.note}")
         own = encode(lm.tokenizer, self.prompt.with_document(self.retrieval.context), lm.max_context)
-        target = encode(lm.tokenizer, list(self.prompt.messages), lm.max_context)
+        target = self.prompt.ids or tuple(encode(lm.tokenizer, list(self.prompt.messages), lm.max_context))
         if own[-1] != target[-1]:
             self.notes.append("The drafter's prompt ends in another token than the target's; it reads the whole prompt")
         else:
