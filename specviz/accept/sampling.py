@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.accept.verification import LogitTop, Verification, make_verification
+from specviz.accept.verification import Verification, make_verification
 from specviz.core.tree import ROOT, DraftTree
 from specviz.errors import SpecvizError
 
@@ -178,8 +178,7 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
             break
         path.append(accepted_child)
         node = accepted_child
-    verification = make_verification(tree, logits, path, bonus, compared, transferred=transferred,
-                                     top=LogitTop.of(logits))
+    verification = make_verification(tree, logits, path, bonus, compared, transferred=transferred)
     verification.charts = charts
     verification.empty_residuals = empty_residuals
     return verification

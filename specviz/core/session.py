@@ -51,7 +51,6 @@ class Session:
         self.budget = parse_budget(budget)
         self.sampling = SamplingSettings.checked(temperature, top_p, seed)
         self.method_class.check_sampling(self.params, self.sampling)
-        self.temperature = self.sampling.temperature
         self.generator = torch.Generator(device="cpu").manual_seed(self.sampling.seed)
         self._cost_model = cost_model
         self._online_cost: OnlineCost | None = None
@@ -121,6 +120,10 @@ class Session:
     @property
     def name(self) -> str:
         return self.method_class.name
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
 
     @property
     def lossless(self) -> bool:
