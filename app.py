@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offline; it phones nobody
@@ -13,10 +14,22 @@ import gradio as gr  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.index import datastore
 from specviz.ui.lab import Lab, shared_model
-from specviz.tools.suite import example_prompts
+from specviz.tools.suite import example_prompts, load_suite
+from specviz.accept.sampling import SamplingSettings
+from specviz.core.resources import shared_draft
 from specviz.methods import BUDGET_MAX, METHODS
 from specviz.core.models import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
+from specviz.ui import accounting
+from specviz.ui import visitors
+from specviz.ui.compare import Compare
+from specviz.ui.presets import BY_NAME as PRESETS
+from specviz.ui.recording import shipped_traces
+from specviz.ui.share import query_from_settings, settings_from_query
+from specviz.ui.slides import write_tree_svg
+from specviz.core.trace import MAX_TRACE_BYTES
+
+MAX_TRACE_MB = MAX_TRACE_BYTES // 2**20
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
@@ -25,6 +38,27 @@ PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
 MESSAGE_AT = 8   # index of the message among the outputs (see build_app)
+TRACES = shipped_traces()
+FIRST_TRACE = "racer-code-rename" if "racer-code-rename" in TRACES else next(iter(TRACES), None)
+DEFAULT_PACE_S = 1.0
+# the ← / → keys move the timeline (not while typing in a field)
+KEYS_JS = """
+() => {
+  document.addEventListener('keydown', (event) => {
+    const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(event.target.tagName) || event.target.isContentEditable;
+    if (typing || event.altKey || event.ctrlKey || event.metaKey) return;
+    const id = {ArrowRight: 'next-btn', ArrowLeft: 'prev-btn'}[event.key];
+    if (id) { document.getElementById(id)?.click(); event.preventDefault(); }
+  });
+}
+"""
+# a click on a token of the generated text sends its index
+TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
+                  "if (token) trigger('click', {token: Number(token.dataset.token)}); });")
+LAUNCH_OPTIONS = {"css": TOKEN_CSS, "js": KEYS_JS}
+# one model forward at a time per core pair: two at once on 2 cores only share them (see README, "Many visitors")
+MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "1"))
+SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
 
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
@@ -41,9 +75,12 @@ def _settings(lab: Lab | None, model, draft_model, mode, prompt, method, auto_bu
 
 
 def _shown(lab: Lab):
-    """lab.view() as the page's outputs: the node list becomes the dropdown's choices."""
-    *head, choices, chart = lab.view()
-    return (lab, *head, gr.update(choices=choices, value=choices[0][1] if choices else None), chart)
+    """lab.view() as the page's outputs: the node list becomes the dropdown's choices, (steps, shown step)
+    the timeline slider."""
+    *head, choices, chart, (steps, shown), caption = lab.view()
+    timeline = gr.update(maximum=max(steps - 1, 1), value=shown or 0, interactive=steps > 1)
+    return (lab, *head, gr.update(choices=choices, value=choices[0][1] if choices else None), chart, timeline,
+            caption)
 
 
 def eta_state(temperature):
@@ -123,23 +160,304 @@ def on_load_model(name, mode=""):
             f"{'lean' if lm.lean else 'stock'} forward), context {lm.max_context}.{notes}")
 
 
+# ---- timeline, play, linked views ---------------------------------------------------------------------
+def on_go(lab, delta):
+    lab = lab or Lab()
+    lab.go(int(delta))
+    return _shown(lab)
+
+
+def on_go_to(lab, step):
+    lab = lab or Lab()
+    lab.go_to(step)
+    return _shown(lab)
+
+
+def on_token(lab, evt: gr.EventData):
+    lab = lab or Lab()
+    lab.select_token(getattr(evt, "token", None) if evt is not None else None)
+    return _shown(lab)
+
+
+def on_play(lab, pace):
+    lab = lab or Lab()
+    if lab.playing:
+        lab.message = "Already playing: press Pause to stop."
+        return (*_shown(lab), gr.Timer(active=True))
+    lab.playing, lab.message = True, ""
+    if lab.replay is not None and lab.shown_step() == len(lab.replay.steps) - 1:
+        lab.go_to(0)  # a replay shown at its end plays from the start
+    return (*_shown(lab), gr.Timer(value=float(pace), active=True))
+
+
+def on_pause(lab):
+    lab = lab or Lab()
+    lab.playing, lab.message = False, "Paused."
+    return (*_shown(lab), gr.Timer(active=False))
+
+
+def on_tick(lab, max_new_tokens, *settings):
+    lab = lab or Lab()
+    if not lab.playing:
+        return (*_shown(lab), gr.Timer(active=False))
+    try:
+        if lab.replay is None and lab.shown_step() is None or lab.replay is None and lab.at is None:
+            lab = _settings(lab, *settings)  # live stepping uses the page's settings
+        going = lab.tick(int(max_new_tokens))
+    except SpecvizError as error:
+        lab.playing = False
+        return (*_failed(lab, error), gr.Timer(active=False))
+    return (*_shown(lab), gr.Timer(active=going))
+
+
+# ---- replay and export --------------------------------------------------------------------------------
+def on_replay_shipped(lab, name):
+    lab = lab or Lab()
+    try:
+        if name not in TRACES:
+            raise SpecvizError(f"No shipped trace named {name!r}.")
+        lab.load_trace(TRACES[name], name)
+    except SpecvizError as error:
+        return _failed(lab, error)
+    return _shown(lab)
+
+
+def on_upload(lab, path):
+    lab = lab or Lab()
+    if not path:
+        return _shown(lab)
+    try:
+        lab.load_trace(path)
+    except SpecvizError as error:
+        return _failed(lab, error)
+    return _shown(lab)
+
+
+def on_first_view(lab, compare, request: gr.Request):
+    """A new visitor: the shipped trace replays at once (no model needed); the session's objects are
+    registered so that closing the tab frees them (on_close)."""
+    lab, compare = lab or Lab(), compare or Compare()
+    if lab.recording() is None and FIRST_TRACE:
+        lab.load_trace(TRACES[FIRST_TRACE], FIRST_TRACE)
+    visitors.register(getattr(request, "session_hash", None), lab, compare)
+    return (*_shown(lab), compare)
+
+
+def on_close(request: gr.Request):
+    visitors.release(getattr(request, "session_hash", None))
+
+
+def on_download_trace(lab):
+    lab = lab or Lab()
+    try:
+        return lab.export_trace(_download_folder())
+    except SpecvizError as error:
+        raise gr.Error(str(error))
+
+
+def on_download_svg(lab):
+    lab = lab or Lab()
+    record, _ = lab.shown_record()
+    if record is None:
+        raise gr.Error("No step to export yet: Step, Run or load a trace first.")
+    return str(write_tree_svg(record, Path(_download_folder()) / f"specviz-tree-step{record.step}.svg"))
+
+
+def _download_folder() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="specviz-")
+
+
+def on_accounting(lab):
+    """The run's accounting plots, the two-lane view against ar and the cost curve of the shown step."""
+    lab = lab or Lab()
+    recording, k = lab.recording(), lab.shown_step()
+    records = recording.records[:k + 1] if k is not None else []
+    lanes = lab.lanes()
+    record = records[-1] if records else None
+    curve = recording.cost_curve if recording else None
+    if curve is None and lab.session is not None and lab.replay is None and lab.session.started:
+        cost = lab.session.cost_model  # measured once per model and mode, then cached on disk
+        curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
+    expected = record.notes.get("expected_curve") if record else None
+    decision = record.notes.get("budget_decision", {}) if record else {}
+    return (accounting.sources_figure(records), accounting.acceptance_figure(records),
+            accounting.waste_figure(records), accounting.time_split_figure(records), accounting.lanes_figure(lanes),
+            accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None,
+                                   decision.get("draft_ms", record.timings_ms["draft"] if record else 0.0)))
+
+
+# ---- A/B, presets, URL ----------------------------------------------------------------------------------
+def _base(model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed, *param_values):
+    return {"model": model, "prompt": prompt, "method": method, "budget": "auto" if auto_budget else budget,
+            "params": {p.name: v for p, v in zip(PARAMS, param_values)}, "draft_model": draft_model, "mode": mode,
+            "temperature": temperature, "top_p": top_p, "seed": seed}
+
+
+def on_ab_step(compare, side_a, side_b, max_new_tokens, *settings):
+    compare = compare or Compare()
+    try:
+        compare.apply(_base(*settings), side_a, side_b)
+        compare.step(int(max_new_tokens))
+    except SpecvizError as error:
+        compare.message = f"⚠️ {error}"
+    return (compare, *compare.view())
+
+
+def on_ab_run(compare, side_a, side_b, max_new_tokens, *settings):
+    compare = compare or Compare()
+    try:
+        compare.apply(_base(*settings), side_a, side_b)
+        for _ in compare.run(int(max_new_tokens)):
+            yield (compare, *compare.view())
+    except SpecvizError as error:
+        compare.message = f"⚠️ {error}"
+        yield (compare, *compare.view())
+
+
+def on_ab_reset(compare):
+    compare = compare or Compare()
+    compare.reset()
+    return (compare, *compare.view())
+
+
+def on_preset(name):
+    """A preset's settings into the page's widgets, its A/B sides and its question."""
+    preset = PRESETS.get(name)
+    if preset is None:
+        return [gr.update()] * (7 + len(PARAMS))
+    values = {**{p.name: p.default for p in PARAMS}, **preset.params}
+    return [EXAMPLES[preset.example], preset.method, preset.temperature, preset.max_new_tokens, preset.side_a,
+            preset.side_b, f"**{preset.name}.** {preset.question} Press **Run both** in *A/B compare*.",
+            *[gr.update(value=values[p.name], visible=p in METHODS[preset.method].params) for p in PARAMS]]
+
+
+def on_url(request: gr.Request):
+    """Settings from the page URL's query parameters; what cannot be used is named in the message."""
+    query = dict(request.query_params) if request is not None else {}
+    settings, notes = settings_from_query(query, EXAMPLES)
+    method = settings.get("method", "racer")
+    prompt = EXAMPLES[settings["example"]] if "example" in settings else settings.get("prompt")
+    budget = settings.get("budget")
+    updates = [gr.update(value=method) if "method" in settings else gr.update(),
+               gr.update(value=prompt) if prompt is not None else gr.update(),
+               gr.update(value=budget == "auto") if budget is not None else gr.update(),
+               gr.update(value=budget) if isinstance(budget, int) else gr.update(),
+               *(gr.update(value=settings[k]) if k in settings else gr.update()
+                 for k in ("max_new_tokens", "temperature", "top_p", "seed")),
+               *(gr.update(value=settings[p.name], visible=p in METHODS[method].params) if p.name in settings
+                 else gr.update(visible=p in METHODS[method].params) for p in PARAMS)]
+    restored = [k for k in settings]
+    message = ""
+    if restored:
+        message = f"Settings from the link: {', '.join(restored)}."
+    if notes:
+        message += " ⚠️ Ignored: " + "; ".join(notes) + "."
+    return [*updates, message.strip()]
+
+
+def on_share(max_new_tokens, model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
+             *param_values):
+    example = next((label for label, text in EXAMPLES.items() if text == prompt), None)
+    query = query_from_settings(method, "auto" if auto_budget else int(budget), max_new_tokens, temperature, top_p,
+                                seed, {p.name: v for p, v in zip(PARAMS, param_values)}, example)
+    note = "" if example or not prompt else " (the prompt is not an example, so the link leaves it out)"
+    return f"Link to these settings: [{query}]({query}){note}"
+
+
+# ---- sweeps ------------------------------------------------------------------------------------------
+SUITE = load_suite(ASSETS / "suite.jsonl")
+CATEGORIES = sorted({item["category"] for item in SUITE})
+SWEEP_METRICS = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)", "mat"),
+                 ("tokens/s", "tokens_per_s"), ("share of tokens differing from the lossless output",
+                                                "differing_fraction")]
+
+
+def on_sweep(axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, model, draft_model, mode, prompt,
+             method, auto_budget, budget, temperature, top_p, seed, *param_values, progress=gr.Progress()):
+    """A grid over one or two axes on the page's prompt or a suite category, with the page's other settings."""
+    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes, run_grid
+
+    try:
+        axes = parse_axes([axis_1, axis_2])  # refuses a too-large grid before anything loads
+        if scope == "suite category":
+            prompts = [item for item in SUITE if item["category"] == category]
+            if not prompts:
+                raise SpecvizError(f"No suite prompts in category {category!r}.")
+        else:
+            prompts = [{"id": "page prompt", "category": "prompt", "prompt": Lab.checked_prompt(prompt)}]
+        spec = METHODS[method]
+        lm = shared_model(model, mode)
+        draft = shared_draft(lm, draft_model, mode) if spec.uses_draft_model else None
+        params = {p.name: v for p, v in zip(PARAMS, param_values) if p in spec.params}
+        sampling = SamplingSettings.checked(temperature, top_p, seed)
+        report = run_grid(lm, prompts, method, axes, int(sweep_tokens), params, "auto" if auto_budget else budget,
+                          draft, sampling, progress=lambda done, total, label: progress((done, total), desc=label))
+    except SpecvizError as error:
+        return None, gr.update(), None, "", f"⚠️ {error}"
+    path = Path(_download_folder()) / f"specviz-sweep-{method}.csv"
+    path.write_text(grid_csv(report))
+    return (report, grid_figure(report, metric), str(path), f"```\n{format_grid(report)}\n```",
+            f"Sweep done: {len(report['points'])} points x {len(prompts)} prompts.")
+
+
+def on_sweep_metric(report, metric):
+    from specviz.tools.sweep import grid_figure
+
+    return grid_figure(report, metric)
+
+
+def sweep_tab(settings_inputs, max_new_tokens):
+    """The Sweep tab: built inside build_app's Tabs; returns nothing, wires its own events."""
+    with gr.Tab("Sweep", id="tab-sweep"):
+        gr.Markdown("One or two hyperparameters of the page's method (or the run settings budget, temperature, "
+                    "top_p, seed) over their values, on the prompt above or a suite category, against plain `ar`. "
+                    "At most 64 grid points and 400 runs. API: `/sweep` (gradio_client), CLI: "
+                    "`python -m specviz sweep --vary NAME=V1,V2 [--vary NAME2=...]`.")
+        with gr.Row():
+            axis_1 = gr.Textbox(label="Axis 1 (NAME=V1,V2,...)", value="budget=4,16,64", elem_id="axis-1")
+            axis_2 = gr.Textbox(label="Axis 2 (optional)", value="", elem_id="axis-2")
+        with gr.Row():
+            scope = gr.Radio(["page prompt", "suite category"], value="page prompt", label="On", elem_id="sweep-scope")
+            category = gr.Dropdown(CATEGORIES, value=CATEGORIES[0], label="Suite category")
+            sweep_tokens = gr.Slider(4, 256, value=32, step=1, label="New tokens per run", elem_id="sweep-tokens")
+            metric = gr.Dropdown(SWEEP_METRICS, value="speedup", label="Plot", elem_id="sweep-metric")
+        go = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
+        sweep_message = gr.Markdown(elem_id="sweep-message")
+        report = gr.State(None)
+        plot = gr.Plot(elem_id="sweep-plot", label="Sweep")
+        csv_file = gr.File(label="CSV (one line per grid point)", elem_id="sweep-csv")
+        table = gr.Markdown(elem_id="sweep-table")
+        go.click(on_sweep, [axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, *settings_inputs],
+                 [report, plot, csv_file, table, sweep_message], api_name="sweep", concurrency_id="model",
+                 concurrency_limit=MODEL_CONCURRENCY)
+        metric.change(on_sweep_metric, [report, metric], plot)
+
+
 def build_app() -> gr.Blocks:
     with gr.Blocks(title="specviz: speculative decoding with draft trees") as demo:
-        lab = gr.State(None)
+        lab = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda lab: lab and lab.release())
+        compare = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda c: c and c.reset())
         gr.Markdown("# specviz\nEach step drafts a tree of candidate tokens, verifies it in **one forward pass** "
                     "with tree attention, and keeps the longest path the target model agrees with, plus one token "
                     "of its own (the bonus). Colour = where a node came from; marker = what the target did with it.")
+        with gr.Row():
+            preset = gr.Dropdown(list(PRESETS), value=None, label="Presets: one click, one question", scale=1,
+                                 elem_id="preset")
+            preset_question = gr.Markdown(elem_id="preset-question")
         with gr.Row():
             with gr.Column(scale=2):
                 example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)", value=None)
                 prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7,
                                     elem_id="prompt")
             with gr.Column(scale=1):
-                method = gr.Dropdown(list(METHODS), value="racer", label="Method")
+                method = gr.Dropdown(list(METHODS), value="racer", label="Method", elem_id="method")
                 auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
                                           elem_id="auto-budget")
-                budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)")
-                max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens")
+                budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)",
+                                   elem_id="budget")
+                max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, elem_id="temperature",
                                             label="Temperature (0 = greedy; > 0 samples, verified by lossless "
@@ -166,43 +484,136 @@ def build_app() -> gr.Blocks:
             run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
             stop_btn = gr.Button("Stop", elem_id="stop-btn")
             reset_btn = gr.Button("Reset", elem_id="reset-btn")
-        message = gr.Markdown(elem_id="message")
-        counters = gr.Markdown(elem_id="counters")
-        with gr.Row():
-            with gr.Column(scale=5):
-                tree = gr.Plot(value=tree_figure(None), label="Draft tree of the last step", elem_id="tree-plot")
-            with gr.Column(scale=3, min_width=360):
-                split = gr.Markdown(elem_id="budget-split")
-                method_step = gr.Markdown(elem_id="method-step")
-        text = gr.HTML(label="Generated text", elem_id="generated")
-        prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
-                             elem_id="prediction-plot")
-        diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
-        with gr.Row():
-            with gr.Column(scale=3):
-                document = gr.HTML(label="Document (rapid: the chunks the RAG drafter reads are highlighted)",
-                                   elem_id="document")
-            with gr.Column(scale=2):
-                node = gr.Dropdown([], label="Node of the last step (sampling): p, q and p_hat at its position",
-                                   elem_id="node-pick")
-                distribution = gr.Plot(value=distribution_figure(None, None, str), elem_id="distribution-plot",
-                                       label="p (target), q (draft), p_hat (eta) and what was emitted")
-
+        with gr.Row(equal_height=True):
+            prev_btn = gr.Button("◀ Previous", elem_id="prev-btn", scale=0, min_width=110)
+            timeline = gr.Slider(0, 1, value=0, step=1, label="Timeline: step shown", elem_id="timeline", scale=4,
+                                 interactive=False)
+            next_btn = gr.Button("Next ▶", elem_id="next-btn", scale=0, min_width=110)
+            play_btn = gr.Button("▶ Play", elem_id="play-btn", scale=0, min_width=90)
+            pause_btn = gr.Button("⏸ Pause", elem_id="pause-btn", scale=0, min_width=90)
+            pace = gr.Slider(0.2, 5.0, value=DEFAULT_PACE_S, step=0.1, label="Play pace (s per step)", scale=1,
+                             elem_id="pace")
+        timer = gr.Timer(DEFAULT_PACE_S, active=False)
         settings = [model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
                     *param_inputs]
+        message = gr.Markdown(elem_id="message")
+        counters = gr.Markdown(elem_id="counters")
+        caption = gr.Markdown(elem_id="step-caption")
+        with gr.Tabs():
+            with gr.Tab("Tree", id="tab-tree"):
+                with gr.Row():
+                    with gr.Column(scale=5):
+                        tree = gr.Plot(value=tree_figure(None), label="Draft tree of the shown step",
+                                       elem_id="tree-plot")
+                    with gr.Column(scale=3, min_width=360):
+                        split = gr.Markdown(elem_id="budget-split")
+                        method_step = gr.Markdown(elem_id="method-step")
+                text = gr.HTML(label="Generated text (click a token: its step and node)", elem_id="generated",
+                               js_on_load=TOKEN_CLICK_JS)
+                prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
+                                     elem_id="prediction-plot")
+                diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        document = gr.HTML(label="Document (rapid: the chunks the RAG drafter reads are highlighted)",
+                                           elem_id="document")
+                    with gr.Column(scale=2):
+                        node = gr.Dropdown([], label="Node of the shown step (sampling): p, q and p_hat at its "
+                                           "position", elem_id="node-pick")
+                        distribution = gr.Plot(value=distribution_figure(None, None, str), elem_id="distribution-plot",
+                                               label="p (target), q (draft), p_hat (eta) and what was emitted")
+                with gr.Row():
+                    trace_btn = gr.DownloadButton("Download trace (JSON)", elem_id="download-trace")
+                    svg_btn = gr.DownloadButton("Tree for slides (SVG, light theme)", elem_id="download-svg")
+                    share_btn = gr.Button("Link to these settings", elem_id="share-btn")
+                share_link = gr.Markdown(elem_id="share-link")
+            with gr.Tab("Accounting", id="tab-accounting") as accounting_tab:
+                refresh = gr.Button("Refresh plots", elem_id="refresh-accounting")
+                with gr.Row():
+                    sources_plot = gr.Plot(elem_id="sources-plot", label="Nodes per source")
+                    acceptance_plot = gr.Plot(elem_id="acceptance-plot", label="Acceptance by depth and source")
+                with gr.Row():
+                    waste_plot = gr.Plot(elem_id="waste-plot", label="Wasted verify tokens")
+                    time_plot = gr.Plot(elem_id="time-plot", label="Time split per step")
+                lanes_plot = gr.Plot(elem_id="lanes-plot", label="Wall clock: this run against ar")
+                cost_plot = gr.Plot(elem_id="cost-plot", label="Why a tree pays: verify cost and expected speedup")
+            with gr.Tab("A/B compare", id="tab-ab"):
+                gr.Markdown("Two configurations on the prompt above: each side is the page's settings with the "
+                            "overrides you write (`method=respec tau=3`, `budget=64`, `temperature=0.8`, ...).")
+                with gr.Row():
+                    side_a = gr.Textbox(label="Side A overrides", elem_id="side-a", value="")
+                    side_b = gr.Textbox(label="Side B overrides", elem_id="side-b", value="method=pld")
+                with gr.Row():
+                    ab_step = gr.Button("Step both", elem_id="ab-step", variant="primary")
+                    ab_run = gr.Button("Run both to the end", elem_id="ab-run", variant="primary")
+                    ab_reset = gr.Button("Reset both", elem_id="ab-reset")
+                ab_message = gr.Markdown(elem_id="ab-message")
+                with gr.Row():
+                    with gr.Column():
+                        summary_a = gr.Markdown(elem_id="summary-a")
+                        tree_a = gr.Plot(elem_id="tree-a", label="A: tree of the last step")
+                        text_a = gr.HTML(elem_id="text-a")
+                    with gr.Column():
+                        summary_b = gr.Markdown(elem_id="summary-b")
+                        tree_b = gr.Plot(elem_id="tree-b", label="B: tree of the last step")
+                        text_b = gr.HTML(elem_id="text-b")
+                ab_diff = gr.HTML(elem_id="ab-diff")
+            with gr.Tab("Replay", id="tab-replay"):
+                gr.Markdown("Recorded runs replay with **no model loaded**: pick a shipped trace or upload one "
+                            f"(a specviz trace JSON, at most {MAX_TRACE_MB} MB). Step or Run returns to your live run.")
+                with gr.Row():
+                    shipped = gr.Dropdown(list(TRACES), value=FIRST_TRACE, label="Shipped traces (assets/traces)",
+                                          elem_id="shipped-trace")
+                    replay_btn = gr.Button("Replay", elem_id="replay-btn")
+                upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
+            sweep_tab(settings, max_new_tokens)
+
         outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message, document, node,
-                   distribution]
+                   distribution, timeline, caption]
+        plots = [sources_plot, acceptance_plot, waste_plot, time_plot, lanes_plot, cost_plot]
+        ab_outputs = [compare, tree_a, tree_b, text_a, text_b, summary_a, summary_b, ab_diff, ab_message]
+        model_events = dict(concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
         method.change(param_visibility, method, param_inputs)
         eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")
         temperature.change(eta_state, temperature, eta)
         demo.load(eta_state, temperature, eta)
+        demo.load(on_first_view, [lab, compare], [*outputs, compare])
+        demo.unload(on_close)
+        demo.load(on_url, None, [method, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
+                                 *param_inputs, message], api_name="url_settings")
         node.input(on_node, [lab, node], distribution)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
-        step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step")
-        run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run")
+        step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step", **model_events)
+        run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run", **model_events)
+        run_event.then(on_accounting, lab, plots)
         stop_btn.click(on_stop, lab, outputs, cancels=[run_event], api_name="stop")
         reset_btn.click(on_reset, lab, outputs, api_name="reset")
-        load.click(on_load_model, [model, mode], model_status, api_name="load_model")
+        load.click(on_load_model, [model, mode], model_status, api_name="load_model", **model_events)
+        # timeline
+        prev_btn.click(on_go, [lab, gr.Number(-1, visible=False)], outputs, api_name="previous")
+        next_btn.click(on_go, [lab, gr.Number(1, visible=False)], outputs, api_name="next")
+        timeline.release(on_go_to, [lab, timeline], outputs, api_name="go_to")
+        text.click(on_token, lab, outputs)
+        play_btn.click(on_play, [lab, pace], [*outputs, timer], api_name="play")
+        pause_btn.click(on_pause, lab, [*outputs, timer], api_name="pause")
+        timer.tick(on_tick, [lab, max_new_tokens, *settings], [*outputs, timer], **model_events)
+        # replay, export, share
+        replay_btn.click(on_replay_shipped, [lab, shipped], outputs, api_name="replay")
+        upload.upload(on_upload, [lab, upload], outputs, api_name="upload_trace")
+        trace_btn.click(on_download_trace, lab, trace_btn, api_name="download_trace")
+        svg_btn.click(on_download_svg, lab, svg_btn, api_name="download_svg")
+        share_btn.click(on_share, [max_new_tokens, *settings], share_link, api_name="share_link")
+        # accounting
+        refresh.click(on_accounting, lab, plots, api_name="accounting")
+        accounting_tab.select(on_accounting, lab, plots)
+        # A/B and presets
+        ab_step.click(on_ab_step, [compare, side_a, side_b, max_new_tokens, *settings], ab_outputs,
+                      api_name="ab_step", **model_events)
+        ab_run.click(on_ab_run, [compare, side_a, side_b, max_new_tokens, *settings], ab_outputs,
+                     api_name="ab_run", **model_events)
+        ab_reset.click(on_ab_reset, compare, ab_outputs, api_name="ab_reset")
+        preset.input(on_preset, preset, [prompt, method, temperature, max_new_tokens, side_a, side_b,
+                                         preset_question, *param_inputs], api_name="preset")
     return demo
 
 
@@ -213,10 +624,15 @@ def main() -> None:
     parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", default_host))
     parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     args = parser.parse_args()
-    lm = shared_model(None)  # load the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
-    datastore.ensure(lm)     # READER's datastore from the shipped corpus, built once per tokenizer
-    build_app().queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port,
-                                                          css=TOKEN_CSS)
+
+    def warm_up():  # the page is up at once (a shipped trace replays) while the model loads
+        lm = shared_model(None)  # the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
+        datastore.ensure(lm)     # READER's datastore from the shipped corpus, built once per tokenizer
+        print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
+
+    threading.Thread(target=warm_up, daemon=True).start()
+    build_app().queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
+                                                          **LAUNCH_OPTIONS)
 
 
 if __name__ == "__main__":

@@ -195,6 +195,14 @@ class OnlineCost:
             self.ratio[band] = statistics.median(samples)
 
 
+def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int) -> tuple[list[int], np.ndarray]:
+    """The tree's nodes best-first by calibrated chance (a parent before its children), at most max_nodes,
+    and the expected accepted drafts of keeping the first k of them (index k = 0..len(order))."""
+    chances = acceptance.calibrated(tree, acceptance.node_chances(tree))
+    order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
+    return order, np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
+
+
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
          margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
     """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
@@ -202,11 +210,9 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
     time (spent whatever is kept). A tree must promise `margin` times the rate of plain decoding
     (1 / (draft + one-token verify)) before it replaces it: estimates are noisy, and a tree that only
     ties with plain decoding loses to it more often than not."""
-    chances = acceptance.calibrated(tree, acceptance.node_chances(tree))
-    order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
+    order, expected = best_first(tree, acceptance, max_nodes)
     costs = cost.costs_ms(1 + len(order))
     # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin
-    expected = np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
     rates = (1.0 + expected) / (draft_ms + costs)
     best_keep = 0
     if len(order):
@@ -217,4 +223,5 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
     rate = float(rates[best_keep])
     return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
                                "expected_accepted": round(expected_kept, 3), "draft_ms": round(draft_ms, 2),
-                               "expected_tokens_per_s": round(1000 * rate, 2)}
+                               "expected_tokens_per_s": round(1000 * rate, 2),
+                               "expected_curve": [round(float(e), 3) for e in expected]}

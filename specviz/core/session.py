@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from dataclasses import replace
 from typing import Callable
@@ -12,7 +14,7 @@ from specviz.core import costmodel
 from specviz.core.forward import tree_forward
 from specviz.core.kv import cache_length, keep_accepted, new_cache
 from specviz.core.models import LoadedModel, check_same_vocabulary
-from specviz.core.planner import AcceptanceModel, OnlineCost, plan
+from specviz.core.planner import AcceptanceModel, OnlineCost, best_first, plan
 from specviz.accept.sampling import SamplingSettings
 from specviz.core.prompts import PromptText, encode
 from specviz.core.trace import NodeRecord, StepRecord, Trace
@@ -22,6 +24,15 @@ from specviz.errors import SpecvizError
 from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
 
 PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
+
+
+def machine_label(lm: LoadedModel) -> str:
+    """Where a run was recorded: processor, device, precision and threads (shown beside replayed traces)."""
+    processor = platform.processor() or platform.machine()
+    if lm.device.type == "cuda":
+        processor = torch.cuda.get_device_name(lm.device)
+    return (f"{processor} ({os.cpu_count()} cores), {lm.device.type}, mode {lm.mode}, "
+            f"{torch.get_num_threads()} threads, torch {torch.__version__}")
 
 
 class TokenTexts:
@@ -153,7 +164,13 @@ class Session:
                              **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
                                 if self.method_class.uses_draft_model else {})},
                      prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
-                     finish_reason=self.finish_reason or "length", steps=list(self.records))
+                     finish_reason=self.finish_reason or "length", steps=list(self.records),
+                     token_texts={str(t): self.token_text(t) for t in dict.fromkeys(
+                         [*self.output_ids, *(n.token_id for r in self.records for n in r.nodes)])},
+                     prompt_text=self.lm.tokenizer.decode(self.prompt_ids), recorded_on=machine_label(self.lm),
+                     prefill_ms=round(self.prefill_s * 1000, 3), lossless=self.lossless,
+                     cost_curve=({"sizes": list(self._cost_model.sizes), "ms": list(self._cost_model.ms)}
+                                 if self._cost_model is not None else None))
 
     # ---- one step -------------------------------------------------------------------------------
     def _draft(self, room: int) -> tuple:
@@ -171,7 +188,10 @@ class Session:
         if self.budget == "auto":
             draft_ms = (time.perf_counter() - started) * 1000
             order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms)
+            notes["expected_curve"] = notes["budget_decision"].pop("expected_curve")
             return offered.truncate(len(order), order), len(order), notes
+        # a fixed budget keeps the drafters' own order; the curve still shows what a smaller tree would expect
+        notes["expected_curve"] = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit)[1]]
         return offered.truncate(limit), limit, notes
 
     @torch.inference_mode()

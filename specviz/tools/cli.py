@@ -75,13 +75,36 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(bench)
     _model_args(bench)
 
-    sweep = commands.add_parser("sweep", help="one method at several values of one parameter, vs ar's output")
-    sweep.add_argument("--suite", required=True)
+    load = commands.add_parser("app-load", help="the app under load (concurrent visitors) and over time (memory)")
+    load.add_argument("--part", choices=["concurrency", "memory"], default="concurrency")
+    load.add_argument("--suite", default="assets/heldout.jsonl")
+    load.add_argument("--visitors", type=int, default=8)
+    load.add_argument("--method", default="racer")
+    load.add_argument("--max-new-tokens", type=int, default=32)
+    load.add_argument("--concurrency", type=int, default=1, help="the app's model-event concurrency")
+    load.add_argument("--steps", type=int, default=5000)
+    load.add_argument("--sessions", type=int, default=200)
+    load.add_argument("--ttl", type=int, default=1800, help="the app's session time to live, seconds")
+    load.add_argument("--json", default=None, metavar="OUT")
+    _model_args(load)
+    record = commands.add_parser("record-traces", help="record the shipped traces (assets/traces), one per method")
+    record.add_argument("--out", default="assets/traces")
+    record.add_argument("--max-new-tokens", type=int, default=96)
+    _model_args(record)
+    sweep = commands.add_parser("sweep", help="one method over a grid of one or two parameters (or budget, "
+                                "temperature, top_p, seed), vs ar's output and speed")
     sweep.add_argument("--method", default="respec")
-    sweep.add_argument("--vary", required=True, metavar="NAME=V1,V2,...", help="e.g. tau=0,1,2,3,5")
-    sweep.add_argument("--max-new-tokens", type=int, default=96)
+    sweep.add_argument("--vary", required=True, action="append", metavar="NAME=V1,V2,...",
+                       help="one axis, e.g. tau=0,1,2 or budget=8,16,auto; give it twice for a 2-D grid")
+    sweep_source = sweep.add_mutually_exclusive_group(required=True)
+    sweep_source.add_argument("--suite", help="JSONL suite of prompts")
+    sweep_source.add_argument("--prompt", help="one prompt text")
+    sweep.add_argument("--category", default=None, help="with --suite: only these categories (comma-separated)")
+    sweep.add_argument("--max-new-tokens", type=int, default=64)
     sweep.add_argument("--budget", default="auto")
     sweep.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    _sampling_args(sweep)
+    sweep.add_argument("--csv", default=None, metavar="OUT", help="write one line per grid point here")
     sweep.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
     _model_args(sweep)
 
@@ -244,19 +267,37 @@ def cmd_bench(args) -> dict:
 
 def cmd_sweep(args) -> dict:
     from specviz.tools.suite import load_suite
-    from specviz.tools.sweep import format_sweep, run_sweep
+    from specviz.tools.sweep import format_grid, grid_csv, grid_points, parse_axes, run_grid
     from specviz.core.params import parse_assignments
 
-    name, sep, values = args.vary.partition("=")
-    if not sep or not name.strip() or not values.strip():
-        raise SpecvizError(f"--vary takes NAME=V1,V2,..., got {args.vary!r}.")
-    suite = load_suite(args.suite)
+    axes = parse_axes(args.vary)  # the grid's size is refused here, before anything is read or loaded
+    max_new_tokens = _positive("--max-new-tokens", args.max_new_tokens)
+    sampling = _sampling(args)
+    params = parse_assignments(args.param)
+    if args.prompt is not None:
+        if args.category:
+            raise SpecvizError("--category filters a --suite; it does not apply to --prompt.")
+        prompts = [{"id": "prompt", "category": "prompt", "prompt": args.prompt}]
+    else:
+        prompts = load_suite(args.suite)
+        if args.category:
+            wanted = [c.strip() for c in args.category.split(",") if c.strip()]
+            present = list(dict.fromkeys(item["category"] for item in prompts))
+            unknown = [c for c in wanted if c not in present]
+            if unknown or not wanted:
+                raise SpecvizError(f"{args.suite} has no category {', '.join(map(repr, unknown)) or repr('')}; "
+                                   f"it has: {', '.join(present)}.")
+            prompts = [item for item in prompts if item["category"] in wanted]
+    grid_points(args.method, axes, params, args.budget, sampling, prompts=len(prompts))  # every value, no model yet
     lm = _load_target(args)
-    report = run_sweep(lm, suite, args.method, name.strip(), [v.strip() for v in values.split(",") if v.strip()],
-                       _positive("--max-new-tokens", args.max_new_tokens), parse_assignments(args.param),
-                       args.budget, _draft_model(args, [args.method], lm),
-                       log=lambda line: print(line, file=sys.stderr, flush=True))
-    return _emit(format_sweep(report), report, args.json)
+    report = run_grid(lm, prompts, args.method, axes, max_new_tokens, params, args.budget,
+                      _draft_model(args, [args.method], lm), sampling,
+                      progress=lambda done, total, label: print(f"[{done}/{total}] {label}", file=sys.stderr,
+                                                                flush=True))
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write(grid_csv(report))
+    return _emit(format_grid(report), report, args.json)
 
 
 def cmd_overhead(args) -> None:
@@ -409,7 +450,61 @@ def cmd_long_context(args) -> dict:
     return _emit(table, report, args.json)
 
 
-COMMANDS = {"long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+def cmd_record_traces(args) -> dict:
+    from pathlib import Path
+
+    from specviz.tools.record_traces import record_traces
+
+    lm = _load_target(args)
+    paths = record_traces(lm, Path(args.out), _positive("--max-new-tokens", args.max_new_tokens),
+                          log=lambda line: print(line, file=sys.stderr, flush=True))
+    return _emit("\n".join(str(p) for p in paths), {"traces": [str(p) for p in paths]}, None)
+
+
+def cmd_app_load(args) -> dict:
+    import statistics
+
+    from specviz.core.session import Session, TokenTexts
+    from specviz.tools import app_load
+    from specviz.tools.suite import load_suite
+
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    env = {"SPECVIZ_MODEL_CONCURRENCY": str(args.concurrency), "SPECVIZ_SESSION_TTL": str(args.ttl)}
+    if args.part == "concurrency":
+        items = [i for i in load_suite(args.suite) if i["category"] != "long-context"][:args.visitors]
+        prompts = [i["prompt"] if "prompt" in i else i["messages"][-1]["content"] for i in items]
+        lm = _load_target(args)
+        texts = TokenTexts(lm.tokenizer)
+        expected = []
+        for prompt in prompts:  # plain greedy decoding of each prompt, here, as the page shows its tokens
+            ar = Session(lm, "ar").start(prompt)
+            ar.run(args.max_new_tokens)
+            expected.append("".join(texts(t) for t in ar.output_ids))
+        server = app_load.Server(env)
+        try:
+            rows = app_load.run_concurrency(server.url, prompts, expected, args.method, args.max_new_tokens)
+        finally:
+            server.close()
+        waits = [r["waited_s"] for r in rows]
+        table = "\n".join(f"visitor {n}: latency {r['latency_s']} s, own compute {r['compute_s']} s, waited "
+                          f"{r['waited_s']} s, {r['tokens']} tokens, same as greedy {r['same_as_greedy']}, "
+                          f"identical to its ar run {r['identical_to_ar']}" for n, r in enumerate(rows, 1))
+        table += (f"\nmodel concurrency {args.concurrency}: all answered {len(rows)}/{len(prompts)}, waited median "
+                  f"{statistics.median(waits):.2f} s, max {max(waits):.2f} s, last answer at "
+                  f"{max(r['latency_s'] for r in rows):.2f} s")
+        return _emit(table, {"concurrency": args.concurrency, "rows": rows}, args.json)
+    server = app_load.Server(env)
+    try:
+        report = app_load.run_memory(server, args.steps, args.sessions, ttl_s=args.ttl, log=log)
+    finally:
+        server.close()
+    table = (f"RSS at start {report['start_mb']} MB; stepping: " + ", ".join(f"{n} steps {mb} MB" for n, mb in report["steps"])
+             + "; abandoned sessions: " + ", ".join(f"{n} {mb} MB" for n, mb in report["sessions"])
+             + (f"; after their time to live {report['after_ttl_mb']} MB" if "after_ttl_mb" in report else ""))
+    return _emit(table, report, args.json)
+
+
+COMMANDS = {"app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
             "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
 

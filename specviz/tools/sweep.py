@@ -1,86 +1,476 @@
-"""One method at several values of one hyperparameter, against plain greedy `ar` on the same prompts."""
+"""Grid sweep: one method over one or two axes (its parameters, or the run settings budget, temperature,
+top_p and seed), interleaved per prompt after plain greedy `ar` (the lossless reference) and, for sampled
+points, `ar` at the same sampling settings (the speed baseline).
+
+Per point and prompt: new tokens, steps, MAT, wall seconds, tokens/s, speedup against `ar` at the same
+sampling, the share of output tokens that differ from greedy `ar`'s output and where the first one is,
+and for greedy points the verdict of core.divergence (yes / tie@k / lossy@k / MISMATCH). Every value and
+every combination is checked before anything runs, and the grid's size is capped (grid points, and
+points x prompts) before any model is needed: this module imports the model side (torch) only where it
+runs."""
 
 from __future__ import annotations
 
-from typing import Callable
+import csv
+import io
+import math
+from typing import TYPE_CHECKING, Callable
 
-from specviz.core.models import LoadedModel
-from specviz.core.prompts import encode
-from specviz.core.session import Session
-from specviz.methods import get_method
-from specviz.tools.bench import BASELINE, params_for, run_once
+from specviz.core.params import Param
+from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from specviz.accept.sampling import SamplingSettings
+    from specviz.core.models import LoadedModel
+
+MAX_SWEEP_POINTS = 64    # grid points (the product of the axes' value counts)
+MAX_SWEEP_RUNS = 400     # grid points x prompts (the ar references and baselines come on top)
+MAX_AXES = 2
+RUN_SETTINGS = ("budget", "temperature", "top_p", "seed")
+SAMPLING_AXES = ("temperature", "top_p", "seed")
+METRICS = {"mat": "MAT (tokens per step)", "tokens_per_s": "tokens/s", "speedup": "speedup vs ar",
+           "differing_fraction": "share of tokens differing from greedy ar"}
+WARMUP_TOKENS = 4
+BASELINE = "ar"              # as tools.bench: the plain greedy reference, and the speed baseline
+GREEDY_KEY = (0.0, 1.0, 0)   # every greedy setting shares plain greedy ar (top_p and seed change nothing)
 
 
-def run_sweep(lm: LoadedModel, suite: list[dict], method: str, vary: str, values: list, max_new_tokens: int = 96,
-              params: dict | None = None, budget="auto", draft: LoadedModel | None = None,
-              log: Callable[[str], None] = lambda s: None) -> dict:
-    """One method at several values of one parameter, interleaved per prompt after plain greedy `ar`:
-    per category and value, MAT, tokens/s, speedup vs ar, the fraction of output tokens that differ
-    from ar's (lossless) output, how often the entropy trigger fired and retrieval drafted, relaxed
-    acceptances, and the mean draft / verify-forward milliseconds per step."""
-    from specviz.core.token_diff import token_diff
+# ---- the grid, checked without a model -------------------------------------------------------------
+def parse_axes(specs: list[str]) -> list[tuple[str, list]]:
+    """'NAME=V1,V2,...' per axis (one or two) into [(name, [value text, ...])]; values are checked against
+    a method by grid_points. Refuses malformed specs, empty values, a name or value given twice, more than
+    two axes and a grid over MAX_SWEEP_POINTS points (before anything else is done)."""
+    specs = [str(s) for s in (specs or []) if str(s).strip()]
+    if not specs:
+        raise SpecvizError("A sweep needs at least one axis: --vary NAME=V1,V2,... (e.g. tau=0,5).")
+    axes = []
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = _axis_name(name)
+        if not sep or not name or not values.strip():
+            raise SpecvizError(f"--vary takes NAME=V1,V2,... (e.g. tau=0,5), got {spec!r}.")
+        parts = [v.strip() for v in values.split(",")]
+        if any(not v for v in parts):
+            raise SpecvizError(f"--vary {spec.strip()} has an empty value: separate values by single commas.")
+        axes.append((name, parts))
+    return _checked_shape(axes)
+
+
+def _axis_name(name) -> str:
+    name = str(name).strip()
+    return "top_p" if name == "top-p" else name
+
+
+def _checked_shape(axes: list[tuple[str, list]]) -> list[tuple[str, list]]:
+    """One or two axes, distinct names, distinct non-empty values, at most MAX_SWEEP_POINTS points."""
+    if not axes:
+        raise SpecvizError("A sweep needs at least one axis: --vary NAME=V1,V2,... (e.g. tau=0,5).")
+    if len(axes) > MAX_AXES:
+        raise SpecvizError(f"A sweep varies one or two parameters; got {len(axes)} axes "
+                           f"({', '.join(name for name, _ in axes)}).")
+    names = [name for name, _ in axes]
+    for name in names:
+        if not name:
+            raise SpecvizError("A sweep axis needs a parameter name.")
+        if names.count(name) > 1:
+            raise SpecvizError(f"{name} is varied twice: give each parameter one axis.")
+    size = math.prod(len(values) for _, values in axes)
+    if size > MAX_SWEEP_POINTS:
+        shape = " x ".join(str(len(values)) for _, values in axes)
+        raise SpecvizError(f"A sweep holds at most {MAX_SWEEP_POINTS} grid points; this one asks for "
+                           f"{shape} = {size}. Give fewer values.")
+    for name, values in axes:
+        if not values:
+            raise SpecvizError(f"The axis {name} has no value.")
+        texts = [str(v).strip() for v in values]
+        for text in texts:
+            if not text:
+                raise SpecvizError(f"The axis {name} has an empty value.")
+            if texts.count(text) > 1:
+                raise SpecvizError(f"{name} lists the value {text} twice.")
+    return axes
+
+
+def _normalised_axes(axes) -> list[tuple[str, list]]:
+    """Axes as parse_axes returns them, as {"name", "values"} dicts, or as 'NAME=V1,...' strings."""
+    if axes and all(isinstance(a, str) for a in axes):
+        return parse_axes(axes)
+    out = []
+    for axis in axes or []:
+        if isinstance(axis, dict):
+            name, values = axis.get("name"), axis.get("values")
+        elif isinstance(axis, (tuple, list)) and len(axis) == 2:
+            name, values = axis
+        else:
+            raise SpecvizError(f"A sweep axis is a name and its values, got {axis!r}.")
+        if isinstance(values, str):
+            values = [v.strip() for v in values.split(",")]
+        out.append((_axis_name(name), list(values or [])))
+    return _checked_shape(out)
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _as_kwargs(sampling) -> dict:
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed}
+
+
+def grid_points(method: str, axes, params: dict | None = None, budget="auto",
+                sampling: "SamplingSettings | None" = None, prompts: int | None = None) -> list[dict]:
+    """Every point of the grid, checked: each value alone (the parameter's range, parse_budget,
+    SamplingSettings.checked), then each combination (the method's cross-parameter checks and its
+    check_sampling). params, budget, sampling (None: greedy): the fixed settings, which an axis of the same
+    name overrides. prompts: how many prompts it will run on (MAX_SWEEP_RUNS). Needs no model. Returns per
+    point {"values": {axis: value}, "label", "where", "params", "budget", "sampling"}."""
+    from specviz.accept.sampling import SamplingSettings
+    from specviz.methods import get_method, parse_budget
+
+    sampling = sampling or SamplingSettings()
+    axes = _normalised_axes(axes)
+    if prompts is not None:
+        if prompts < 1:
+            raise SpecvizError("A sweep needs at least one prompt.")
+        size = math.prod(len(values) for _, values in axes)
+        if size * prompts > MAX_SWEEP_RUNS:
+            raise SpecvizError(f"A sweep makes at most {MAX_SWEEP_RUNS} runs (grid points x prompts); this one "
+                               f"asks for {size} x {prompts} = {size * prompts}. Use fewer values or prompts "
+                               f"(--category).")
+    spec = get_method(method)
+    by_name = {p.name: p for p in spec.params}
+    varied = {name for name, _ in axes}
+    fixed = spec.resolve_params({k: v for k, v in (params or {}).items() if k not in varied})
+    base_budget = parse_budget(budget)
+    coerced = []
+    for name, values in axes:
+        if name in by_name:
+            parsed = [by_name[name].coerce(v) for v in values]
+        elif name == "budget":
+            parsed = [parse_budget(v) for v in values]
+        elif name in SAMPLING_AXES:
+            parsed = [getattr(SamplingSettings.checked(**{**_as_kwargs(sampling), name: v}), name) for v in values]
+        else:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise SpecvizError(f"Method '{method}' has no parameter '{name}' (it has: {known}); a sweep can also "
+                               f"vary the run settings {', '.join(RUN_SETTINGS)}.")
+        for value in parsed:
+            if parsed.count(value) > 1:
+                raise SpecvizError(f"{name} lists the value {_fmt(value)} twice.")
+        coerced.append((name, parsed))
+    points = []
+    for combination in _product([values for _, values in coerced]):
+        values = {name: value for (name, _), value in zip(coerced, combination)}
+        where = ", ".join(f"{k}={_fmt(v)}" for k, v in values.items())
+        try:
+            point_params = spec.resolve_params({**fixed, **{k: v for k, v in values.items() if k in by_name}})
+            point_sampling = SamplingSettings.checked(**{**_as_kwargs(sampling),
+                                                        **{k: v for k, v in values.items() if k in SAMPLING_AXES}})
+            spec.check_sampling(point_params, point_sampling)
+        except SpecvizError as error:
+            raise SpecvizError(f"The sweep point {where} is refused: {error}") from None
+        points.append({"values": values, "label": ", ".join(_fmt(v) for v in values.values()), "where": where,
+                       "params": point_params, "budget": values.get("budget", base_budget),
+                       "sampling": point_sampling})
+    return points
+
+
+def _product(lists: list[list]) -> list[tuple]:
+    out = [()]
+    for values in lists:
+        out = [(*head, v) for head in out for v in values]
+    return out
+
+
+def _baseline_key(sampling) -> tuple:
+    return GREEDY_KEY if sampling.greedy else (sampling.temperature, sampling.top_p, sampling.seed)
+
+
+def _baseline_label(key: tuple) -> str:
+    return BASELINE if key == GREEDY_KEY else f"{BASELINE}@T={key[0]:g},top_p={key[1]:g},seed={key[2]}"
+
+
+def _item(prompt, number: int) -> dict:
+    from specviz.core.prompts import as_messages
+
+    if isinstance(prompt, str):
+        return {"id": f"prompt-{number}", "category": "prompt", "messages": as_messages(prompt)}
+    if not isinstance(prompt, dict) or not ({"messages", "prompt"} & prompt.keys()):
+        raise SpecvizError(f"Prompt {number} of the sweep needs \"messages\" or \"prompt\".")
+    return {**prompt, "id": str(prompt.get("id", f"prompt-{number}")),
+            "category": str(prompt.get("category", "prompt")),
+            "messages": as_messages(prompt.get("messages") or prompt["prompt"])}
+
+
+# ---- running it ------------------------------------------------------------------------------------
+def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dict, budget, sampling,
+         draft) -> dict:
+    from specviz.core.session import Session
+    from specviz.methods import get_method
 
     spec = get_method(method)
-    fixed = params_for(method, params or {})
-    settings = [spec.resolve_params({**fixed, vary: v}) for v in values]  # bad values fail before any run
-    run_once(lm, method, encode(lm.tokenizer, suite[0]["messages"], lm.max_context), 8, settings[0], budget, draft)
-    rows = []
-    for item in suite:
-        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
+    session = Session(lm, method, params, budget=budget, temperature=sampling.temperature, top_p=sampling.top_p,
+                      seed=sampling.seed, draft=draft if spec.uses_draft_model else None)
+    session.start_ids(prompt_ids, prompt)
+    session.run(limit)
+    records = session.records
+    return {"output_ids": list(session.output_ids), "margins": list(session.margins), "lossless": session.lossless,
+            "new_tokens": len(session.output_ids), "steps": len(records),
+            "wall_s": session.prefill_s + session.step_s,
+            "fired": sum(bool(r.entropy and r.entropy.get("fired")) for r in records),
+            "retrieval_steps": sum(r.notes.get("drafted_by") == "retrieval" for r in records),
+            "relaxed": sum(n.status == "relaxed" for r in records for n in r.nodes),
+            "draft_ms": sum(r.timings_ms["draft"] for r in records),
+            "forward_ms": sum(r.timings_ms["forward"] for r in records)}
+
+
+def _row(item: dict, run: dict, reference: dict, threshold: float, greedy: bool) -> dict:
+    """One run against greedy ar's output: the token diff, where it first differs, and (greedy) the verdict."""
+    from specviz.core.divergence import classify, first_difference
+    from specviz.core.token_diff import token_diff
+
+    diff = token_diff(reference["output_ids"], run["output_ids"])
+    verdict = (classify(reference["output_ids"], reference["margins"], run["output_ids"], run["margins"],
+                        threshold, run["lossless"]).verdict if greedy else "sampled")
+    tokens, wall = run["new_tokens"], run["wall_s"]
+    return {"id": item["id"], "category": item["category"], "new_tokens": tokens, "steps": run["steps"],
+            "mat": round(tokens / run["steps"], 3) if run["steps"] else 0.0, "wall_s": round(wall, 4),
+            "tokens_per_s": round(tokens / wall, 3) if wall else 0.0, "differing": diff.differing,
+            "differing_fraction": round(diff.differing / tokens, 4) if tokens else 0.0,
+            "first_difference": first_difference(reference["output_ids"], run["output_ids"]), "verdict": verdict,
+            "fired": run["fired"], "retrieval_steps": run["retrieval_steps"], "relaxed": run["relaxed"],
+            "draft_ms": round(run["draft_ms"], 3), "forward_ms": round(run["forward_ms"], 3)}
+
+
+def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens: int = 64,
+             params: dict | None = None, budget="auto", draft: "LoadedModel | None" = None,
+             sampling: "SamplingSettings | None" = None,
+             progress: Callable[[int, int, str], None] | None = None) -> dict:
+    """The method at every grid point on every prompt (suite items {"id", "category", "messages" | "prompt",
+    optional "max_new_tokens"}, or plain texts), interleaved per prompt after greedy `ar` (the lossless
+    reference) and `ar` at each distinct sampled setting (the speed baseline). axes: parse_axes's output
+    (or 'NAME=V1,...' strings, or {"name", "values"} dicts); params, budget and sampling (None: greedy):
+    the fixed settings, which an axis of the same name overrides. Everything is checked before the first
+    run. progress(done, total, label) after each run. Returns {"method", "axes": [{"name", "values"}],
+    "fixed", "points": per point over all prompts, "rows": per point and prompt, "baselines": the ar runs
+    per prompt, "categories": {category, ..., "ALL": {"ar" (and "ar@..." per sampled setting) and each
+    point's label: the same totals}}}."""
+    from specviz.accept.sampling import SamplingSettings
+    from specviz.core.divergence import tie_threshold
+    from specviz.core.prompts import PromptText, encode
+    from specviz.methods import get_method
+
+    max_new_tokens = Param("max_new_tokens", 64, 1, 100_000, int).coerce(max_new_tokens)
+    items = [_item(p, n) for n, p in enumerate(prompts or [], start=1)]
+    points = grid_points(method, axes, params, budget, sampling, prompts=len(items))
+    names = list(points[0]["values"])
+    spec = get_method(method)
+    greedy = SamplingSettings()
+    keys = list(dict.fromkeys(_baseline_key(p["sampling"]) for p in points if not p["sampling"].greedy))
+    threshold = tie_threshold(lm.dtype)
+    encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context), PromptText.of(item["messages"]))
+               for item in items]  # a prompt too long for the context is refused here, before any run
+
+    # untimed warm-up, so that first-call costs land on no prompt
+    first_ids, first_prompt = encoded[0][1], encoded[0][2]
+    _run(lm, BASELINE, first_ids, first_prompt, WARMUP_TOKENS, {}, "auto", greedy, draft)
+    _run(lm, method, first_ids, first_prompt, WARMUP_TOKENS, points[0]["params"], points[0]["budget"],
+         points[0]["sampling"], draft)
+
+    total, done = len(items) * (1 + len(keys) + len(points)), 0
+    rows, baselines = [], []
+
+    def advance(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
+
+    for item, prompt_ids, prompt in encoded:
         limit = int(item.get("max_new_tokens", max_new_tokens))
-        reference = run_once(lm, BASELINE, prompt_ids, limit, {})
-        rows.append({"id": item["id"], "category": item["category"], "value": BASELINE, "new_tokens":
-                     reference["new_tokens"], "steps": reference["steps"], "wall_s": reference["wall_s"],
-                     "differing": 0, "fired": 0, "retrieval_steps": 0, "relaxed": 0, "draft_ms": 0.0,
-                     "forward_ms": 0.0})
-        for value, setting in zip(values, settings):
-            session = Session(lm, method, setting, budget=budget, draft=draft).start_ids(prompt_ids)
-            session.run(limit)
-            records = session.records
-            rows.append({
-                "id": item["id"], "category": item["category"], "value": value,
-                "new_tokens": len(session.output_ids), "steps": len(records), "wall_s": session.stats()["wall_s"],
-                "differing": token_diff(reference["output_ids"], session.output_ids).differing,
-                "fired": sum(bool(r.entropy and r.entropy.get("fired")) for r in records),
-                "retrieval_steps": sum(r.notes.get("drafted_by") == "retrieval" for r in records),
-                "relaxed": sum(n.status == "relaxed" for r in records for n in r.nodes),
-                "draft_ms": sum(r.timings_ms["draft"] for r in records),
-                "forward_ms": sum(r.timings_ms["forward"] for r in records)})
-        log(f"{item['id']}: " + "  ".join(f"{r['value']} {r['new_tokens'] / r['wall_s']:.1f} tok/s"
-                                          for r in rows[-len(values) - 1:]))
-    groups = {}
-    for category in [*dict.fromkeys(r["category"] for r in rows), "ALL"]:
-        picked = [r for r in rows if category in ("ALL", r["category"])]
-        ar_tps = _sum(picked, BASELINE, "new_tokens") / _sum(picked, BASELINE, "wall_s")
-        groups[category] = {}
-        for value in [BASELINE, *values]:
-            tokens, steps = _sum(picked, value, "new_tokens"), _sum(picked, value, "steps")
-            tps = tokens / _sum(picked, value, "wall_s")
-            groups[category][str(value)] = {
-                "new_tokens": tokens, "steps": steps, "mat": round(tokens / steps, 3),
-                "tokens_per_s": round(tps, 3), "speedup": round(tps / ar_tps, 3),
-                "differing_fraction": round(_sum(picked, value, "differing") / tokens, 4),
-                "trigger_rate": round(_sum(picked, value, "fired") / steps, 4),
-                "retrieval_rate": round(_sum(picked, value, "retrieval_steps") / steps, 4),
-                "relaxed": _sum(picked, value, "relaxed"),
-                "draft_ms_per_step": round(_sum(picked, value, "draft_ms") / steps, 2),
-                "forward_ms_per_step": round(_sum(picked, value, "forward_ms") / steps, 2)}
-    return {"method": method, "vary": vary, "values": [str(v) for v in values], "fixed": fixed,
-            "prompts": rows, "categories": groups}
+        reference = _run(lm, BASELINE, prompt_ids, prompt, limit, {}, "auto", greedy, draft)
+        runs = {GREEDY_KEY: reference}
+        baselines.append({"label": BASELINE, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+                          **_row(item, reference, reference, threshold, True)})
+        advance(f"{item['id']}: {BASELINE}")
+        for key in keys:
+            runs[key] = _run(lm, BASELINE, prompt_ids, prompt, limit, {}, "auto", SamplingSettings(*key), draft)
+            baselines.append({"label": _baseline_label(key), "temperature": key[0], "top_p": key[1], "seed": key[2],
+                              **_row(item, runs[key], reference, threshold, False)})
+            advance(f"{item['id']}: {_baseline_label(key)}")
+        for index, point in enumerate(points):
+            run = _run(lm, method, prompt_ids, prompt, limit, point["params"], point["budget"], point["sampling"],
+                       draft)
+            row = _row(item, run, reference, threshold, point["sampling"].greedy)
+            base = runs[_baseline_key(point["sampling"])]
+            base_tps = base["new_tokens"] / base["wall_s"] if base["wall_s"] else 0.0
+            row["speedup"] = round(row["tokens_per_s"] / base_tps, 3) if base_tps else 0.0
+            rows.append({"point": index, **point["values"], **row})
+            advance(f"{item['id']}: {point['where']}")
+
+    categories, summaries = {}, []
+    for category in [*dict.fromkeys(item["category"] for item in items), "ALL"]:
+        def picked(r, category=category):
+            return category in ("ALL", r["category"])
+
+        base_rows = {key: [b for b in baselines if picked(b) and b["label"] == _baseline_label(key)]
+                     for key in [GREEDY_KEY, *keys]}
+        entries = {_baseline_label(key): _aggregate(group, group) for key, group in base_rows.items()}
+        summaries = []
+        for index, point in enumerate(points):
+            aggregate = _aggregate([r for r in rows if r["point"] == index and picked(r)],
+                                   base_rows[_baseline_key(point["sampling"])])
+            entries[point["label"]] = aggregate
+            summaries.append({**point["values"], "label": point["label"], **aggregate})
+        categories[category] = entries
+    return {"method": method,
+            "axes": [{"name": name, "values": list(dict.fromkeys(p["values"][name] for p in points))}
+                     for name in names],
+            "fixed": _fixed(spec, points[0], names, max_new_tokens, draft),
+            "points": summaries, "rows": rows, "baselines": baselines, "categories": categories}
 
 
-def _sum(rows: list[dict], value, field: str):
-    return sum(r[field] for r in rows if r["value"] == value)
+def _fixed(spec, point: dict, names: list[str], max_new_tokens: int, draft) -> dict:
+    """The settings every point shares: the method's other parameters, the run settings not varied."""
+    fixed = {k: v for k, v in point["params"].items() if k not in names}
+    settings = {"budget": point["budget"], **_as_kwargs(point["sampling"])}
+    fixed.update({k: v for k, v in settings.items() if k not in names})
+    fixed["max_new_tokens"] = max_new_tokens
+    if spec.uses_draft_model:
+        fixed["draft_model"] = draft.name if draft is not None else "self (target weights)"
+    return fixed
 
 
-def format_sweep(report: dict) -> str:
-    header = (f"{'category':<14} {report['vary']:>10} {'MAT':>6} {'tok/s':>7} {'vs ar':>6} {'differ':>7} "
-              f"{'trigger':>7} {'retr':>6} {'relaxed':>7} {'draft ms':>8} {'fwd ms':>7}")
+def _aggregate(rows: list[dict], baseline_rows: list[dict]) -> dict:
+    """Totals over prompts: tokens / steps, tokens / wall seconds, and the speedup against the baseline's
+    tokens / wall seconds on the same prompts."""
+    from specviz.tools.bench import worst_verdict
+
+    tokens, steps = sum(r["new_tokens"] for r in rows), sum(r["steps"] for r in rows)
+    wall = sum(r["wall_s"] for r in rows)
+    tps = tokens / wall if wall else 0.0
+    base_wall = sum(r["wall_s"] for r in baseline_rows)
+    base_tps = sum(r["new_tokens"] for r in baseline_rows) / base_wall if base_wall else 0.0
+    return {"runs": len(rows), "new_tokens": tokens, "steps": steps,
+            "mat": round(tokens / steps, 3) if steps else 0.0, "wall_s": round(wall, 4),
+            "tokens_per_s": round(tps, 3), "speedup": round(tps / base_tps, 3) if base_tps else 0.0,
+            "differing_fraction": round(sum(r["differing"] for r in rows) / tokens, 4) if tokens else 0.0,
+            "identical": sum(r["first_difference"] is None for r in rows),
+            "verdict": worst_verdict([r["verdict"] for r in rows]),
+            "trigger_rate": round(sum(r["fired"] for r in rows) / steps, 4) if steps else 0.0,
+            "retrieval_rate": round(sum(r["retrieval_steps"] for r in rows) / steps, 4) if steps else 0.0,
+            "relaxed": sum(r["relaxed"] for r in rows),
+            "draft_ms_per_step": round(sum(r["draft_ms"] for r in rows) / steps, 2) if steps else 0.0,
+            "forward_ms_per_step": round(sum(r["forward_ms"] for r in rows) / steps, 2) if steps else 0.0}
+
+
+# ---- showing it ------------------------------------------------------------------------------------
+POINT_COLUMNS = ["mat", "tokens_per_s", "speedup", "differing_fraction", "identical", "verdict", "runs",
+                 "new_tokens", "steps", "wall_s", "trigger_rate", "retrieval_rate", "relaxed", "draft_ms_per_step",
+                 "forward_ms_per_step"]
+ROW_COLUMNS = ["new_tokens", "steps", "mat", "wall_s", "tokens_per_s", "speedup", "differing", "differing_fraction",
+               "first_difference", "verdict"]
+
+
+def _csv(header: list[str], lines: list[list]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(lines)
+    return out.getvalue()
+
+
+def _names(report: dict) -> list[str]:
+    return [axis["name"] for axis in report["axes"]]
+
+
+def grid_csv(report: dict) -> str:
+    """A header, then one line per grid point (totals over all prompts): the axis values, then the metrics."""
+    names = _names(report)
+    return _csv(names + POINT_COLUMNS, [[p[n] for n in names] + [p[c] for c in POINT_COLUMNS]
+                                        for p in report["points"]])
+
+
+def grid_rows_csv(report: dict) -> str:
+    """A header, then one line per grid point and prompt."""
+    names = _names(report)
+    return _csv(["id", "category", *names, *ROW_COLUMNS],
+                [[r["id"], r["category"], *(r[n] for n in names), *(r[c] for c in ROW_COLUMNS)]
+                 for r in report["rows"]])
+
+
+def _cell(metric: str, value) -> str:
+    if value is None:
+        return ""
+    if metric == "differing_fraction":
+        return f"{100 * value:.1f}%"
+    if metric == "speedup":
+        return f"{value:.2f}x"
+    return f"{value:.1f}" if metric == "tokens_per_s" else f"{value:.2f}"
+
+
+def grid_figure(report: dict | None, metric: str = "speedup"):
+    """A heatmap of the metric over two axes (first axis up, second across, each cell annotated), or a line
+    over one axis; metric is one of METRICS. An empty figure when there is no report yet."""
+    import plotly.graph_objects as go
+
+    if metric not in METRICS:
+        raise SpecvizError(f"Unknown sweep metric '{metric}'; choose one of {', '.join(METRICS)}.")
+    figure = go.Figure()
+    layout = dict(height=420, font=dict(size=14), margin=dict(l=10, r=10, t=56, b=10), plot_bgcolor="white",
+                  paper_bgcolor="white", hoverlabel=dict(align="left"))
+    if not report or not report.get("points"):
+        figure.update_layout(title=dict(text="Grid sweep: no results yet", font=dict(size=16)), **layout)
+        return figure
+    axes = report["axes"]
+    title = f"{report['method']}: {METRICS[metric]} by {' and '.join(a['name'] for a in axes)}"
+    if len(axes) == 2:
+        first, second = axes
+        lookup = {(_fmt(p[first["name"]]), _fmt(p[second["name"]])): p[metric] for p in report["points"]}
+        ys, xs = [_fmt(v) for v in first["values"]], [_fmt(v) for v in second["values"]]
+        z = [[lookup.get((y, x)) for x in xs] for y in ys]
+        figure.add_trace(go.Heatmap(
+            z=z, x=xs, y=ys, text=[[_cell(metric, v) for v in row] for row in z], texttemplate="%{text}",
+            textfont=dict(size=14), colorscale="Reds" if metric == "differing_fraction" else "Viridis",
+            colorbar=dict(title=dict(text=metric)),
+            hovertemplate=f"{first['name']}=%{{y}}<br>{second['name']}=%{{x}}<br>{metric} %{{text}}<extra></extra>"))
+        figure.update_xaxes(title_text=second["name"], type="category")
+        figure.update_yaxes(title_text=first["name"], type="category")
+    else:
+        (axis,) = axes
+        xs = [_fmt(p[axis["name"]]) for p in report["points"]]
+        ys = [p[metric] for p in report["points"]]
+        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers+text", text=[_cell(metric, v) for v in ys],
+                                    textposition="top center", name=metric,
+                                    hovertemplate=f"{axis['name']}=%{{x}}<br>{metric} %{{text}}<extra></extra>"))
+        if metric == "speedup":
+            figure.add_hline(y=1.0, line_dash="dot", line_color="#888", annotation_text="ar")
+        figure.update_xaxes(title_text=axis["name"], type="category", gridcolor="#eee")
+        figure.update_yaxes(title_text=METRICS[metric], gridcolor="#eee", zeroline=False)
+    figure.update_layout(title=dict(text=title, font=dict(size=16)), **layout)
+    return figure
+
+
+def format_grid(report: dict) -> str:
+    """A text table: per category (only ALL when the prompts share one) the ar baseline(s), then one line
+    per grid point."""
+    names = _names(report)
+    fixed = ", ".join(f"{k}={_fmt(v)}" for k, v in report["fixed"].items())
+    header = ["category", *names, "MAT", "tok/s", "vs ar", "differ", "verdict", "trigger", "retr", "relaxed",
+              "draft ms", "fwd ms"]
     lines = [header]
-    for category, per_value in report["categories"].items():
-        for value, s in per_value.items():
-            lines.append(f"{category:<14} {value:>10} {s['mat']:>6.2f} {s['tokens_per_s']:>7.2f} "
-                         f"{s['speedup']:>5.2f}x {100 * s['differing_fraction']:>6.1f}% "
-                         f"{100 * s['trigger_rate']:>6.1f}% {100 * s['retrieval_rate']:>5.1f}% {s['relaxed']:>7} "
-                         f"{s['draft_ms_per_step']:>8.1f} {s['forward_ms_per_step']:>7.1f}")
-    return "\n".join(lines)
+    categories = report["categories"]
+    shown = categories if len(categories) > 2 else {"ALL": categories["ALL"]}
+    points = {p["label"]: p for p in report["points"]}
+    for category, entries in shown.items():
+        for label, s in entries.items():
+            point = points.get(label)
+            axis_cells = [_fmt(point[n]) for n in names] if point is not None else [label] + [""] * (len(names) - 1)
+            lines.append([category, *axis_cells, f"{s['mat']:.2f}", f"{s['tokens_per_s']:.2f}",
+                          f"{s['speedup']:.2f}x", f"{100 * s['differing_fraction']:.1f}%", s["verdict"],
+                          f"{100 * s['trigger_rate']:.1f}%", f"{100 * s['retrieval_rate']:.1f}%", str(s["relaxed"]),
+                          f"{s['draft_ms_per_step']:.1f}", f"{s['forward_ms_per_step']:.1f}"])
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    table = [" ".join(str(cell).ljust(w) if i == 0 else str(cell).rjust(w)
+                      for i, (cell, w) in enumerate(zip(line, widths))) for line in lines]
+    return "\n".join([f"{report['method']} over {' x '.join(names)} (fixed: {fixed})", *table])

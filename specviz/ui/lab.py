@@ -9,7 +9,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from specviz.tools.bench import run_once
 from specviz.core.divergence import classify, tie_threshold
 from specviz.core.modes import parse_mode
 from specviz.core.session import Session
@@ -20,6 +19,8 @@ from specviz.core.prompts import validate_messages
 from specviz.core.token_diff import token_diff
 from specviz.tools.suite import long_context_prompt
 from specviz.accept.sampling import SamplingSettings
+from specviz.core.trace import Trace
+from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown, tree_figure)
@@ -67,8 +68,18 @@ class Lab:
     # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    replay: Trace | None = None        # a loaded trace shown instead of the live run (no model needed)
+    replay_name: str = ""
+    at: int | None = None              # the timeline's step; None follows the newest one
+    selected_node: int | None = None   # a node picked through its token in the text, ringed in the tree
+    playing: bool = False
 
     # ---- settings -------------------------------------------------------------------------------
+    @staticmethod
+    def checked_prompt(prompt: str):
+        """The prompt box's text as the model reads it (text, chat or long-context JSON), or a clear error."""
+        return parse_prompt(prompt)
+
     def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
               mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
         """Make the session match the widgets; a change of any setting starts a fresh generation."""
@@ -97,6 +108,7 @@ class Lab:
 
     # ---- actions --------------------------------------------------------------------------------
     def step(self, max_new_tokens: int) -> None:
+        self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
         with self.stepping:
@@ -113,6 +125,7 @@ class Lab:
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds."""
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Run.")
+        self.replay, self.at, self.selected_node = None, None, None
         self.stop_requested = False
         last = 0.0
         while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
@@ -140,7 +153,95 @@ class Lab:
 
     def reset(self) -> None:
         self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
-        self.reference = None
+        self.reference, self.replay, self.at, self.selected_node, self.playing = None, None, None, None, False
+
+    def release(self) -> None:
+        """The browser session ended: drop the KV caches and baselines now rather than when Python gets to it."""
+        self.reset()
+        self.baselines.clear()
+
+    # ---- timeline and replay --------------------------------------------------------------------
+    def recording(self) -> Recording | None:
+        """The run the page shows: a loaded trace, else the live session."""
+        if self.replay is not None:
+            return Recording.of_trace(self.replay, self.replay_name)
+        if self.session is not None and self.session.started:
+            return Recording.of_session(self.session)
+        return None
+
+    def shown_step(self) -> int | None:
+        """Index of the step on screen (the timeline's, or the newest), None before the first."""
+        recording = self.recording()
+        if recording is None or not recording.records:
+            return None
+        last = len(recording.records) - 1
+        return last if self.at is None else max(0, min(self.at, last))
+
+    def go_to(self, step) -> None:
+        recording = self.recording()
+        if recording is None or not recording.records:
+            self.message = "Nothing to show yet: Step or Run first, or load a trace."
+            return
+        self.at = max(0, min(int(step), len(recording.records) - 1))
+        self.selected_node, self.message = None, ""
+
+    def go(self, delta: int) -> None:
+        shown = self.shown_step()
+        self.go_to((shown if shown is not None else 0) + delta)
+
+    def select_token(self, index) -> None:
+        """The user clicked output token `index`: show the step that committed it and ring its node."""
+        recording = self.recording()
+        found = recording.step_of_token(int(index)) if recording is not None and index is not None else None
+        if found is None:
+            self.message = "That token is not part of this run."
+            return
+        self.at, self.selected_node = found
+        self.message = (f"Token {int(index)} was committed in step {found[0]}, " +
+                        (f"by draft node {found[1]} (ringed)." if found[1] is not None else "as that step's bonus token."))
+
+    def tick(self, max_new_tokens: int) -> bool:
+        """Play: one step forward (through the recorded steps, then live ones); False when there is none."""
+        recording = self.recording()
+        shown = self.shown_step()
+        if recording is not None and shown is not None and shown < len(recording.records) - 1:
+            self.go_to(shown + 1)
+            return True
+        live = self.replay is None and self.session is not None and not self.session.finished \
+            and len(self.session.output_ids) < max_new_tokens
+        if live:
+            self.step(max_new_tokens)
+            return True
+        self.playing = False
+        self.message = "End of the run: Play stopped."
+        return False
+
+    def load_trace(self, path, name: str | None = None) -> None:
+        """Replay a trace file (the live session, if any, is kept and comes back on Step or Run)."""
+        from pathlib import Path
+
+        trace = Trace.load(path)
+        if not trace.steps:
+            raise SpecvizError("This trace has no steps to replay.")
+        self.replay, self.replay_name = trace, name or Path(path).name
+        self.at, self.selected_node, self.playing = None, None, False
+        self.message = (f"Replaying {self.replay_name} ({len(trace.steps)} steps, recorded on "
+                        f"{trace.recorded_on or 'an unknown machine'}): no model needed. Step or Run returns to "
+                        "the live run.")
+
+    def export_trace(self, folder) -> str:
+        """The shown run as a trace file in folder; its path."""
+        from pathlib import Path
+
+        if self.replay is not None:
+            trace, stem = self.replay, Path(self.replay_name).stem
+        elif self.session is not None and self.session.records:
+            trace, stem = self.session.trace(), f"specviz-{self.session.name}-{len(self.session.records)}steps"
+        else:
+            raise SpecvizError("Nothing to download yet: Step or Run first.")
+        path = Path(folder) / f"{stem}.json"
+        trace.save(path)
+        return str(path)
 
     def lossless_diff(self):
         """The output against plain greedy decoding of the same prompt, when this method may differ
@@ -169,14 +270,33 @@ class Lab:
         n = len(session.output_ids)
         key = self._baseline_key(n)
         if key not in self.baselines:
-            if session.method.name == "ar":
-                stats = session.stats()
-                self.baselines[key] = {"output_ids": session.output_ids, "margins": list(session.margins),
-                                       "new_tokens": n, "wall_s": stats["wall_s"]}
-            else:
-                self.baselines[key] = run_once(session.lm, "ar", session.prompt_ids, n, {},
-                                               sampling=session.sampling)
+            ar = session
+            if session.method.name != "ar":
+                ar = Session(session.lm, "ar", temperature=session.sampling.temperature, top_p=session.sampling.top_p,
+                             seed=session.sampling.seed).start_ids(session.prompt_ids)
+                ar.run(n)
+            stats = ar.stats()
+            self.baselines[key] = {"output_ids": ar.output_ids, "margins": list(ar.margins), "new_tokens": n,
+                                   "wall_s": stats["wall_s"], "records": list(ar.records),
+                                   "prefill_ms": ar.prefill_s * 1000}
         return self.baselines[key]
+
+    def lanes(self) -> list[tuple[str, float, list]]:
+        """The two-lane wall-clock view: the shown run, and plain ar on the same prompt when there is one
+        (measured when a Run ends; for a replay, a shipped ar trace of the same prompt)."""
+        recording = self.recording()
+        if recording is None or not recording.records:
+            return []
+        lanes = [(recording.method, recording.prefill_ms, recording.records)]
+        if self.replay is not None:
+            ar = shipped_ar_trace(recording.prompt_ids)
+            if ar is not None and recording.method != "ar":
+                lanes.append(("ar (shipped trace)", ar.prefill_ms, ar.steps))
+        elif self.session is not None and self.session.name != "ar":
+            baseline = self.baselines.get(self._baseline_key(len(self.session.output_ids)))
+            if baseline is not None:
+                lanes.append(("ar", baseline["prefill_ms"], baseline["records"]))
+        return lanes
 
     # ---- what the page shows --------------------------------------------------------------------
     def counters(self) -> dict:
@@ -218,35 +338,68 @@ class Lab:
                          f"(forward {t['forward']:.1f}) · update {t['update']:.1f} ms")
         return " · ".join(parts)
 
+    def timeline_markdown(self) -> str:
+        """Counters of the shown step when it is not the live run's newest (a past step, or a replay)."""
+        recording, k = self.recording(), self.shown_step()
+        if recording is None or k is None:
+            return self.counters_markdown()
+        tokens, ms = recording.tokens_until(k), recording.ms_until(k)
+        record = recording.records[k]
+        t = record.timings_ms
+        return " · ".join([f"**{recording.label}**", f"**step** {k} of {len(recording.records) - 1}",
+                           f"**tokens** {tokens}", f"**mean accepted / step** {tokens / (k + 1):.2f}",
+                           f"**tokens/s** {1000 * tokens / ms:.1f}" if ms else "**tokens/s** -",
+                           f"**this step** {len(record.accepted_tokens)} tokens, draft {t['draft']:.1f} ms · "
+                           f"verify {t['verify']:.1f} ms (forward {t['forward']:.1f}) · update {t['update']:.1f} ms"])
+
     def document_view(self) -> str:
         """RAPID: the document with the retrieved chunks highlighted ('' for other methods)."""
-        method = self.session.method if self.session else None
+        method = self.session.method if self.session and self.replay is None else None
         retrieval = getattr(method, "retrieval", None)
         if retrieval is None:
             return ""
         return document_html(method.prompt.document, retrieval.summary())
 
+    def shown_record(self):
+        recording, k = self.recording(), self.shown_step()
+        return (recording.records[k], recording.token_text) if k is not None else (None, str)
+
     def node_choices(self) -> list[tuple[str, int]]:
-        records = self.session.records if self.session else []
-        return node_choices(records[-1] if records else None, self.session.token_text if self.session else str)
+        record, token_text = self.shown_record()
+        return node_choices(record, token_text)
 
     def distribution(self, node_id) -> "object":
-        """The p / q / p_hat bars at a node of the last step."""
-        records = self.session.records if self.session else []
-        token_text = self.session.token_text if self.session else str
-        return distribution_figure(records[-1] if records else None, node_id, token_text)
+        """The p / q / p_hat bars at a node of the shown step."""
+        record, token_text = self.shown_record()
+        return distribution_figure(record, node_id, token_text)
+
+    def step_caption(self) -> str:
+        """Which step is on screen, and why its tree is empty or tiny when it is."""
+        recording, k = self.recording(), self.shown_step()
+        if k is None:
+            return ""
+        caption = f"Showing step **{k}** of {len(recording.records) - 1}" + (
+            " (the newest)" if k == len(recording.records) - 1 else " (← / → keys or the buttons move)")
+        reason = why_small(recording.records[k])
+        return caption + (f"  \n{reason}" if reason else "")
 
     def view(self):
         """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
         token diff against the lossless output HTML, predicted-vs-measured figure, message, document HTML,
-        node choices of the last step, distribution figure of the first of them) now."""
-        records = self.session.records if self.session else []
-        token_text = self.session.token_text if self.session else str
-        last = records[-1] if records else None
+        node choices of the shown step, distribution figure of the first of them, (steps, shown step),
+        step caption) now: the shown step is the timeline's, or the newest."""
+        recording, k = self.recording(), self.shown_step()
+        records = recording.records if recording else []
+        token_text = recording.token_text if recording else str
+        shown = records[:k + 1] if k is not None else []
+        record = records[k] if k is not None else None
+        newest_live = self.replay is None and (k is None or k == len(records) - 1)
         choices = self.node_choices()
-        transfer = transfer_markdown(records, self.session.lossless) if self.session else ""
-        return (tree_figure(last), tokens_html(records, token_text), self.counters_markdown(),
-                budget_split_markdown(last), "  \n".join(filter(None, [respec_step_markdown(last, token_text),
-                                                                        search_step_markdown(last), transfer])),
-                token_diff_html(self.lossless_diff(), token_text), prediction_figure(records), self.message,
-                self.document_view(), choices, self.distribution(choices[0][1] if choices else None))
+        transfer = transfer_markdown(shown, recording.lossless) if recording else ""
+        return (tree_figure(record, self.selected_node), tokens_html(shown, token_text),
+                self.counters_markdown() if newest_live else self.timeline_markdown(),
+                budget_split_markdown(record), "  \n".join(filter(None, [respec_step_markdown(record, token_text),
+                                                                        search_step_markdown(record), transfer])),
+                token_diff_html(self.lossless_diff() if newest_live else None, token_text),
+                prediction_figure(records), self.message, self.document_view(), choices,
+                self.distribution(choices[0][1] if choices else None), (len(records), k), self.step_caption())

@@ -76,7 +76,8 @@ def _hover(node) -> str:
     return "<br>".join(lines)
 
 
-def tree_figure(record: StepRecord | None) -> go.Figure:
+def tree_figure(record: StepRecord | None, highlight: int | None = None) -> go.Figure:
+    """The step's draft tree; `highlight`: a node id to ring (the token the user picked in the text)."""
     figure = go.Figure()
     figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=460, plot_bgcolor="white",
                          xaxis=dict(title="depth", dtick=1, zeroline=False, showgrid=True, gridcolor="#eee"),
@@ -112,6 +113,10 @@ def tree_figure(record: StepRecord | None) -> go.Figure:
             textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
             marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != "unreached" else 10,
                         color=fill, line=dict(width=3 if fill != ring else 2, color=ring))))
+    if highlight is not None and highlight in position:
+        x, y = position[highlight]
+        figure.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name="picked token", hoverinfo="skip",
+                                    marker=dict(symbol="circle-open", size=30, color="#000", line=dict(width=3))))
     accepted = record.num_accepted_drafts
     figure.update_layout(title=f"step {record.step}: {len(by_id) - 1} draft nodes "
                                f"(budget {record.budget}, {record.budget_mode}), {accepted} accepted + 1 bonus")
@@ -135,8 +140,9 @@ def tokens_html(records: list[StepRecord], token_text) -> str:
     for record in records:
         for token, origin in zip(record.accepted_tokens, record.accepted_origins):
             css = origin_class(origin)
-            title = html.escape(f"step {record.step}: {origin}", quote=True)
-            spans.append(f'<span class="tok tok-{css}" title="{title}">{html.escape(token_text(token))}</span>')
+            title = html.escape(f"step {record.step}: {origin} (click: show this step)", quote=True)
+            spans.append(f'<span class="tok tok-{css}" data-token="{len(spans)}" title="{title}">'
+                         f'{html.escape(token_text(token))}</span>')
     legend = source_legend_html()
     body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
     return f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div>'
@@ -156,7 +162,7 @@ def source_legend_html() -> str:
 
 TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
-     ".tok { border-radius: 3px; padding: 0 1px; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
+     ".tok { border-radius: 3px; padding: 0 1px; cursor: pointer; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
     + [".document { white-space: pre-wrap; max-height: 360px; overflow-y: auto; font-size: 0.9em; }",
        ".chunk { border-left: 2px solid #ddd; } .chunk-chosen { background: #2ca02c22; border-left: 3px solid #2ca02c; }"]
     + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
@@ -219,15 +225,15 @@ def respec_step_markdown(record: StepRecord | None, token_text) -> str:
     return "  \n".join(lines)
 
 
-def token_diff_html(diff, token_text) -> str:
+def token_diff_html(diff, token_text, reference: str = "the lossless output") -> str:
     """The output against the lossless (plain greedy) output: removed lossless tokens struck through,
     the tokens we produced instead highlighted; every token escaped."""
     if diff is None:
         return ""
     total = sum(len(ours) for _, _, ours in diff.ops)
     if diff.identical:
-        return f'<div class="diff-head">Identical to the lossless output ({total} tokens).</div>'
-    head = (f'<div class="diff-head">{diff.differing} of {total} tokens differ from the lossless output '
+        return f'<div class="diff-head">Identical to {reference} ({total} tokens).</div>'
+    head = (f'<div class="diff-head">{diff.differing} of {total} tokens differ from {reference} '
             f'(first at token {diff.first_difference}).</div>')
     parts = []
     for tag, lossless, ours in diff.ops:

@@ -1,0 +1,136 @@
+"""The app under load and over time, measured from outside: a real `python app.py` server driven through
+gradio_client. concurrency: N visitors at once, each its own prompt, each output checked against plain
+greedy decoding of its prompt (no cross-talk), the time each request waited. memory: the server's resident
+memory while one visitor steps thousands of times (with resets) and while hundreds of visitors open a
+session and abandon it."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from specviz.errors import SpecvizError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python app.py` on a free port, in its own process (its memory is what we read)."""
+
+    def __init__(self, env: dict | None = None, timeout_s: float = 300):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(self.port)],
+                                        cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + timeout_s
+        while not any("loaded on" in line for line in self.log):  # the page is up before the model: wait for both
+            if self.process.poll() is not None or time.time() > deadline:
+                self.close()
+                raise SpecvizError("The app did not start:\n" + "".join(self.log[-20:]))
+            time.sleep(0.2)
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.log.append(line)
+
+    def rss_mb(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
+
+    def close(self):
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def step_settings(app_params: list, prompt: str, method: str = "racer", max_new_tokens: int = 32) -> list:
+    """The /step and /run inputs: max new tokens, model, draft model, mode, prompt, method, auto budget,
+    budget, temperature, top-p, seed, every method parameter at its default."""
+    return [max_new_tokens, "", "", "", prompt, method, True, 16, 0.0, 1.0, 0, *[p.default for p in app_params]]
+
+
+def text_of(generated_html: str) -> str:
+    """The generated text out of the page's token HTML."""
+    body = generated_html.split('<div class="generated">', 1)[-1]
+    return html.unescape(re.sub(r"<[^>]+>", "", body))
+
+
+def params_list() -> list:
+    from specviz.methods import METHODS
+
+    return list({p.name: p for m in METHODS.values() for p in m.params}.values())
+
+
+def run_concurrency(url: str, prompts: list[str], expected: list[str], method: str = "racer",
+                    max_new_tokens: int = 32) -> list[dict]:
+    """One gradio_client per prompt, all submitted at once; per visitor: latency, its own compute time (from
+    its counters), the wait (latency - compute), and whether its text is its prompt's greedy text."""
+    from gradio_client import Client
+
+    params = params_list()
+    clients = [Client(url, verbose=False) for _ in prompts]
+    started = time.perf_counter()
+    jobs = [c.submit(*step_settings(params, p, method, max_new_tokens), api_name="/run")
+            for c, p in zip(clients, prompts)]
+    rows = []
+    for job, want in zip(jobs, expected):
+        out = job.result(timeout=900)
+        done = time.perf_counter()
+        counters = out[2]
+        own = float(re.search(r"\*\*tokens/s\*\* ([\d.]+)", counters).group(1))
+        tokens = int(re.search(r"\*\*tokens\*\* (\d+)", counters).group(1))
+        compute = tokens / own if own else 0.0
+        rows.append({"latency_s": round(done - started, 2), "compute_s": round(compute, 2),
+                     "waited_s": round(done - started - compute, 2), "tokens": tokens,
+                     "same_as_greedy": text_of(out[1]) == want, "identical_to_ar": "identical to greedy ar" in counters})
+    return rows
+
+
+def run_memory(server: Server, steps: int = 5000, sessions: int = 200, prompt: str = "Tell me about lighthouses.",
+               ttl_s: float = 0.0, log: Callable[[str], None] = print) -> dict:
+    """RSS of the server: at start, while one client steps `steps` times (Reset when a generation ends), and
+    while `sessions` clients each make one step and are abandoned; then after their time to live."""
+    from gradio_client import Client
+
+    params = params_list()
+    report = {"start_mb": round(server.rss_mb(), 1), "steps": [], "sessions": []}
+    client = Client(server.url, verbose=False)
+    settings = step_settings(params, prompt, "racer", 1024)
+    for n in range(1, steps + 1):
+        out = client.predict(*settings, api_name="/step")
+        if "finished" in out[7] or "raise the limit" in out[7]:
+            client.predict(api_name="/reset")
+        if n % max(1, steps // 4) == 0:
+            report["steps"].append((n, round(server.rss_mb(), 1)))
+            log(f"{n} steps: {report['steps'][-1][1]} MB")
+    for n in range(1, sessions + 1):
+        visitor = Client(server.url, verbose=False)
+        visitor.predict(*step_settings(params, f"{prompt} ({n})", "racer", 8), api_name="/step")
+        del visitor  # abandoned: no reset, no goodbye
+        if n % max(1, sessions // 4) == 0:
+            report["sessions"].append((n, round(server.rss_mb(), 1)))
+            log(f"{n} abandoned sessions: {report['sessions'][-1][1]} MB")
+    if ttl_s:
+        time.sleep(ttl_s + 3)
+        report["after_ttl_mb"] = round(server.rss_mb(), 1)
+        log(f"after the sessions' time to live ({ttl_s:g} s): {report['after_ttl_mb']} MB")
+    return report

@@ -1,0 +1,45 @@
+"""The traces shipped in assets/traces: one run per method on a fixed prompt, recorded on this machine, so
+that a visitor sees a full, real run at once (replayed with no model) while the model still loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from specviz.core.models import LoadedModel
+from specviz.core.prompts import PromptText, encode
+from specviz.core.resources import shared_draft
+from specviz.core.session import Session
+from specviz.methods import METHODS
+from specviz.tools.suite import load_suite
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+COPY_PROMPT = "code-rename"       # copied code: every drafting source has something to show
+LONG_PROMPT = "lc-ferry-2"        # a document question: rapid's RAG drafter
+# (method, suite id, temperature, params): rapid samples (eta > 0 needs a temperature), with its ar twin
+RECORDINGS = [*((m, COPY_PROMPT, 0.0, {}) for m in METHODS if m != "rapid"),
+              ("rapid", LONG_PROMPT, 0.8, {"eta": 10.0}), ("ar", LONG_PROMPT, 0.8, {})]
+
+
+def record_traces(lm: LoadedModel, out: Path = ASSETS / "traces", max_new_tokens: int = 96,
+                  log: Callable[[str], None] = print) -> list[Path]:
+    """Record every method's trace (replacing the files); returns their paths."""
+    suite = {item["id"]: item for item in load_suite(ASSETS / "suite.jsonl")}
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for method, prompt_id, temperature, params in RECORDINGS:
+        item = suite[prompt_id]
+        draft = shared_draft(lm, "") if METHODS[method].uses_draft_model else None
+        session = Session(lm, method, params, temperature=temperature, seed=0, draft=draft)
+        session.start_ids(encode(lm.tokenizer, item["messages"], lm.max_context), PromptText.of(item["prompt"])
+                          if "prompt" in item else None)
+        session.run(max_new_tokens)
+        _ = session.cost_model  # the trace carries the verify cost curve for the "why a tree pays" plot
+        suffix = f"-t{temperature:g}" if temperature else ""
+        path = out / f"{method}-{prompt_id}{suffix}.json"
+        session.trace().save(path)
+        stats = session.stats()
+        log(f"{path.name}: {stats['steps']} steps, {stats['new_tokens']} tokens, MAT {stats['mean_accepted']:.2f}, "
+            f"{path.stat().st_size / 1024:.0f} KB")
+        paths.append(path)
+    return paths

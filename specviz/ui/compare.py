@@ -1,0 +1,129 @@
+"""A/B compare: two configurations on the same prompt, each a Lab, stepping together or run to the end.
+A side is the page's settings with overrides written as NAME=VALUE pairs ("method=respec tau=3")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specviz.core.token_diff import token_diff
+from specviz.errors import SpecvizError
+from specviz.methods import get_method
+from specviz.ui.lab import Lab
+from specviz.ui.viz import token_diff_html, tokens_html, tree_figure
+
+# settings of a run that are not method parameters, as Lab.apply names them
+RUN_SETTINGS = ("method", "budget", "temperature", "top_p", "seed", "draft_model")
+
+
+def parse_overrides(text: str) -> dict[str, str]:
+    """'method=respec tau=3, temperature=0.8' -> {'method': 'respec', 'tau': '3', 'temperature': '0.8'}."""
+    overrides = {}
+    for item in (text or "").replace(",", " ").split():
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise SpecvizError(f"'{item}' is not NAME=VALUE (write e.g. method=respec tau=3).")
+        if name in overrides:
+            raise SpecvizError(f"{name} is set twice.")
+        overrides[name] = value
+    return overrides
+
+
+def side_settings(base: dict, overrides: dict[str, str]) -> dict:
+    """Lab.apply's keyword arguments for one side: the page's settings with these overrides."""
+    settings = {**base, "params": dict(base["params"])}
+    for name in RUN_SETTINGS:
+        if name in overrides:
+            settings[name] = overrides[name]
+    spec = get_method(settings["method"])
+    own = {p.name for p in spec.params}
+    for name, value in overrides.items():
+        if name in RUN_SETTINGS:
+            continue
+        if name not in own:
+            raise SpecvizError(f"{spec.name} has no parameter '{name}' (its parameters: "
+                               f"{', '.join(sorted(own)) or 'none'}; run settings: {', '.join(RUN_SETTINGS)}).")
+        settings["params"][name] = value
+    return settings
+
+
+@dataclass
+class Compare:
+    a: Lab = field(default_factory=Lab)
+    b: Lab = field(default_factory=Lab)
+    message: str = ""
+
+    def apply(self, base: dict, overrides_a: str, overrides_b: str) -> None:
+        """Both sides from the page's settings; a side whose settings are bad is named, and neither changes."""
+        sides = []
+        for name, overrides in (("A", overrides_a), ("B", overrides_b)):
+            try:
+                sides.append(side_settings(base, parse_overrides(overrides)))
+            except SpecvizError as error:
+                raise SpecvizError(f"Side {name}: {error}") from None
+        for name, lab, settings in (("A", self.a, sides[0]), ("B", self.b, sides[1])):
+            try:
+                lab.apply(**settings)
+            except SpecvizError as error:
+                raise SpecvizError(f"Side {name}: {error}") from None
+        self.message = ""
+
+    def step(self, max_new_tokens: int) -> None:
+        for lab in (self.a, self.b):
+            if not lab.session.finished and len(lab.session.output_ids) < max_new_tokens:
+                lab.step(max_new_tokens)
+        self._note_end(max_new_tokens)
+
+    def run(self, max_new_tokens: int):
+        """Generator: both sides a step at a time until both are done."""
+        while any(not lab.session.finished and len(lab.session.output_ids) < max_new_tokens for lab in (self.a, self.b)):
+            self.step(max_new_tokens)
+            yield
+        for lab in (self.a, self.b):
+            lab.session.report_finish()
+        self._note_end(max_new_tokens)
+        yield
+
+    def _note_end(self, max_new_tokens: int) -> None:
+        done = [lab.session.finished or len(lab.session.output_ids) >= max_new_tokens for lab in (self.a, self.b)]
+        self.message = "Both sides done." if all(done) else ""
+
+    def reset(self) -> None:
+        self.a.release()
+        self.b.release()
+        self.message = "Reset."
+
+    release = reset
+
+    def summary(self, lab: Lab, side: str) -> str:
+        session = lab.session
+        if session is None:
+            return f"**{side}**: not started"
+        stats = session.stats()
+        params = ", ".join(f"{k}={v}" for k, v in sorted(lab.settings.params)) or "no parameters"
+        return (f"**{side}: {session.name}** ({params}; budget {session.budget}; temperature {session.temperature:g}) · "
+                f"**steps** {stats['steps']} · **tokens** {stats['new_tokens']} · **MAT** {stats['mean_accepted']:.2f} · "
+                f"**tokens/s** {stats['tokens_per_s']:.1f} · {'lossless' if session.lossless else 'lossy'}")
+
+    def diff(self):
+        """The two outputs' difference (None before both have output)."""
+        a, b = self.a.session, self.b.session
+        if a is None or b is None or not a.output_ids or not b.output_ids:
+            return None
+        n = min(len(a.output_ids), len(b.output_ids))
+        return token_diff(a.output_ids[:n], b.output_ids[:n])
+
+    def view(self):
+        """(tree A, tree B, text A, text B, summary A, summary B, diff HTML, message)."""
+        shown = []
+        for lab in (self.a, self.b):
+            records = lab.session.records if lab.session else []
+            token_text = lab.session.token_text if lab.session else str
+            shown.append((tree_figure(records[-1] if records else None), tokens_html(records, token_text)))
+        diff = self.diff()
+        token_text = self.a.session.token_text if self.a.session else str
+        if diff is None:
+            diff_html = ""
+        else:  # struck through: A's tokens; highlighted: what B emitted instead
+            diff_html = token_diff_html(diff, token_text, reference="side A")
+        return (shown[0][0], shown[1][0], shown[0][1], shown[1][1], self.summary(self.a, "A"),
+                self.summary(self.b, "B"), diff_html, self.message)

@@ -1,0 +1,73 @@
+"""Shareable settings: the method and its hyperparameters as page-URL query parameters, and back.
+Anything a URL says that we cannot use is named in a note and left at its default; nothing raises."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from specviz.accept.sampling import SamplingSettings
+from specviz.errors import SpecvizError
+from specviz.methods import BUDGET_MAX, METHODS, parse_budget
+
+RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
+MAX_PROMPT_CHARS = 20_000
+
+
+def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tuple[dict, list[str]]:
+    """The settings a URL's query parameters give ({name: value}, only the valid ones) and a note for each
+    one ignored. Method parameters are checked against the method the URL names (or racer)."""
+    settings, notes = {}, []
+    method = query.get("method", "racer")
+    if method not in METHODS:
+        notes.append(f"method={method!r} is not a method (choose one of {', '.join(METHODS)})")
+        method = "racer"
+    elif "method" in query:
+        settings["method"] = method
+    own = {p.name: p for p in METHODS[method].params}
+    for key, raw in query.items():
+        if key in ("method", "__theme", "view"):
+            continue
+        try:
+            if key == "budget":
+                budget = parse_budget(raw)
+                settings["budget"] = budget if budget == "auto" else min(int(budget), BUDGET_MAX)
+            elif key == "max_new_tokens":
+                value = int(raw)
+                if not 1 <= value <= 1024:
+                    raise ValueError("between 1 and 1024")
+                settings[key] = value
+            elif key in ("temperature", "top_p", "seed"):
+                checked = SamplingSettings.checked(**{"temperature": 0.0, "top_p": 1.0, "seed": 0, key: raw})
+                settings[key] = getattr(checked, key)
+            elif key == "example":
+                label = next((k for k in examples if k == raw or k.endswith(f": {raw}")), None)
+                if label is None:
+                    raise ValueError("not an example prompt")
+                settings["example"] = label
+            elif key == "prompt":
+                if len(raw) > MAX_PROMPT_CHARS:
+                    raise ValueError(f"longer than {MAX_PROMPT_CHARS} characters")
+                settings["prompt"] = raw
+            elif key in own:
+                settings[key] = METHODS[method].resolve_params({key: raw})[key]
+            else:
+                notes.append(f"{key} is not a setting of {method}")
+        except (SpecvizError, ValueError, TypeError) as error:
+            notes.append(f"{key}={raw!r} ignored ({error})")
+    return settings, notes
+
+
+def query_from_settings(method: str, budget, max_new_tokens, temperature, top_p, seed, params: dict,
+                        example: str | None = None) -> str:
+    """The query string that restores these settings (parameters at their default are left out)."""
+    query = {"method": method, "budget": budget, "max_new_tokens": int(max_new_tokens)}
+    if float(temperature):
+        query.update(temperature=float(temperature), top_p=float(top_p), seed=int(seed))
+    spec = METHODS.get(method)
+    for p in (spec.params if spec else []):
+        if p.name in params and params[p.name] != p.default and params[p.name] is not None:
+            value = params[p.name]
+            query[p.name] = int(value) if p.kind is int else value
+    if example:
+        query["example"] = example.split(": ", 1)[-1]
+    return "?" + urlencode(query)
