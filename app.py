@@ -56,8 +56,8 @@ KEYS_JS = """
 TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
                   "if (token) trigger('click', {token: Number(token.dataset.token)}); });")
 LAUNCH_OPTIONS = {"css": TOKEN_CSS, "js": KEYS_JS}
-# one model forward at a time per core pair: two at once on 2 cores only share them (see README, "Many visitors")
-MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "1"))
+# model events at once: 2 answered 8 concurrent visitors sooner than 1 or 4 on 2 cores (README, "Many visitors")
+MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
 
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
@@ -354,7 +354,7 @@ def on_url(request: gr.Request):
         message = f"Settings from the link: {', '.join(restored)}."
     if notes:
         message += " ⚠️ Ignored: " + "; ".join(notes) + "."
-    return [*updates, message.strip()]
+    return [*updates, message.strip() or gr.update()]
 
 
 def on_share(max_new_tokens, model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
@@ -577,10 +577,11 @@ def build_app() -> gr.Blocks:
         eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")
         temperature.change(eta_state, temperature, eta)
         demo.load(eta_state, temperature, eta)
-        demo.load(on_first_view, [lab, compare], [*outputs, compare])
+        # the shipped trace first, then the URL's settings (their message must come last)
+        demo.load(on_first_view, [lab, compare], [*outputs, compare]).then(
+            on_url, None, [method, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
+                           *param_inputs, message], api_name="url_settings")
         demo.unload(on_close)
-        demo.load(on_url, None, [method, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
-                                 *param_inputs, message], api_name="url_settings")
         node.input(on_node, [lab, node], distribution)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step", **model_events)

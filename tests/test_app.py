@@ -264,3 +264,222 @@ def test_browser_rapid_document_and_distribution(url):
         browser.close()
     assert "RAG drafter reads" in document
     assert bars >= 4   # p and q (and p_hat, emitted) over the top tokens
+
+
+# ---- teaching features: replay, timeline, A/B, sweeps, presets, URL settings, load ----------------------
+def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
+    import json
+
+    from gradio_client import Client, handle_file
+
+    from specviz.core.trace import Trace
+
+    client = Client(url, verbose=False)
+    out = client.predict("racer-code-rename", api_name="/replay")
+    assert out[2].startswith("**replay of racer-code-rename") and "Replaying" in out[7]
+    steps = Trace.load(app.TRACES["racer-code-rename"]).steps
+    out = client.predict(api_name="/previous")
+    assert f"step** {len(steps) - 2} of" in out[2]
+    out = client.predict(3, api_name="/go_to")
+    assert "Showing step **3**" in out[-1]
+    downloaded = client.predict(api_name="/download_trace")
+    assert Trace.load(downloaded).steps == steps
+    svg = Path(client.predict(api_name="/download_svg")).read_text()
+    assert svg.startswith("<?xml") and "step 3" in svg
+    shown = out[2]
+    bad = {"notes.json": ("just some notes", "not a specviz trace"),
+           "newer.json": (json.dumps({**json.loads(app.TRACES["pld-code-rename"].read_text()), "format_version": 99}),
+                          "format version 99")}
+    for name, (text, expected) in bad.items():
+        (tmp_path / name).write_text(text)
+        out = client.predict(handle_file(str(tmp_path / name)), api_name="/upload_trace")
+        assert expected in out[7] and out[2] == shown  # the message, and the replay on screen stays
+    out = client.predict(handle_file(str(app.TRACES["pld-code-rename"])), api_name="/upload_trace")
+    assert out[2].startswith("**replay of pld-code-rename")
+    # Play twice: the second press says so; Pause stops
+    client.predict(0.5, api_name="/play")
+    out = client.predict(0.5, api_name="/play")
+    assert "Already playing" in out[7]
+    out = client.predict(api_name="/pause")
+    assert "Paused" in out[7]
+
+
+def test_sweep_api_and_its_limit(url):
+    import csv
+    import io
+    import time
+
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    sweep = ["budget=4,8", "max_breadth=2,8", "page prompt", "summarise", 8, "speedup"]
+    plot, csv_path, table, message = client.predict(*sweep, *settings(method="racer"), api_name="/sweep")
+    assert message.startswith("Sweep done: 4 points x 1 prompts"), message
+    rows = list(csv.DictReader(io.StringIO(Path(csv_path).read_text())))
+    assert len(rows) == 4 and {r["budget"] for r in rows} == {"4", "8"}
+    assert all(float(r["differing_fraction"]) == 0 for r in rows)  # racer at temperature 0 is lossless
+    started = time.perf_counter()
+    *_, message = client.predict("tau=" + ",".join(map(str, range(100))), "m=" + ",".join(map(str, range(100))),
+                                 "page prompt", "summarise", 8, "speedup", *settings(method="respec"),
+                                 api_name="/sweep")
+    assert "64" in message and "10000" in message.replace(",", ""), message
+    assert time.perf_counter() - started < 10  # refused before anything runs
+
+
+def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
+    """Eight sessions at once, each its own prompt: every request answered, each output identical to plain
+    greedy decoding of its own prompt (no cross-talk); the time each waited is printed."""
+    import re
+    import time
+
+    from gradio_client import Client
+
+    from specviz.core.session import Session
+    from specviz.tools.app_load import text_of
+
+    prompts = [f"Count from {n} to {n + 6} in words, then say which is largest." for n in range(1, 9)]
+    expected = []
+    for prompt in prompts:
+        ar = Session(lm, "ar").start(prompt)
+        ar.run(16)
+        expected.append("".join(ar.token_text(t) for t in ar.output_ids))
+    clients = [Client(url, verbose=False) for _ in prompts]
+    started = time.perf_counter()
+    jobs = [c.submit(*settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")
+            for c, p in zip(clients, prompts)]
+    waits = []
+    for job, want in zip(jobs, expected):
+        out = job.result(timeout=600)
+        assert text_of(out[1]) == want and "identical to greedy ar" in out[2], out[2]
+        tokens = int(re.search(r"\*\*tokens\*\* (\d+)", out[2]).group(1))
+        own = tokens / float(re.search(r"\*\*tokens/s\*\* ([\d.]+)", out[2]).group(1))
+        waits.append(time.perf_counter() - started - own)
+    print(f"8 visitors, model concurrency {app.MODEL_CONCURRENCY}: waited " +
+          ", ".join(f"{w:.1f}" for w in waits) + " s")
+
+
+def test_abandoned_sessions_are_freed(lm):
+    """Sessions a client opens and abandons are released after their time to live (delete_callback)."""
+    import gc
+    import time
+
+    from gradio_client import Client
+
+    from specviz.core.session import Session
+
+    ttl = app.SESSION_TTL_S
+    app.SESSION_TTL_S = 2
+    try:
+        demo = app.build_app().queue()
+    finally:
+        app.SESSION_TTL_S = ttl
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
+    try:
+        def live_sessions():
+            gc.collect()
+            return sum(isinstance(o, Session) and o.cache is not None for o in gc.get_objects())
+
+        before = live_sessions()
+        for n in range(6):
+            Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
+                *settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
+        assert live_sessions() >= before + 6
+        time.sleep(5)  # time to live 2 s; Gradio sweeps expired state every second
+        assert live_sessions() <= before
+    finally:
+        demo.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian chromium is not installed")
+def test_browser_timeline_play_pause_and_token_link(url):
+    from playwright.sync_api import sync_playwright
+
+    from specviz.core.trace import Trace
+
+    last = len(Trace.load(app.TRACES[app.FIRST_TRACE]).steps) - 1
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    caption = "(document.querySelector('#step-caption')?.innerText || '')"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(url, wait_until="load")
+        # a visitor sees a full recorded run at once, with no model needed
+        page.wait_for_function(f"{caption}.includes('Showing step {last} of {last}')", timeout=60_000)
+        page.locator("#prev-btn").click()
+        page.wait_for_function(f"{caption}.includes('Showing step {last - 1} of')", timeout=30_000)
+        page.locator("body").click(position={"x": 5, "y": 5})
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_function(f"{caption}.includes('Showing step {last - 2} of')", timeout=30_000)
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"{caption}.includes('Showing step {last - 1} of')", timeout=30_000)
+        page.locator("#generated [data-token='5']").click()   # a token: its step, its node ringed
+        page.wait_for_function("document.querySelector('#message').innerText.includes('Token 5 was committed in step')",
+                               timeout=30_000)
+        page.screenshot(path=str(SCREENSHOTS / "timeline.png"), full_page=True)
+        shown = int(page.evaluate(caption).split("Showing step ")[1].split(" ")[0])
+        pace = page.locator("#pace input[type=number]")
+        pace.fill("0.3")
+        pace.press("Enter")
+        page.locator("#play-btn").click()
+        page.wait_for_function(f"!{caption}.includes('Showing step {shown} ')", timeout=30_000)
+        page.wait_for_timeout(1500)
+        page.locator("#pause-btn").click()
+        page.wait_for_timeout(1500)
+        paused_at = page.evaluate(caption)
+        page.wait_for_timeout(2000)
+        assert page.evaluate(caption) == paused_at  # Pause holds the step
+        assert int(paused_at.split("Showing step ")[1].split(" ")[0]) > shown + 1
+        browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian chromium is not installed")
+def test_browser_url_settings_preset_ab_and_upload(url):
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        # settings in the URL come back, and nonsense in it is named
+        page.goto(url + "?method=respec&tau=3&budget=24&example=sum-lighthouse&bogus=1", wait_until="load")
+        page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('Settings from the link')",
+                               timeout=60_000)
+        assert "bogus" in page.locator("#message").inner_text()
+        assert page.locator("#method input").input_value() == "respec"
+        assert "Harwick Point lighthouse" in page.locator("#prompt textarea").input_value()
+        assert page.locator("#budget input[type=number]").input_value() == "24"
+        page.get_by_text("Method parameters", exact=True).click()
+        page.wait_for_timeout(300)
+        assert page.locator("#param-tau input[type=number]").input_value() == "3"
+        # a preset fills the page and the two sides, and says what to look at
+        page.locator("#preset input").click()
+        page.get_by_role("option", name="ReSpec: tau 0 vs 3").click()
+        page.wait_for_function("(document.querySelector('#preset-question')?.innerText || '').includes('relaxed')",
+                               timeout=30_000)
+        page.get_by_role("tab", name="A/B compare").click()
+        assert page.locator("#side-b textarea, #side-b input").first.input_value() == "tau=3"
+        page.locator("#side-b textarea, #side-b input").first.fill("method=pld")
+        page.locator("#ab-step").click()
+        page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 1')", timeout=120_000)
+        page.locator("#ab-step").click()
+        page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 2')", timeout=120_000)
+        page.wait_for_timeout(800)
+        trees = [page.locator(f"#tree-{side} .scatterlayer .point").count() for side in "ab"]
+        page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
+        # upload a shipped trace: it replays with no model
+        page.get_by_role("tab", name="Replay").click()
+        page.locator("#upload-trace input[type=file]").set_input_files(str(app.TRACES["reader-code-rename"]))
+        page.wait_for_function("(document.querySelector('#counters')?.innerText || '').includes('replay of reader-code-rename')",
+                               timeout=60_000)
+        page.get_by_role("tab", name="Accounting").click()
+        page.wait_for_function("document.querySelectorAll('#lanes-plot .point, #lanes-plot .bars path').length > 0",
+                               timeout=60_000)
+        page.wait_for_timeout(800)
+        page.screenshot(path=str(SCREENSHOTS / "replay-accounting.png"), full_page=True)
+        browser.close()
+    assert all(t >= 1 for t in trees), trees

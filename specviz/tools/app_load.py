@@ -134,3 +134,32 @@ def run_memory(server: Server, steps: int = 5000, sessions: int = 200, prompt: s
         report["after_ttl_mb"] = round(server.rss_mb(), 1)
         log(f"after the sessions' time to live ({ttl_s:g} s): {report['after_ttl_mb']} MB")
     return report
+
+
+def time_replay(path: Path) -> dict:
+    """Seconds to load a trace and show its last step, and to walk every step of it as Play does (each
+    step's full page: tree, text so far, counters, panels), in this process, with no model."""
+    import app  # the page's own output mapping
+
+    from specviz.ui.lab import Lab
+
+    lab = Lab()
+    started = time.perf_counter()
+    lab.load_trace(path)
+    app._shown(lab)
+    loaded = time.perf_counter() - started
+    lab.go_to(0)
+    walk_started = time.perf_counter()
+    lab.playing = True
+    while True:
+        app._shown(lab)
+        if not lab.tick(10**9):
+            break
+    walked = time.perf_counter() - walk_started
+    steps = len(lab.replay.steps)
+    started = time.perf_counter()
+    app.on_accounting(lab)
+    plots = time.perf_counter() - started
+    return {"steps": steps, "bytes": path.stat().st_size, "load_and_show_s": round(loaded, 3),
+            "walk_all_steps_s": round(walked, 2), "ms_per_step_view": round(1000 * walked / steps, 1),
+            "accounting_plots_s": round(plots, 3)}

@@ -76,12 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(bench)
 
     load = commands.add_parser("app-load", help="the app under load (concurrent visitors) and over time (memory)")
-    load.add_argument("--part", choices=["concurrency", "memory"], default="concurrency")
+    load.add_argument("--part", choices=["concurrency", "memory", "replay"], default="concurrency")
+    load.add_argument("--trace", default=None, help="--part replay: the trace to replay")
     load.add_argument("--suite", default="assets/heldout.jsonl")
     load.add_argument("--visitors", type=int, default=8)
     load.add_argument("--method", default="racer")
     load.add_argument("--max-new-tokens", type=int, default=32)
-    load.add_argument("--concurrency", type=int, default=1, help="the app's model-event concurrency")
+    load.add_argument("--concurrency", type=int, default=2, help="the app's model-event concurrency")
     load.add_argument("--steps", type=int, default=5000)
     load.add_argument("--sessions", type=int, default=200)
     load.add_argument("--ttl", type=int, default=1800, help="the app's session time to live, seconds")
@@ -470,6 +471,13 @@ def cmd_app_load(args) -> dict:
 
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     env = {"SPECVIZ_MODEL_CONCURRENCY": str(args.concurrency), "SPECVIZ_SESSION_TTL": str(args.ttl)}
+    if args.part == "replay":
+        from pathlib import Path
+
+        if not args.trace:
+            raise SpecvizError("--part replay needs --trace FILE (e.g. one written by generate --trace).")
+        report = app_load.time_replay(Path(args.trace))
+        return _emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
     if args.part == "concurrency":
         items = [i for i in load_suite(args.suite) if i["category"] != "long-context"][:args.visitors]
         prompts = [i["prompt"] if "prompt" in i else i["messages"][-1]["content"] for i in items]
