@@ -201,8 +201,8 @@ def on_tick(lab, max_new_tokens, *settings):
     if not lab.playing:
         return (*_shown(lab), gr.Timer(active=False))
     try:
-        if lab.replay is None and lab.shown_step() is None or lab.replay is None and lab.at is None:
-            lab = _settings(lab, *settings)  # live stepping uses the page's settings
+        if lab.replay is None and lab.at is None:
+            lab = _settings(lab, *settings)  # a live step uses the page's settings, as Step does
         going = lab.tick(int(max_new_tokens))
     except SpecvizError as error:
         lab.playing = False

@@ -166,7 +166,7 @@ def test_warm_table_drafts_more_and_stays_lossless(lm):
         session.run(24)
         assert session.output_ids == ar.output_ids
         sizes[warm] = sum(len(r.nodes) - 1 for r in session.records) / len(session.records)
-        seen = int(session.method.stages[0].table.seen.sum())
+        seen = session.method.stages[0].table.filled
         if warm:
             assert seen > 1000  # the seed's rows (the corpus holds over a thousand distinct tokens)
     assert sizes[1] > sizes[0]

@@ -13,6 +13,7 @@ reaches the verifier.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,23 +35,32 @@ def child_breadth(parent_breadth: int, sibling_rank: int, parent_is_root: bool) 
     return max(1, parent_breadth >> (sibling_rank + (0 if parent_is_root else 1)))
 
 
+@dataclass(frozen=True)
+class FrozenRows:
+    """Dense read-only rows shared by many tables (the warm seed): (vocab, width) tokens and probabilities."""
+    top_tokens: np.ndarray
+    top_probs: np.ndarray
+    seen: np.ndarray        # (vocab,) whether the row holds anything
+
+
 class CopyLogitTable:
-    def __init__(self, width: int):
+    """Per token: the target's top-`width` next tokens and their probabilities where it last occurred.
+    The rows a table writes are its own (a dict: a table costs the rows it writes, not vocab x width);
+    a row it has not written comes from `base`, shared read-only rows (the warm seed), so the copy each
+    session starts from is free."""
+
+    def __init__(self, width: int, base: FrozenRows | None = None):
         self.width = width
-        self.top_tokens: np.ndarray | None = None   # (vocab, width) token ids, best first
-        self.top_probs: np.ndarray | None = None    # (vocab, width) their probabilities
-        self.seen: np.ndarray | None = None         # (vocab,) whether the row holds anything yet
+        self.base = base
+        self.rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.vocab: int | None = base.seen.shape[0] if base is not None else None
 
     def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None,
               top=None, logit_rows: torch.Tensor | None = None) -> None:
         """logits[logit_rows[i]] (default: logits[i]) is the target's prediction after tokens[i]; a token
         listed twice keeps its last row. log_norms and top ((values, ids) of each row's top-k, k >= width)
         are per logits row, where the caller has them already."""
-        if self.top_tokens is None:
-            vocab = logits.shape[-1]
-            self.top_tokens = np.zeros((vocab, self.width), dtype=np.int64)
-            self.top_probs = np.zeros((vocab, self.width), dtype=np.float32)
-            self.seen = np.zeros(vocab, dtype=bool)
+        self.vocab = logits.shape[-1]
         ids = np.asarray(tokens, dtype=np.int64)
         _, last_from_end = np.unique(ids[::-1], return_index=True)
         rows = len(ids) - 1 - last_from_end
@@ -64,34 +74,57 @@ class CopyLogitTable:
             values, indices = logits.index_select(0, picked).topk(min(self.width, logits.shape[-1]), dim=-1)
         norms = (log_norms.index_select(0, picked) if log_norms is not None
                  else torch.logsumexp(logits.index_select(0, picked), dim=-1))
-        self.top_tokens[ids[rows]] = indices.cpu().numpy()
-        self.top_probs[ids[rows]] = (values - norms[:, None]).exp().cpu().numpy()
-        self.seen[ids[rows]] = True
+        top_tokens = indices.cpu().numpy()
+        top_probs = (values - norms[:, None]).exp().cpu().numpy()
+        for i, token in enumerate(ids[rows].tolist()):
+            self.rows[token] = (top_tokens[i], top_probs[i])
 
     def copy(self) -> "CopyLogitTable":
-        twin = CopyLogitTable(self.width)
-        if self.top_tokens is not None:
-            twin.top_tokens, twin.top_probs, twin.seen = self.top_tokens.copy(), self.top_probs.copy(), self.seen.copy()
+        """A table that starts from this one's rows and writes its own (this one is never changed by it)."""
+        twin = CopyLogitTable(self.width, self.frozen())
         return twin
 
-    def saved_rows(self, tokens: list[int]):
-        """A copy of the rows store(tokens, ...) would overwrite (None while the table is empty)."""
-        if self.top_tokens is None:
-            return None
-        ids = np.unique(np.asarray(tokens, dtype=np.int64))
-        return ids, self.top_tokens[ids].copy(), self.top_probs[ids].copy(), self.seen[ids].copy()
+    def frozen(self) -> FrozenRows | None:
+        """All rows as dense shared arrays (computed once for a table that wrote rows over no base)."""
+        if not self.rows:
+            return self.base
+        vocab = self.vocab
+        top_tokens = np.zeros((vocab, self.width), dtype=np.int32)
+        top_probs = np.zeros((vocab, self.width), dtype=np.float32)
+        seen = np.zeros(vocab, dtype=bool)
+        if self.base is not None:
+            top_tokens[:], top_probs[:], seen[:] = self.base.top_tokens, self.base.top_probs, self.base.seen
+        for token, (tokens, probs) in self.rows.items():
+            top_tokens[token], top_probs[token], seen[token] = tokens, probs, True
+        self.base, self.rows = FrozenRows(top_tokens, top_probs, seen), {}
+        return self.base
 
-    def restore_rows(self, saved) -> None:
-        if saved is None:
-            self.top_tokens = self.top_probs = self.seen = None
-            return
-        ids, tokens, probs, seen = saved
-        self.top_tokens[ids], self.top_probs[ids], self.seen[ids] = tokens, probs, seen
+    @property
+    def filled(self) -> int:
+        """How many tokens have a row (own or shared)."""
+        shared = int(self.base.seen.sum()) if self.base is not None else 0
+        own_new = sum(1 for t in self.rows if self.base is None or t >= len(self.base.seen) or not self.base.seen[t])
+        return shared + own_new
+
+    def saved_rows(self, tokens: list[int]) -> dict:
+        """The own rows store(tokens, ...) would overwrite (None: the table had none of its own there)."""
+        return {t: self.rows.get(t) for t in set(tokens)}
+
+    def restore_rows(self, saved: dict) -> None:
+        for token, row in saved.items():
+            if row is None:
+                self.rows.pop(token, None)
+            else:
+                self.rows[token] = row
 
     def row(self, token: int) -> tuple[np.ndarray, np.ndarray] | None:
-        if self.seen is None or token >= len(self.seen) or not self.seen[token]:
+        own = self.rows.get(token)
+        if own is not None:
+            return own
+        base = self.base
+        if base is None or token >= len(base.seen) or not base.seen[token]:
             return None  # cold row: draft nothing after this token
-        return self.top_tokens[token], self.top_probs[token]
+        return base.top_tokens[token], base.top_probs[token]
 
 
 class CopyLogitDrafter(Drafter):

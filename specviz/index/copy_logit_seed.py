@@ -17,7 +17,7 @@ import torch
 
 from specviz.core.kv import new_cache
 from specviz.core.models import cache_root
-from specviz.drafters.copy_logits import CopyLogitTable
+from specviz.drafters.copy_logits import CopyLogitTable, FrozenRows
 from specviz.errors import SpecvizError
 from specviz.index.datastore import CORPUS, read_corpus, tokenizer_name, _slug
 
@@ -47,22 +47,23 @@ def build(lm, corpus=CORPUS, tokens: int = SEED_TOKENS) -> CopyLogitTable:
         read += len(ids)
         if read >= tokens:
             break
-    if table.seen is None:
+    if not table.rows:
         raise SpecvizError(f"The corpus '{corpus}' holds no text to seed the copy-logit table from.")
     return table
 
 
 def save(table: CopyLogitTable, path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, top_tokens=table.top_tokens.astype(np.int32), top_probs=table.top_probs, seen=table.seen)
+    rows = table.frozen()
+    np.savez(path, top_tokens=rows.top_tokens.astype(np.int32), top_probs=rows.top_probs, seen=rows.seen)
 
 
 def load(path) -> CopyLogitTable:
     try:
         with np.load(path) as data:
-            table = CopyLogitTable(int(data["top_tokens"].shape[1]))
-            table.top_tokens = data["top_tokens"].astype(np.int64)
-            table.top_probs, table.seen = data["top_probs"], data["seen"]
+            rows = FrozenRows(data["top_tokens"].astype(np.int32), data["top_probs"].astype(np.float32),
+                              data["seen"].astype(bool))
+            table = CopyLogitTable(int(rows.top_tokens.shape[1]), rows)
     except (OSError, ValueError, KeyError) as exc:
         raise SpecvizError(f"The copy-logit seed '{path}' is unreadable ({exc}); delete it to rebuild it.") from None
     return table

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from specviz.core.divergence import classify, tie_threshold
+from specviz.core.memory_release import give_back_freed_memory
 from specviz.core.modes import parse_mode
 from specviz.core.session import Session
 from specviz.errors import SpecvizError
@@ -156,9 +157,13 @@ class Lab:
         self.reference, self.replay, self.at, self.selected_node, self.playing = None, None, None, None, False
 
     def release(self) -> None:
-        """The browser session ended: drop the KV caches and baselines now rather than when Python gets to it."""
+        """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
+        import gc
+
         self.reset()
         self.baselines.clear()
+        gc.collect()  # a session's objects refer to each other: free them now, not at the next collection
+        give_back_freed_memory()
 
     # ---- timeline and replay --------------------------------------------------------------------
     def recording(self) -> Recording | None:

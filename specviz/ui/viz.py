@@ -112,7 +112,8 @@ def tree_figure(record: StepRecord | None, highlight: int | None = None) -> go.F
             text=[visible_token(n.text) for n in nodes], textposition="middle right",
             textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
             marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != "unreached" else 10,
-                        color=fill, line=dict(width=3 if fill != ring else 2, color=ring))))
+                        color=fill, line=dict(width=3 if fill != ring else 2, color=ring),
+                        opacity=0.45 if status in ("rejected", "unreached") else 1.0)))  # refused subtrees: greyed
     if highlight is not None and highlight in position:
         x, y = position[highlight]
         figure.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name="picked token", hoverinfo="skip",
