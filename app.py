@@ -110,6 +110,13 @@ def param_input(p):
                      elem_id=f"param-{p.name}")
 
 
+def _visitor(request, obj):
+    """Note whose session holds obj, so that its KV caches are freed when that session disconnects
+    (Gradio keeps a disconnected session's state for an hour)."""
+    visitors.register(getattr(request, "session_hash", None), obj)
+    return obj
+
+
 def _failed(lab: Lab | None, error: Exception):
     """Bad input: show the message, keep the session (and what it generated) as it was."""
     lab = lab or Lab()
@@ -118,18 +125,20 @@ def _failed(lab: Lab | None, error: Exception):
     return tuple(shown)
 
 
-def on_step(lab, max_new_tokens, *settings):
+def on_step(request: gr.Request, lab, max_new_tokens, *settings):
     try:
         lab = _settings(lab, *settings)
+        _visitor(request, lab)
         lab.step(int(max_new_tokens))
     except SpecvizError as error:
         return _failed(lab, error)
     return _shown(lab)
 
 
-def on_run(lab, max_new_tokens, *settings):
+def on_run(request: gr.Request, lab, max_new_tokens, *settings):
     try:
         lab = _settings(lab, *settings)
+        _visitor(request, lab)
         for _ in lab.run(int(max_new_tokens)):
             yield _shown(lab)
     except SpecvizError as error:
@@ -295,8 +304,8 @@ def _base(model, draft_model, mode, prompt, method, auto_budget, budget, tempera
             "temperature": temperature, "top_p": top_p, "seed": seed}
 
 
-def on_ab_step(compare, side_a, side_b, max_new_tokens, *settings):
-    compare = compare or Compare()
+def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
+    compare = _visitor(request, compare or Compare())
     try:
         compare.apply(_base(*settings), side_a, side_b)
         compare.step(int(max_new_tokens))
@@ -305,8 +314,8 @@ def on_ab_step(compare, side_a, side_b, max_new_tokens, *settings):
     return (compare, *compare.view())
 
 
-def on_ab_run(compare, side_a, side_b, max_new_tokens, *settings):
-    compare = compare or Compare()
+def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
+    compare = _visitor(request, compare or Compare())
     try:
         compare.apply(_base(*settings), side_a, side_b)
         for _ in compare.run(int(max_new_tokens)):
@@ -341,6 +350,7 @@ def on_url(request: gr.Request):
     prompt = EXAMPLES[settings["example"]] if "example" in settings else settings.get("prompt")
     budget = settings.get("budget")
     updates = [gr.update(value=method) if "method" in settings else gr.update(),
+               gr.update(value=settings["example"]) if "example" in settings else gr.update(),
                gr.update(value=prompt) if prompt is not None else gr.update(),
                gr.update(value=budget == "auto") if budget is not None else gr.update(),
                gr.update(value=budget) if isinstance(budget, int) else gr.update(),
@@ -374,9 +384,11 @@ SWEEP_METRICS = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)", 
                                                 "differing_fraction")]
 
 
-def on_sweep(axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, model, draft_model, mode, prompt,
-             method, auto_budget, budget, temperature, top_p, seed, *param_values, progress=gr.Progress()):
-    """A grid over one or two axes on the page's prompt or a suite category, with the page's other settings."""
+def on_sweep(progress=gr.Progress(), *inputs):
+    """A grid over one or two axes on the page's prompt or a suite category, with the page's other settings.
+    (Gradio hands special arguments such as the progress bar only to parameters before *args.)"""
+    (axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, model, draft_model, mode, prompt, method,
+     auto_budget, budget, temperature, top_p, seed, *param_values) = inputs
     from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes, run_grid
 
     try:
@@ -579,7 +591,7 @@ def build_app() -> gr.Blocks:
         demo.load(eta_state, temperature, eta)
         # the shipped trace first, then the URL's settings (their message must come last)
         demo.load(on_first_view, [lab, compare], [*outputs, compare]).then(
-            on_url, None, [method, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
+            on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
                            *param_inputs, message], api_name="url_settings")
         demo.unload(on_close)
         node.input(on_node, [lab, node], distribution)

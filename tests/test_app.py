@@ -359,7 +359,8 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
 
 
 def test_abandoned_sessions_are_freed(lm):
-    """Sessions a client opens and abandons are released after their time to live (delete_callback)."""
+    """Sessions a client opens, stays connected to and abandons are released after their time to live
+    (gr.State's delete_callback)."""
     import gc
     import time
 
@@ -381,12 +382,14 @@ def test_abandoned_sessions_are_freed(lm):
             return sum(isinstance(o, Session) and o.cache is not None for o in gc.get_objects())
 
         before = live_sessions()
-        for n in range(6):
-            Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
-                *settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
+        clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
+        for n, client in enumerate(clients):
+            client.predict(*settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
         assert live_sessions() >= before + 6
         time.sleep(5)  # time to live 2 s; Gradio sweeps expired state every second
         assert live_sessions() <= before
+        for client in clients:
+            client.close()
     finally:
         demo.close()
 
@@ -483,3 +486,25 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.screenshot(path=str(SCREENSHOTS / "replay-accounting.png"), full_page=True)
         browser.close()
     assert all(t >= 1 for t in trees), trees
+
+
+def test_a_dropped_connection_frees_its_session(url, monkeypatch):
+    """A visitor whose connection drops (a closed tab) is released at Gradio's next heartbeat, not an
+    hour later when Gradio itself would drop the state."""
+    import time
+
+    from gradio_client import Client
+
+    from specviz.ui import visitors
+
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
+    client = Client(url, verbose=False)
+    client.predict(*settings(prompt="Say hello.", method="pld", max_new_tokens=4), api_name="/step")
+    assert client.session_hash in visitors._open
+    held = [r() for r in visitors._open[client.session_hash]]
+    assert held and held[0].session is not None
+    client.close()
+    deadline = time.time() + 20
+    while client.session_hash in visitors._open and time.time() < deadline:
+        time.sleep(0.5)
+    assert client.session_hash not in visitors._open and held[0].session is None

@@ -508,7 +508,7 @@ def cmd_app_load(args) -> dict:
         server.close()
     table = (f"RSS at start {report['start_mb']} MB; stepping: " + ", ".join(f"{n} steps {mb} MB" for n, mb in report["steps"])
              + "; abandoned sessions: " + ", ".join(f"{n} {mb} MB" for n, mb in report["sessions"])
-             + (f"; after their time to live {report['after_ttl_mb']} MB" if "after_ttl_mb" in report else ""))
+             + f"; once their connections were noticed closed {report['after_mb']} MB")
     return _emit(table, report, args.json)
 
 
