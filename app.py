@@ -502,7 +502,7 @@ def build_app() -> gr.Blocks:
                                  interactive=False)
             next_btn = gr.Button("Next ▶", elem_id="next-btn", scale=0, min_width=110)
             play_btn = gr.Button("▶ Play", elem_id="play-btn", scale=0, min_width=90)
-            pause_btn = gr.Button("⏸ Pause", elem_id="pause-btn", scale=0, min_width=90)
+            pause_btn = gr.Button("Pause", elem_id="pause-btn", scale=0, min_width=90)
             pace = gr.Slider(0.2, 5.0, value=DEFAULT_PACE_S, step=0.1, label="Play pace (s per step)", scale=1,
                              elem_id="pace")
         timer = gr.Timer(DEFAULT_PACE_S, active=False)
