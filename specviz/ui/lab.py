@@ -109,9 +109,9 @@ class Lab:
 
     # ---- actions --------------------------------------------------------------------------------
     def step(self, max_new_tokens: int) -> None:
-        self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
+        self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         with self.stepping:
             if self.session.finished:
                 self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
