@@ -16,6 +16,13 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(os.environ.get("SPECVIZ_SCREENSHOTS", "/tmp/specviz-screenshots"))
 
 
+def launch_chromium(playwright):
+    """Debian's headless Chromium, as these tests drive it."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -110,9 +117,7 @@ def test_browser_step_draws_tree(url):
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         page.goto(url)
         page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
@@ -238,8 +243,7 @@ def test_browser_rapid_document_and_distribution(url):
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 2200})
         page.goto(url, wait_until="load")
         page.locator("#prompt textarea").fill(rapid_prompt())
@@ -405,8 +409,7 @@ def test_browser_timeline_play_pause_and_token_link(url):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     caption = "(document.querySelector('#step-caption')?.innerText || '')"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.goto(url, wait_until="load")
         # a visitor sees a full recorded run at once, with no model needed
@@ -445,8 +448,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1800})
         # settings in the URL come back, and nonsense in it is named
         page.goto(url + "?method=respec&tau=3&budget=24&example=sum-lighthouse&bogus=1", wait_until="load")
