@@ -20,7 +20,6 @@ from specviz.core.resources import shared_draft
 from specviz.methods import BUDGET_MAX, METHODS
 from specviz.core.models import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
-from specviz.ui import accounting
 from specviz.ui import visitors
 from specviz.ui.compare import Compare
 from specviz.ui.presets import BY_NAME as PRESETS
@@ -66,11 +65,16 @@ RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16 + torch.compile", "bf16+compile")]
 
 
-def _settings(lab: Lab | None, model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p,
-              seed, *param_values) -> Lab:
+def _base(model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed, *param_values):
+    """The page's settings widgets as Lab.apply's keyword arguments."""
+    return {"model": model, "prompt": prompt, "method": method, "budget": "auto" if auto_budget else budget,
+            "params": {p.name: v for p, v in zip(PARAMS, param_values)}, "draft_model": draft_model, "mode": mode,
+            "temperature": temperature, "top_p": top_p, "seed": seed}
+
+
+def _settings(lab: Lab | None, *settings) -> Lab:
     lab = lab or Lab()
-    lab.apply(model, prompt, method, "auto" if auto_budget else budget,
-              {p.name: v for p, v in zip(PARAMS, param_values)}, draft_model, mode, temperature, top_p, seed)
+    lab.apply(**_base(*settings))
     return lab
 
 
@@ -279,31 +283,10 @@ def _download_folder() -> str:
 
 
 def on_accounting(lab):
-    """The run's accounting plots, the two-lane view against ar and the cost curve of the shown step."""
-    lab = lab or Lab()
-    recording, k = lab.recording(), lab.shown_step()
-    records = recording.records[:k + 1] if k is not None else []
-    lanes = lab.lanes()
-    record = records[-1] if records else None
-    curve = recording.cost_curve if recording else None
-    if curve is None and lab.session is not None and lab.replay is None and lab.session.started:
-        cost = lab.session.cost_model  # measured once per model and mode, then cached on disk
-        curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
-    expected = record.notes.get("expected_curve") if record else None
-    decision = record.notes.get("budget_decision", {}) if record else {}
-    return (accounting.sources_figure(records), accounting.acceptance_figure(records),
-            accounting.waste_figure(records), accounting.time_split_figure(records), accounting.lanes_figure(lanes),
-            accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None,
-                                   decision.get("draft_ms", record.timings_ms["draft"] if record else 0.0)))
+    return (lab or Lab()).accounting()
 
 
 # ---- A/B, presets, URL ----------------------------------------------------------------------------------
-def _base(model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed, *param_values):
-    return {"model": model, "prompt": prompt, "method": method, "budget": "auto" if auto_budget else budget,
-            "params": {p.name: v for p, v in zip(PARAMS, param_values)}, "draft_model": draft_model, "mode": mode,
-            "temperature": temperature, "top_p": top_p, "seed": seed}
-
-
 def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
     compare = _visitor(request, compare or Compare())
     try:

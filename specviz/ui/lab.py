@@ -21,6 +21,7 @@ from specviz.core.token_diff import token_diff
 from specviz.tools.suite import long_context_prompt
 from specviz.accept.sampling import SamplingSettings
 from specviz.core.trace import Trace
+from specviz.ui import accounting
 from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
@@ -387,6 +388,23 @@ class Lab:
             " (the newest)" if k == len(recording.records) - 1 else " (← / → keys or the buttons move)")
         reason = why_small(recording.records[k])
         return caption + (f"  \n{reason}" if reason else "")
+
+    def accounting(self) -> tuple:
+        """The Accounting tab up to the shown step: per-source nodes, acceptance, waste, time split, the
+        two-lane view against ar, and the verify cost curve with the shown step's expected speedup."""
+        recording, k = self.recording(), self.shown_step()
+        records = recording.records[:k + 1] if k is not None else []
+        record = records[-1] if records else None
+        curve = recording.cost_curve if recording else None
+        if curve is None and self.replay is None and self.session is not None and self.session.started:
+            cost = self.session.cost_model  # measured once per model and mode, then cached on disk
+            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
+        expected = record.notes.get("expected_curve") if record else None
+        draft_ms = record.notes.get("budget_decision", {}).get("draft_ms", record.timings_ms["draft"]) if record else 0.0
+        return (accounting.sources_figure(records), accounting.acceptance_figure(records),
+                accounting.waste_figure(records), accounting.time_split_figure(records),
+                accounting.lanes_figure(self.lanes()),
+                accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms))
 
     def view(self):
         """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
