@@ -36,6 +36,24 @@ def test_union_merges_shared_prefix_and_costs_once():
     assert left.num_drafted == 3 and right.num_drafted == 4  # inputs untouched
 
 
+def test_merge_grows_the_tree_in_place_like_union():
+    left, right = DraftTree(7), DraftTree(7)
+    left.add_path([1, 2, 3], "retrieval")
+    right.add_path([1, 2, 9], "logits")
+    right.add_path([5], "logits")
+    expected = left.union(right)
+    merged = left.merge(right)
+    assert merged is left
+    assert (merged.tokens, merged.parents, merged.sources) == (expected.tokens, expected.parents, expected.sources)
+
+
+def test_positions_are_sibling_indices():
+    tree, a, b, c = build()
+    for node in range(1, len(tree)):
+        assert tree.positions[node] == tree.children(tree.parents[node]).index(node)
+    assert tree.select(range(len(tree))).positions == tree.positions
+
+
 def test_union_refuses_other_root():
     with pytest.raises(ValueError):
         DraftTree(1).union(DraftTree(2))

@@ -59,7 +59,7 @@ def node_key(tree: DraftTree, node: int) -> tuple:
     """(sources, depth, position among siblings, drafter buckets): a drafter may tag its nodes with a
     'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart."""
     sources = "+".join(sorted(tree.sources[node]))
-    position = tree.children(tree.parents[node]).index(node)
+    position = tree.positions[node]
     buckets = "+".join(sorted(str(m["bucket"]) for m in tree.meta[node].values() if "bucket" in m))
     return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(position, MAX_POSITION_KEY), buckets
 

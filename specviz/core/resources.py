@@ -11,6 +11,8 @@ import os
 import threading
 from typing import Callable
 
+from specviz.core.gc_pauses import freeze_long_lived
+
 _values: dict[tuple, object] = {}
 _locks: dict[tuple, threading.Lock] = {}
 _registry_lock = threading.Lock()   # held only to find or make a resource's own lock
@@ -26,6 +28,7 @@ def shared(key: tuple, load: Callable[[], object]):
     with lock:
         if key not in _values:
             _values[key] = load()
+            freeze_long_lived()
         return _values[key]
 
 

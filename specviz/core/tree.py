@@ -28,6 +28,7 @@ class DraftTree:
         self.meta: list[dict[str, dict]] = [{}]
         self._child_of: dict[tuple[int, int], int] = {}
         self._children: list[list[int]] = [[]]
+        self.positions: list[int] = [0]  # per node: its index among its parent's children (never changes)
         # per parent node: the distribution q (vocab,) a sampling draft model drew that node's child
         # from; that child carries meta["model"]["draws"] = 1
         self.draft_dists: dict[int, "torch.Tensor"] = {}
@@ -35,24 +36,29 @@ class DraftTree:
     # ---- building -------------------------------------------------------------------------------
     def add(self, parent: int, token: int, source: str, score: float = 1.0, **meta) -> int:
         """Add token under parent (or merge into the existing node with that token); return its index."""
-        if not source_registry.is_source(source):
+        if source not in source_registry.SOURCES:
             raise ValueError(f"unknown source {source!r}")
-        key = (parent, int(token))
+        token = int(token)
+        key = (parent, token)
         node = self._child_of.get(key)
         if node is None:
             node = len(self.tokens)
-            self.tokens.append(int(token))
+            self.tokens.append(token)
             self.parents.append(parent)
             self.depths.append(self.depths[parent] + 1)
-            self.sources.append(set())
+            self.sources.append({source})
             self.meta.append({})
             self._children.append([])
-            self._children[parent].append(node)
+            siblings = self._children[parent]
+            self.positions.append(len(siblings))
+            siblings.append(node)
             self._child_of[key] = node
-        self.sources[node].add(source)
-        previous = self.meta[node].get(source)
+        else:
+            self.sources[node].add(source)
+        node_meta = self.meta[node]
+        previous = node_meta.get(source)
         if previous is None or score > previous.get("score", 0.0):
-            self.meta[node][source] = {"score": float(score), **meta}
+            node_meta[source] = {"score": float(score), **meta}
         return node
 
     def add_path(self, tokens: Iterable[int], source: str, parent: int = ROOT,
@@ -128,17 +134,20 @@ class DraftTree:
     # ---- combining and cutting -------------------------------------------------------------------
     def union(self, other: "DraftTree") -> "DraftTree":
         """Trie union: a token both trees hold at the same place becomes one node with both sources."""
+        return self.select(range(len(self.tokens))).merge(other)
+
+    def merge(self, other: "DraftTree") -> "DraftTree":
+        """union() into this tree, in place (a method's pipeline grows its own tree stage by stage)."""
         if other.root_token != self.root_token:
             raise ValueError("trees with different roots cannot be merged")
-        merged = self.select(range(len(self.tokens)))
         mapped = {ROOT: ROOT}
         for node in range(1, len(other.tokens)):
             parent = mapped[other.parents[node]]
             for source, meta in other.meta[node].items():
-                mapped[node] = merged.add(parent, other.tokens[node], source, **meta)
+                mapped[node] = self.add(parent, other.tokens[node], source, **meta)
         for node, dist in other.draft_dists.items():
-            merged.draft_dists[mapped[node]] = dist
-        return merged
+            self.draft_dists[mapped[node]] = dist
+        return self
 
     def select(self, nodes: Iterable[int]) -> "DraftTree":
         """A new tree of the given nodes (each one's parent must be among them or earlier in the list)."""

@@ -43,7 +43,9 @@ class Drafter:
     def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
         """The tree so far grown by at most budget of this drafter's nodes, and how many it proposed."""
         proposal = self.propose(context, budget)
-        return tree.union(proposal), proposal.num_drafted
+        if tree.num_drafted == 0 and not tree.draft_dists:
+            return proposal, proposal.num_drafted  # nothing to merge into: the proposal is the tree
+        return tree.merge(proposal), proposal.num_drafted
 
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verified step (acceptance feedback, new tokens, new logits)."""

@@ -3,8 +3,12 @@ model stage: run it or not), fixed by the user or (auto) the kind that has given
 per millisecond of its own steps (drafting + verify forward) on this machine. The measurements are kept
 per process and setting (target, draft model, device, drafter settings), so every session of the app or
 a benchmark learns from the earlier ones instead of paying the exploration again. Each kind is tried
-twice first; after that the other kind gets one step in every `explore_every`, so a changed machine load
-can still flip the choice."""
+twice first; after that the other kind gets one step now and then, so a changed machine load can still
+flip the choice. How often is priced: a step of the worse kind loses the time it takes beyond what the
+best kind needs for the same tokens, and exploring may cost at most EXPLORE_SHARE of the process's
+time (at least `explore_every` steps apart). On a CPU one step with unified's draft model stage costs
+about six plain steps, so it is explored every few hundred steps of the process, not every 30 of each
+session. The step count is kept per setting too, so short sessions share one exploration schedule."""
 
 from __future__ import annotations
 
@@ -12,17 +16,19 @@ import threading
 from collections import deque
 
 _measured: dict[str, dict[str, deque]] = {}   # setting key -> kind -> recent (tokens, ms) fallback steps
+_since_explore: dict[str, int] = {}            # setting key -> auto choices since the last exploring step
 _measured_lock = threading.Lock()
+EXPLORE_SHARE = 0.01  # at most this share of the time goes to steps of a kind measured to be worse
 
 
 class FallbackChooser:
     def __init__(self, mode: str = "auto", setting: str = "", window: int = 12, first_tries: int = 2,
                  explore_every: int = 30, kinds: tuple[str, ...] = ("model", "logits")):
         self.mode, self.first_tries, self.explore_every, self.kinds = mode, first_tries, explore_every, kinds
+        self.key = f"{setting}|{'/'.join(kinds)}"
         with _measured_lock:
-            self.samples = _measured.setdefault(f"{setting}|{'/'.join(kinds)}",
-                                                {kind: deque(maxlen=window) for kind in kinds})
-        self.steps = 0
+            self.samples = _measured.setdefault(self.key, {kind: deque(maxlen=window) for kind in kinds})
+            _since_explore.setdefault(self.key, 0)
 
     def rate(self, kind: str) -> float | None:
         """Committed tokens per millisecond over the kind's recent fallback steps."""
@@ -31,17 +37,33 @@ class FallbackChooser:
             return None
         return sum(t for t, _ in samples) / max(1e-6, sum(ms for _, ms in samples))
 
+    def _mean_ms(self, kind: str) -> float:
+        samples = self.samples[kind]
+        return sum(ms for _, ms in samples) / len(samples)
+
+    def explore_interval(self, best: str, other: str) -> int:
+        """Steps between two exploring steps of `other`: its measured loss against `best` (the time beyond
+        what best needs for the same tokens) is at most EXPLORE_SHARE of the time of those steps."""
+        other_tokens = sum(t for t, _ in self.samples[other]) / len(self.samples[other])
+        lost_ms = self._mean_ms(other) - other_tokens / max(1e-9, self.rate(best))
+        if lost_ms <= 0:
+            return self.explore_every
+        return max(self.explore_every, round(lost_ms / (EXPLORE_SHARE * self._mean_ms(best))))
+
     def choose(self) -> str:
         if self.mode != "auto":
             return self.mode
-        self.steps += 1
         untried = [k for k in self.kinds if len(self.samples[k]) < self.first_tries]
         if untried:
             return min(untried, key=lambda k: len(self.samples[k]))
         best = max(self.kinds, key=lambda k: self.rate(k))
-        if self.steps % self.explore_every == 0:
-            return next(k for k in self.kinds if k != best)
-        return best
+        other = next(k for k in self.kinds if k != best)
+        with _measured_lock:
+            _since_explore[self.key] += 1
+            if _since_explore[self.key] < self.explore_interval(best, other):
+                return best
+            _since_explore[self.key] = 0
+        return other
 
     def observe(self, kind: str, tokens: int, ms: float) -> None:
         with _measured_lock:
@@ -49,15 +71,20 @@ class FallbackChooser:
 
     def checkpoint(self):
         with _measured_lock:
-            return self.steps, {kind: list(samples) for kind, samples in self.samples.items()}
+            return _since_explore[self.key], {kind: list(samples) for kind, samples in self.samples.items()}
 
     def rollback(self, saved) -> None:
-        self.steps, kept = saved
+        since_explore, kept = saved
         with _measured_lock:
+            _since_explore[self.key] = since_explore
             for kind, samples in kept.items():
                 self.samples[kind].clear()
                 self.samples[kind].extend(samples)
 
     def report(self) -> dict:
-        return {"mode": self.mode, "tokens_per_s": {k: None if self.rate(k) is None else round(1000 * self.rate(k), 2)
-                                                    for k in self.kinds}}
+        report = {"mode": self.mode, "tokens_per_s": {k: None if self.rate(k) is None else round(1000 * self.rate(k), 2)
+                                                      for k in self.kinds}}
+        if self.mode == "auto" and all(len(self.samples[k]) >= self.first_tries for k in self.kinds):
+            best = max(self.kinds, key=lambda k: self.rate(k))
+            report["explore_every"] = self.explore_interval(best, next(k for k in self.kinds if k != best))
+        return report

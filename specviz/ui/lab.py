@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from specviz.core.divergence import classify, tie_threshold
+from specviz.core.gc_pauses import collect_everything
 from specviz.core.memory_release import give_back_freed_memory
 from specviz.core.modes import parse_mode
 from specviz.core.session import Session
@@ -159,11 +160,9 @@ class Lab:
 
     def release(self) -> None:
         """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
-        import gc
-
         self.reset()
         self.baselines.clear()
-        gc.collect()  # a session's objects refer to each other: free them now, not at the next collection
+        collect_everything()  # a session's objects refer to each other: free them now, frozen or not
         give_back_freed_memory()
 
     # ---- timeline and replay --------------------------------------------------------------------

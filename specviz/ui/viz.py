@@ -220,7 +220,8 @@ def respec_step_markdown(record: StepRecord | None, token_text) -> str:
             lines.append("")
     fallback = notes.get("fallback", {})
     rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in fallback.get("tokens_per_s", {}).items())
-    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: measured {rates})")
+    explore = f"; the other is tried every {fallback['explore_every']} steps" if "explore_every" in fallback else ""
+    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: measured {rates}{explore})")
     relaxed = [visible_token(n.text) for n in record.nodes if n.status == "relaxed"]
     lines.append(f"relaxed acceptances: {', '.join(f'`{t}`' for t in relaxed) if relaxed else 'none'}")
     return "  \n".join(lines)
@@ -268,7 +269,8 @@ def search_step_markdown(record: StepRecord | None) -> str:
     stage = notes.get("model_stage")
     if stage:
         rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in stage["tokens_per_s"].items())
-        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: measured {rates})")
+        explore = f"; the other choice is tried every {stage['explore_every']} steps" if "explore_every" in stage else ""
+        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: measured {rates}{explore})")
     if "predicted_accepted" in notes:
         lines.append(f"**Predicted** {notes['predicted_accepted']:.2f} accepted drafts · **measured** "
                      f"{record.num_accepted_drafts}")

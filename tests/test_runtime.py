@@ -1,0 +1,67 @@
+"""The engine's own run-time habits: exploring a worse choice rarely, and garbage-collector pauses."""
+
+import gc
+import weakref
+
+from specviz.core.gc_pauses import collect_everything, freeze_long_lived
+from specviz.drafters import measured_choice
+from specviz.drafters.measured_choice import EXPLORE_SHARE, FallbackChooser
+
+
+def _chooser(setting: str) -> FallbackChooser:
+    return FallbackChooser("auto", setting, kinds=("on", "off"), explore_every=30)
+
+
+def test_a_costly_choice_is_explored_as_rarely_as_its_price_says():
+    first = _chooser("test-costly")
+    for _ in range(2):  # what the first tries measured: 'on' takes 200 ms for 3 tokens, 'off' 25 ms for 1.2
+        first.observe("on", 3, 200.0)
+        first.observe("off", 1.2, 25.0)
+    lost_ms = 200.0 - 3 / (1.2 / 25.0)          # beyond what 'off' needs for the same 3 tokens
+    interval = round(lost_ms / (EXPLORE_SHARE * 25.0))
+    assert first.explore_interval("off", "on") == interval > 30
+    picks = [first.choose() for _ in range(interval - 1)]
+    assert set(picks) == {"off"}
+    # the count is the process's, not the session's: a new session of the same setting explores next
+    second = _chooser("test-costly")
+    assert second.choose() == "on"
+    assert second.report()["explore_every"] == interval
+
+
+def test_an_equal_choice_is_still_explored_every_explore_every_steps():
+    chooser = _chooser("test-equal")
+    for _ in range(2):
+        chooser.observe("on", 2, 50.0)
+        chooser.observe("off", 1, 25.0)
+    picks = [chooser.choose() for _ in range(60)]
+    assert picks.count("on") + picks.count("off") == 60 and min(picks.count("on"), picks.count("off")) == 2
+
+
+def test_rollback_restores_the_shared_count():
+    chooser = _chooser("test-rollback")
+    for _ in range(2):
+        chooser.observe("on", 3, 200.0)
+        chooser.observe("off", 1.2, 25.0)
+    saved = chooser.checkpoint()
+    chooser.choose()
+    chooser.rollback(saved)
+    assert measured_choice._since_explore[chooser.key] == saved[0]
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_loaded_objects_are_frozen_and_a_frozen_cycle_is_still_freed_on_release():
+    freeze_long_lived()
+    assert gc.get_freeze_count() > 0
+    session_like = _Cycle()                  # a browser session alive while something loads ...
+    alive = weakref.ref(session_like)
+    freeze_long_lived()                      # ... gets frozen with the load
+    del session_like
+    gc.collect()
+    assert alive() is not None               # a plain collection skips frozen objects
+    collect_everything()                     # what Lab.release runs
+    assert alive() is None
+    assert gc.get_freeze_count() > 0         # and the long-lived objects are frozen again
