@@ -58,10 +58,14 @@ CALIBRATION_MAX = 1.5
 def node_key(tree: DraftTree, node: int) -> tuple:
     """(sources, depth, position among siblings, drafter buckets): a drafter may tag its nodes with a
     'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart."""
-    sources = "+".join(sorted(tree.sources[node]))
-    position = tree.positions[node]
-    buckets = "+".join(sorted(str(m["bucket"]) for m in tree.meta[node].values() if "bucket" in m))
-    return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(position, MAX_POSITION_KEY), buckets
+    node_meta = tree.meta[node]
+    if len(node_meta) == 1:  # one source (most nodes): no joins to sort
+        (source, meta), = node_meta.items()
+        sources, buckets = source, str(meta["bucket"]) if "bucket" in meta else ""
+    else:
+        sources = "+".join(sorted(tree.sources[node]))
+        buckets = "+".join(sorted(str(m["bucket"]) for m in node_meta.values() if "bucket" in m))
+    return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY), buckets
 
 
 def node_prior(tree: DraftTree, node: int) -> float | None:
@@ -157,6 +161,7 @@ class OnlineCost:
         self.curve, self.window, self.trusted_after = curve, window, trusted_after
         self.samples: dict[int, deque] = {}
         self.ratio: dict[int, float] = {}
+        self._costs: dict[int, np.ndarray] = {}
 
     @staticmethod
     def band(q: int) -> int:
@@ -166,11 +171,16 @@ class OnlineCost:
         return self.curve.cost_ms(q) * self._ratio(self.band(q))
 
     def costs_ms(self, largest: int) -> np.ndarray:
-        """cost_ms(q) for q = 1..largest in one call (index q - 1)."""
+        """cost_ms(q) for q = 1..largest in one call (index q - 1); kept until a forward is observed
+        (the planner asks every step, the answer changes only with the correction)."""
+        cached = self._costs.get(largest)
+        if cached is not None:
+            return cached
         q = np.arange(1, largest + 1)
         bands = np.array(COST_BANDS)[np.searchsorted(COST_BANDS, q, side="right") - 1]
         ratios = {band: self._ratio(band) for band in set(bands.tolist())}
-        return self.curve.costs_ms(largest) * np.array([ratios[b] for b in bands.tolist()])
+        costs = self._costs[largest] = self.curve.costs_ms(largest) * np.array([ratios[b] for b in bands.tolist()])
+        return costs
 
     def _ratio(self, band: int) -> float:
         ratio = self.ratio.get(band)
@@ -186,6 +196,7 @@ class OnlineCost:
         samples, ratio = saved
         self.samples = {band: deque(kept, maxlen=self.window) for band, kept in samples.items()}
         self.ratio = dict(ratio)
+        self._costs = {}
 
     def observe(self, q: int, ms: float) -> None:
         band = self.band(q)
@@ -193,6 +204,7 @@ class OnlineCost:
         samples.append(ms / self.curve.cost_ms(q))
         if len(samples) >= self.trusted_after:
             self.ratio[band] = statistics.median(samples)
+            self._costs = {}
 
 
 def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int) -> tuple[list[int], np.ndarray]:

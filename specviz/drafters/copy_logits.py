@@ -25,9 +25,15 @@ from specviz.core.tree import ROOT, DraftTree
 PROB_BANDS = (0.8, 0.5, 0.2, 0.05, 0.0)  # copy-logit probability bands the acceptance model tells apart
 
 
+_BAND_NAMES = tuple(f"p{round(100 * edge):02d}" for edge in PROB_BANDS)
+
+
 def prob_bucket(prob: float) -> str:
     """'p80', 'p50', 'p20', 'p05' or 'p00': the highest band edge not above the probability."""
-    return f"p{round(100 * next(edge for edge in PROB_BANDS if prob >= edge)):02d}"
+    for edge, name in zip(PROB_BANDS, _BAND_NAMES):
+        if prob >= edge:
+            return name
+    return _BAND_NAMES[-1]
 
 
 def child_breadth(parent_breadth: int, sibling_rank: int, parent_is_root: bool) -> int:
