@@ -5,7 +5,7 @@ For q tree tokens over a cache of `context_len` entries, three medians:
   the linear layers, the head);
 - `linear_ms`: every nn.Linear of the model applied once to q rows, with the kernel the model runs
   (oneDNN or stock): the part no change outside the linear layers can remove;
-- their ratio (issue target: at most 1.25).
+- the median of their ratio, forward and linear-only timed in turn (issue target: at most 1.25).
 `top_ops` lists the heaviest operators of one forward (torch.profiler, self CPU time) to say what the rest is.
 """
 
@@ -34,25 +34,30 @@ def _chain(root: int, tokens: list[int]) -> DraftTree:
     return tree
 
 
-@torch.inference_mode()
-def linear_only_ms(lm, rows: int, repeats: int) -> float:
-    """Median ms of applying every linear layer of the model once to (1, rows, in_features) inputs."""
-    linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = {m.in_features: torch.randn(1, rows, m.in_features, dtype=lm.dtype, device=lm.device)
-              for m in linears}
-    times = []
-    for _ in range(repeats + 1):
-        _sync(lm.device)
+class LinearOnly:
+    """Every linear layer of the model applied once to (1, rows, in_features) inputs, with the kernel
+    the model runs."""
+
+    def __init__(self, lm, rows: int):
+        self.lm = lm
+        self.linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+        self.inputs = {m.in_features: torch.randn(1, rows, m.in_features, dtype=lm.dtype, device=lm.device)
+                       for m in self.linears}
+
+    @torch.inference_mode()
+    def ms(self) -> float:
+        _sync(self.lm.device)
         started = time.perf_counter()
-        for module in linears:
-            module(inputs[module.in_features])
-        _sync(lm.device)
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times[1:])
+        for module in self.linears:
+            module(self.inputs[module.in_features])
+        _sync(self.lm.device)
+        return (time.perf_counter() - started) * 1000
 
 
 @torch.inference_mode()
 def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False):
+    """Medians of the forward, of the linear layers alone and of their ratio (one pair per repeat),
+    and the heaviest operators of one more forward (profile)."""
     generator = torch.Generator().manual_seed(q)
     context = torch.randint(100, lm.vocab_size - 1, (context_len + q,), generator=generator).tolist()
     cache = new_cache(lm.model.config)
@@ -60,7 +65,9 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     lm.model(input_ids=torch.tensor([context[:context_len - 1]], device=lm.device), past_key_values=cache,
              use_cache=True)
     tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
-    times = []
+    # interleaved with the linear layers alone, so machine drift moves both alike
+    linear = LinearOnly(lm, q)
+    times, linear_times = [], []
     for _ in range(repeats + 1):
         _sync(lm.device)
         started = time.perf_counter()
@@ -68,6 +75,7 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
         _sync(lm.device)
         times.append((time.perf_counter() - started) * 1000)
         cache.crop(-q)
+        linear_times.append(linear.ms())
     top = None
     if profile:
         from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -83,16 +91,16 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
                     if lm.device.type == "cuda" and averages and hasattr(averages[0], k)), "self_cpu_time_total")
         events = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:8]
         top = [(e.key, round(getattr(e, key) / 1000, 2), e.count) for e in events]
-    return statistics.median(times[1:]), top
+    ratios = [f / l for f, l in zip(times[1:], linear_times[1:])]
+    return statistics.median(times[1:]), statistics.median(linear_times[1:]), statistics.median(ratios), top
 
 
 def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, with_ops: bool = True) -> list[dict]:
     rows = []
     for q in sizes:
-        full, top = forward_ms(lm, q, context_len, repeats, profile=with_ops)
-        linear = linear_only_ms(lm, q, repeats)
+        full, linear, ratio, top = forward_ms(lm, q, context_len, repeats, profile=with_ops)
         rows.append({"tokens": q, "forward_ms": round(full, 2), "linear_ms": round(linear, 2),
-                     "ratio": round(full / linear, 3), "top_ops": top})
+                     "ratio": round(ratio, 3), "top_ops": top})
     return rows
 
 
