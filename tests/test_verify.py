@@ -100,3 +100,15 @@ def test_sampling_accept_keeps_target_distribution():
     for _ in range(trials):
         counts[sampling_accept(tree, logits, SamplingSettings(1.0), generator).accepted_tokens[0]] += 1
     assert np.allclose(counts / trials, [0.1, 0.2, 0.3, 0.4], atol=0.03)
+
+
+def test_blockwise_topk_equals_torch_topk():
+    from specviz.accept.verification import blockwise_topk
+
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(65, 128 * 64, generator=generator) * 4
+    logits[3, 5000] = 50.0                      # one row's best far above the rest
+    logits[7, :] = torch.arange(128 * 64, dtype=torch.float32)  # the top-k all in the last block
+    values, ids = blockwise_topk(logits, 16, 128)
+    expected_values, expected_ids = logits.topk(16, dim=-1)
+    assert torch.equal(values, expected_values) and torch.equal(ids, expected_ids)

@@ -37,6 +37,22 @@ class Verification:
 TOP_K = 16  # the widest row any consumer reads (copy-logit max_breadth <= 16, top-2 margins, argmax)
 
 
+TOP_BLOCK = 128  # vocabulary block of blockwise_topk
+
+
+def blockwise_topk(logits: torch.Tensor, k: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(logits, k) in two cheap passes (a CPU's topk over 65 x 49,152 logits took 1.6 ms, this
+    0.55): the k largest values of a row lie in the k blocks with the largest maxima (a block holding one
+    of them has a maximum at least that large, and only k - 1 values beat it), so the top-k of those
+    k x block candidates is the row's."""
+    q, vocab = logits.shape
+    blocks = logits.reshape(q, vocab // block, block)
+    best_blocks = blocks.amax(-1).topk(k, dim=-1).indices                       # (q, k)
+    candidates = blocks.gather(1, best_blocks[:, :, None].expand(q, k, block)).reshape(q, k * block)
+    values, at = candidates.topk(k, dim=-1)
+    return values, best_blocks.gather(1, at // block) * block + at % block
+
+
 @dataclass
 class LogitTop:
     """Each row's TOP_K largest logits and their token ids, best first: one pass over (q, vocab) logits
@@ -47,7 +63,11 @@ class LogitTop:
 
     @classmethod
     def of(cls, logits: torch.Tensor) -> "LogitTop":
-        values, ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
+        q, vocab = logits.shape
+        if logits.device.type == "cpu" and vocab % TOP_BLOCK == 0 and vocab >= 4 * TOP_K * TOP_BLOCK:
+            values, ids = blockwise_topk(logits, TOP_K, TOP_BLOCK)
+        else:
+            values, ids = logits.topk(min(TOP_K, vocab), dim=-1)
         return cls(values, ids, ids.tolist())
 
     @property
