@@ -17,7 +17,7 @@ from specviz.ui.lab import Lab, shared_model
 from specviz.tools.suite import example_prompts, load_suite
 from specviz.accept.sampling import SamplingSettings
 from specviz.core.resources import shared_draft
-from specviz.methods import BUDGET_MAX, METHODS
+from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.core.models import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
 from specviz.ui import visitors
@@ -38,7 +38,8 @@ PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 MESSAGE_AT = 8   # index of the message among the outputs (see build_app)
 TRACES = shipped_traces()
-FIRST_TRACE = "racer-code-rename" if "racer-code-rename" in TRACES else next(iter(TRACES), None)
+FIRST_TRACE = (f"{DEFAULT_METHOD}-code-rename" if f"{DEFAULT_METHOD}-code-rename" in TRACES
+               else next(iter(TRACES), None))
 DEFAULT_PACE_S = 1.0
 # the ← / → keys move the timeline (not while typing in a field)
 KEYS_JS = """
@@ -107,7 +108,7 @@ def param_visibility(method: str):
 
 def param_input(p):
     label = f"{p.name}: {p.help}"
-    visible = p in METHODS["racer"].params
+    visible = p in METHODS[DEFAULT_METHOD].params
     if p.choices:
         return gr.Dropdown(list(p.choices), value=p.default, label=label, visible=visible, elem_id=f"param-{p.name}")
     return gr.Slider(p.low, p.high, value=p.default, step=1 if p.kind is int else 0.01, label=label, visible=visible,
@@ -329,7 +330,7 @@ def on_url(request: gr.Request):
     """Settings from the page URL's query parameters; what cannot be used is named in the message."""
     query = dict(request.query_params) if request is not None else {}
     settings, notes = settings_from_query(query, EXAMPLES)
-    method = settings.get("method", "racer")
+    method = settings.get("method", DEFAULT_METHOD)
     prompt = EXAMPLES[settings["example"]] if "example" in settings else settings.get("prompt")
     budget = settings.get("budget")
     updates = [gr.update(value=method) if "method" in settings else gr.update(),
@@ -447,7 +448,7 @@ def build_app() -> gr.Blocks:
                 prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7,
                                     elem_id="prompt")
             with gr.Column(scale=1):
-                method = gr.Dropdown(list(METHODS), value="racer", label="Method", elem_id="method")
+                method = gr.Dropdown(list(METHODS), value=DEFAULT_METHOD, label="Method", elem_id="method")
                 auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
                                           elem_id="auto-budget")
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)",

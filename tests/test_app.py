@@ -121,7 +121,7 @@ def test_browser_step_draws_tree(url):
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         page.goto(url)
         page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
-        page.locator("#auto-budget input").uncheck()  # fixed budget 16: racer fills it on copied code
+        page.locator("#auto-budget input").uncheck()  # fixed budget 16: the default method (unified) fills it on copied code
         most_points = 0
         for step in range(1, 7):
             page.locator("#step-btn").click()

@@ -14,6 +14,9 @@ from specviz.methods.unified import Unified
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid)}
 
+DEFAULT_METHOD = "unified"  # what the app shows first and a link without method= means (issue 9: at least
+# as fast as racer on both suites)
+
 PEER_METHODS = {
     "hf-ar": "transformers generate(), greedy, no speculation",
     "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
@@ -27,4 +30,4 @@ def get_method(name: str) -> type[Method]:
     return METHODS[name]
 
 
-__all__ = ["AUTO_MAX_NODES", "BUDGET_MAX", "METHODS", "PEER_METHODS", "Method", "get_method", "parse_budget"]
+__all__ = ["AUTO_MAX_NODES", "BUDGET_MAX", "DEFAULT_METHOD", "METHODS", "PEER_METHODS", "Method", "get_method", "parse_budget"]

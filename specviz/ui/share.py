@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError
-from specviz.methods import BUDGET_MAX, METHODS, parse_budget
+from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS, parse_budget
 
 RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
 MAX_PROMPT_CHARS = 20_000
@@ -15,12 +15,12 @@ MAX_PROMPT_CHARS = 20_000
 
 def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tuple[dict, list[str]]:
     """The settings a URL's query parameters give ({name: value}, only the valid ones) and a note for each
-    one ignored. Method parameters are checked against the method the URL names (or racer)."""
+    one ignored. Method parameters are checked against the method the URL names (or the default method)."""
     settings, notes = {}, []
-    method = query.get("method", "racer")
+    method = query.get("method", DEFAULT_METHOD)
     if method not in METHODS:
         notes.append(f"method={method!r} is not a method (choose one of {', '.join(METHODS)})")
-        method = "racer"
+        method = DEFAULT_METHOD
     elif "method" in query:
         settings["method"] = method
     own = {p.name: p for p in METHODS[method].params}
