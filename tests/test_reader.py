@@ -51,6 +51,20 @@ def test_suffix_array_and_trie_match_brute_force(seed):
             assert match.length == len(key) and trie.counts(match) == expected
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_bisected_match_is_the_longest_suffix_with_a_follower(seed):
+    rng = random.Random(seed)
+    stream = [rng.choice([-1, 0, 1, 2, 3]) for _ in range(400)]  # -1: document separators
+    array = SuffixArray(np.array(stream))
+    for _ in range(80):
+        tail = [rng.randint(0, 4) for _ in range(rng.randint(1, 9))]
+        longest = next((n for n in range(min(len(tail), 8), 0, -1) if brute_counts(stream, tail[-n:])), 0)
+        found = array.match(tail, 8)
+        assert (found.length if found else 0) == longest
+        if found:
+            assert array.counts(found) == brute_counts(stream, tail[-longest:])
+
+
 def test_longest_suffix_is_tried_first_then_shorter_ones():
     array = SuffixArray(np.array([1, 2, 3, 9, 5, 3, 7]))
     assert array.match([8, 2, 3], 3).length == 2        # [8, 2, 3] absent, [2, 3] -> 9

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SEPARATOR = -1
+SMALL_RANGE = 32  # a matched range of at most this many rows is counted in Python
 
 
 @dataclass(frozen=True)
@@ -47,29 +48,32 @@ def build_suffix_array(tokens: np.ndarray) -> np.ndarray:
 
 class SuffixArray:
     def __init__(self, tokens: np.ndarray, sa: np.ndarray | None = None):
-        self.tokens = np.asarray(tokens, dtype=np.int64)
-        self.sa = build_suffix_array(self.tokens) if sa is None else np.asarray(sa, dtype=np.int64)
+        self.tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        self.sa = np.ascontiguousarray(build_suffix_array(self.tokens) if sa is None else sa, dtype=np.int64)
+        # the binary searches probe one row at a time: a memoryview reads a Python int straight from the
+        # array, several times faster than indexing numpy for a scalar (same memory, no copy)
+        self._sa_items, self._token_items = memoryview(self.sa), memoryview(self.tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def _token_at(self, row: int, depth: int) -> int:
-        position = self.sa[row] + depth
-        return int(self.tokens[position]) if position < len(self.tokens) else SEPARATOR - 1
-
     def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
-        """Rows of sa[lo:hi] (all sharing `depth` leading tokens) whose next token is token."""
+        """Rows of sa[lo:hi] (all sharing `depth` leading tokens) whose next token is token (a suffix that
+        ends before `depth` reads as SEPARATOR - 1, below every separator and token)."""
+        sa, tokens, end = self._sa_items, self._token_items, len(self.tokens)
         a, b = lo, hi
         while a < b:  # first row whose token at depth is >= token
             mid = (a + b) // 2
-            if self._token_at(mid, depth) < token:
+            position = sa[mid] + depth
+            if (tokens[position] if position < end else SEPARATOR - 1) < token:
                 a = mid + 1
             else:
                 b = mid
         start, b = a, hi
         while a < b:  # first row whose token at depth is > token
             mid = (a + b) // 2
-            if self._token_at(mid, depth) <= token:
+            position = sa[mid] + depth
+            if (tokens[position] if position < end else SEPARATOR - 1) <= token:
                 a = mid + 1
             else:
                 b = mid
@@ -85,12 +89,17 @@ class SuffixArray:
 
     def match(self, tail: list[int], max_key: int) -> RangeMatch | None:
         """The longest suffix of tail (at most max_key tokens) found with a follower (READER: drop the
-        first token and retry)."""
-        for length in range(min(len(tail), max_key), 0, -1):
+        first token and retry). Wherever a suffix occurs with a follower, each shorter suffix does too,
+        so the longest one is found by bisecting its length (about 3 lookups for 8, not up to 8)."""
+        best, shortest_missing, longest_found = None, min(len(tail), max_key) + 1, 0
+        while shortest_missing - longest_found > 1:
+            length = (longest_found + shortest_missing) // 2
             found = self.find(tail[-length:])
             if found is not None and self.counts(found):
-                return found
-        return None
+                best, longest_found = found, length
+            else:
+                shortest_missing = length
+        return best
 
     def extend(self, found: RangeMatch, token: int, tail: list[int], max_key: int) -> RangeMatch | None:
         if found.length < max_key:
@@ -102,7 +111,14 @@ class SuffixArray:
         return self.match(tail, max_key)
 
     def counts(self, found: RangeMatch) -> dict[int, int]:
-        """Next-token counts after the matched key (separators and the stream's end excluded)."""
+        """Next-token counts after the matched key (separators and the stream's end excluded), by token."""
+        if found.hi - found.lo <= SMALL_RANGE:  # most keys: a few rows, cheaper read one by one than by numpy
+            sa, tokens, end, counted = self._sa_items, self._token_items, len(self.tokens), {}
+            for row in range(found.lo, found.hi):
+                position = sa[row] + found.length
+                if position < end and tokens[position] >= 0:
+                    counted[tokens[position]] = counted.get(tokens[position], 0) + 1
+            return dict(sorted(counted.items()))
         positions = self.sa[found.lo:found.hi] + found.length
         positions = positions[positions < len(self.tokens)]
         following = self.tokens[positions]
