@@ -199,6 +199,13 @@ def _fmt(values: list[float]) -> str:
     return ", ".join(f"{v:.2f}" for v in values) or "none yet"
 
 
+def measured_choice_text(report: dict) -> str:
+    """What a measured choice (drafters.measured_choice report) measured, and how often it explores."""
+    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in report.get("tokens_per_s", {}).items())
+    explore = f"; the other choice is tried every {report['explore_every']} steps" if "explore_every" in report else ""
+    return f"measured {rates}{explore}"
+
+
 def respec_step_markdown(record: StepRecord | None, token_text) -> str:
     """ReSpec's decisions in the last step: the entropies H_k and scores C_k per key length, the key, whether
     retrieval fired, the candidate positions with their EMA scores, what drafted, and the relaxed tokens."""
@@ -219,9 +226,7 @@ def respec_step_markdown(record: StepRecord | None, token_text) -> str:
                 lines.append(f"| {c['position']} | {c['score']:.3f} | {c['drafted']} | {c['accepted']} | {rate} |")
             lines.append("")
     fallback = notes.get("fallback", {})
-    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in fallback.get("tokens_per_s", {}).items())
-    explore = f"; the other is tried every {fallback['explore_every']} steps" if "explore_every" in fallback else ""
-    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: measured {rates}{explore})")
+    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: {measured_choice_text(fallback)})")
     relaxed = [visible_token(n.text) for n in record.nodes if n.status == "relaxed"]
     lines.append(f"relaxed acceptances: {', '.join(f'`{t}`' for t in relaxed) if relaxed else 'none'}")
     return "  \n".join(lines)
@@ -268,9 +273,8 @@ def search_step_markdown(record: StepRecord | None) -> str:
                      f"{deepen['tokens']} tokens searched")
     stage = notes.get("model_stage")
     if stage:
-        rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in stage["tokens_per_s"].items())
-        explore = f"; the other choice is tried every {stage['explore_every']} steps" if "explore_every" in stage else ""
-        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: measured {rates}{explore})")
+        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: "
+                     f"{measured_choice_text(stage)})")
     if "predicted_accepted" in notes:
         lines.append(f"**Predicted** {notes['predicted_accepted']:.2f} accepted drafts · **measured** "
                      f"{record.num_accepted_drafts}")
