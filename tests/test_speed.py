@@ -50,6 +50,26 @@ def test_lean_forward_is_installed_and_matches_stock_on_grouped_heads(tiny_model
         assert torch.allclose(stock, logits[path], atol=1e-5, rtol=0), path
 
 
+def test_packed_onednn_weights_give_a_row_the_same_result_whatever_the_row_count(lm):
+    """oneDNN runs every linear layer from a packed copy of its weight (the stock path keeps the dense
+    one), and a row's output does not depend on how many rows share the call."""
+    from specviz.core import fast_linear
+
+    if lm.linear != "onednn":
+        pytest.skip(f"this machine runs the {lm.linear} linear kernel")
+    linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m._specviz_packed.is_mkldnn for m in linears)
+    head = lm.model.lm_head
+    x = torch.randn(1, 65, head.in_features, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        one_row = head(x[:, :1])
+        for rows in (2, 16, 65):
+            assert torch.equal(head(x[:, :rows])[:, :1], one_row)
+        with fast_linear.stock():
+            assert torch.equal(head(x), torch.nn.functional.linear(x, head.weight))
+        assert torch.allclose(head(x), torch.nn.functional.linear(x, head.weight), atol=1e-4, rtol=0)
+
+
 def test_stock_forward_when_asked(tiny_models, monkeypatch):
     monkeypatch.setenv("SPECVIZ_FORWARD", "stock")
     lm = load_model(tiny_models["same"])

@@ -63,11 +63,15 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-80:]
 
 
+# bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights)
+FORWARD_REVISION = 2
+
+
 def stored_path(lm: LoadedModel) -> Path:
     # one curve per everything that moves it: device, mode (precision, compile), kernel, forward, threads
     forward = "lean" if getattr(lm, "lean", False) else "stock"
     name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{lm.linear}-{forward}-"
-            f"{torch.get_num_threads()}t.json")
+            f"{torch.get_num_threads()}t-r{FORWARD_REVISION}.json")
     return cache_root() / "costs" / name
 
 

@@ -66,9 +66,14 @@ def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
     return weight, bias
 
 
+def _as_is(weight: torch.Tensor, module=None) -> torch.Tensor:
+    return weight
+
+
 class LeanDecoder:
-    def __init__(self, model, linear):
-        """linear(x, weight, bias) is the kernel the model runs (core.fast_linear or F.linear)."""
+    def __init__(self, model, linear, prepare=_as_is):
+        """linear(x, weight, bias) is the kernel the model runs (core.fast_linear or F.linear);
+        prepare(weight, module) gives a weight in the form that kernel takes (e.g. oneDNN's packed copy)."""
         config, inner = model.config, model.model
         self.model, self.inner, self.linear = model, inner, linear
         self.heads = config.num_attention_heads
@@ -80,9 +85,11 @@ class LeanDecoder:
         for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
             qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
-            self.layers.append((layer.input_layernorm.weight, qkv, qkv_bias, attn.o_proj.weight, attn.o_proj.bias,
-                                layer.post_attention_layernorm.weight, mlp.gate_proj.weight, mlp.up_proj.weight,
-                                mlp.down_proj.weight))
+            self.layers.append((layer.input_layernorm.weight, prepare(qkv), qkv_bias,
+                                prepare(attn.o_proj.weight, attn.o_proj), attn.o_proj.bias,
+                                layer.post_attention_layernorm.weight, prepare(mlp.gate_proj.weight, mlp.gate_proj),
+                                prepare(mlp.up_proj.weight, mlp.up_proj), prepare(mlp.down_proj.weight, mlp.down_proj)))
+        self.head = prepare(model.lm_head.weight, model.lm_head)
         # the two halves of a layer (core.modes' compile swaps in compiled versions: one graph each,
         # weights as inputs, so every layer shares it)
         self.before_attention, self.after_attention = self._before_attention, self._after_attention
@@ -140,12 +147,12 @@ class LeanDecoder:
             h = self.after_attention(h, self._attention(q, keys, values, packed_mask), w_o, b_o, norm2, w_gate,
                                      w_up, w_down, self.eps[i])
         h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
-        return self.linear(h, self.model.lm_head.weight, getattr(self.model.lm_head, "bias", None))[0].float()
+        return self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
 
 
-def install(model, linear) -> str | None:
+def install(model, linear, prepare=_as_is) -> str | None:
     """Attach a LeanDecoder as model._specviz_lean; returns why not (and attaches nothing) if unsupported."""
     reason = why_not(model)
     if reason is None:
-        model._specviz_lean = LeanDecoder(model, linear)
+        model._specviz_lean = LeanDecoder(model, linear, prepare)
     return reason

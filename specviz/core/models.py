@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -196,7 +197,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     if kernel == "onednn":
         fast_linear.install(model)
     lean = os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock" \
-        and lean_forward.install(model, fast_linear.kernel(kernel)) is None
+        and lean_forward.install(model, fast_linear.kernel(kernel),
+                                 functools.partial(fast_linear.prepared_weight, kernel)) is None
     if run_mode.compiled:
         why = modes.compile_forward(model) if lean else "compile needs the lean forward (a Llama-shaped model)"
         if why:
