@@ -112,3 +112,14 @@ def test_blockwise_topk_equals_torch_topk():
     values, ids = blockwise_topk(logits, 16, 128)
     expected_values, expected_ids = logits.topk(16, dim=-1)
     assert torch.equal(values, expected_values) and torch.equal(ids, expected_ids)
+
+
+def test_log_normalisers_agree_with_logsumexp():
+    from specviz.accept.verification import LogitTop, log_normalisers
+
+    generator = torch.Generator().manual_seed(4)
+    logits = torch.randn(17, 128 * 64, generator=generator) * 6
+    logits[2, 11] = 80.0                        # a row that one logit dominates
+    logits[5] = -30.0                           # a flat row
+    norms = log_normalisers(logits, LogitTop.of(logits))
+    assert torch.allclose(norms, torch.logsumexp(logits, dim=-1), atol=2e-5, rtol=0)

@@ -75,6 +75,16 @@ class LogitTop:
         return [row[0] for row in self.ids_list]
 
 
+def log_normalisers(logits: torch.Tensor, top: LogitTop) -> torch.Tensor:
+    """logsumexp of every row, read off log_softmax at the row's largest logit (x_max - log p_max): on a
+    CPU, log_softmax's fused kernel takes half the time of torch.logsumexp (65 x 49,152: 0.9 against
+    1.9 ms); the two agree to a few 1e-6."""
+    if logits.device.type != "cpu":
+        return torch.logsumexp(logits, dim=-1)
+    log_p_max = torch.log_softmax(logits, dim=-1).gather(1, top.ids[:, :1])[:, 0]
+    return top.values[:, 0] - log_p_max
+
+
 def node_target_stats(tree: DraftTree, logits: torch.Tensor,
                       top: LogitTop) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """Target probability and rank of every draft node's token under its parent's logits, and the
@@ -83,7 +93,7 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor,
     n = len(tree)
     probs = np.full(n, np.nan)
     ranks = np.full(n, -1, dtype=np.int64)
-    log_norms = torch.logsumexp(logits, dim=-1)
+    log_norms = log_normalisers(logits, top)
     if n > 1:
         parents = torch.tensor(tree.parents[1:], device=logits.device)
         tokens = torch.tensor(tree.tokens[1:], device=logits.device)
@@ -100,7 +110,9 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor,
         if outside:
             picked = torch.tensor(outside, device=logits.device) - 1
             rows = logits.index_select(0, parents.index_select(0, picked))
-            ranks[outside] = (rows > token_logits.index_select(0, picked)[:, None]).sum(-1).cpu().numpy()
+            # an int32 count: summing the comparisons into int64 took twice as long here
+            beaten = rows > token_logits.index_select(0, picked)[:, None]
+            ranks[outside] = beaten.sum(-1, dtype=torch.int32).cpu().numpy()
     return probs, ranks, log_norms
 
 
