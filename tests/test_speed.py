@@ -70,6 +70,20 @@ def test_packed_onednn_weights_give_a_row_the_same_result_whatever_the_row_count
         assert torch.allclose(head(x), torch.nn.functional.linear(x, head.weight), atol=1e-4, rtol=0)
 
 
+def test_too_little_memory_to_pack_runs_dense_onednn_and_says_so(tiny_models, monkeypatch):
+    from specviz.core import fast_linear
+
+    monkeypatch.setattr(fast_linear, "_available_memory_bytes", lambda: 1024)
+    lm = load_model(tiny_models["same"], linear="onednn")
+    if lm.linear != "onednn":
+        pytest.skip(f"this machine runs the {lm.linear} linear kernel")
+    assert not lm.packed and any("dense weights" in note for note in lm.notes)
+    assert not any(hasattr(m, "_specviz_packed") for m in lm.model.modules())
+    session = Session(lm, "racer", budget=4).start("Count: one two three one two three")
+    session.run(6)
+    assert len(session.output_ids) == 6
+
+
 def test_stock_forward_when_asked(tiny_models, monkeypatch):
     monkeypatch.setenv("SPECVIZ_FORWARD", "stock")
     lm = load_model(tiny_models["same"])

@@ -70,7 +70,8 @@ FORWARD_REVISION = 2
 def stored_path(lm: LoadedModel) -> Path:
     # one curve per everything that moves it: device, mode (precision, compile), kernel, forward, threads
     forward = "lean" if getattr(lm, "lean", False) else "stock"
-    name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{lm.linear}-{forward}-"
+    kernel = lm.linear + ("-dense" if lm.linear == "onednn" and not getattr(lm, "packed", False) else "")
+    name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{kernel}-{forward}-"
             f"{torch.get_num_threads()}t-r{FORWARD_REVISION}.json")
     return cache_root() / "costs" / name
 

@@ -55,35 +55,66 @@ def onednn_linear(x: torch.Tensor, packed_weight: torch.Tensor, bias: torch.Tens
 
 
 def kernel(name: str):
-    """linear(x, weight, bias) for a kernel name of CHOICES; its weight is what prepared_weight gives."""
+    """linear(x, weight, bias) for a kernel name of CHOICES; its weight is what weight_preparer gives."""
     return onednn_linear if name == "onednn" else F.linear
 
 
-def prepared_weight(name: str, weight: torch.Tensor, module: torch.nn.Linear | None = None) -> torch.Tensor:
-    """weight in the form kernel(name) takes: for oneDNN the packed copy (the module's own where install
-    made one, so a weight is packed once), else the dense weight itself."""
-    if name != "onednn":
-        return weight
-    packed = getattr(module, "_specviz_packed", None)
-    return packed if packed is not None else pack(weight)
+def weight_preparer(name: str, packed: bool):
+    """prepare(weight, module=None): a weight in the form kernel(name) takes. With packed oneDNN weights
+    that is the module's packed copy (made by install, so a weight is packed once) or, for a weight no
+    module owns (a fused matrix), a new packed copy; otherwise the dense weight itself."""
+    if name != "onednn" or not packed:
+        return lambda weight, module=None: weight
+
+    def prepare(weight: torch.Tensor, module: torch.nn.Linear | None = None) -> torch.Tensor:
+        own = getattr(module, "_specviz_packed", None)
+        return own if own is not None else pack(weight)
+    return prepare
 
 
-def _onednn_forward(module: torch.nn.Linear):
+def linear_weight_bytes(model: torch.nn.Module) -> int:
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def _available_memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def room_to_pack(model: torch.nn.Module) -> str | None:
+    """None when a packed copy of the linear weights fits comfortably in free memory, else why not."""
+    needed, available = linear_weight_bytes(model), _available_memory_bytes()
+    if available is not None and 2 * needed > available:
+        return (f"packed oneDNN weights need {needed / 2**30:.1f} GB more and {available / 2**30:.1f} GB are "
+                "free: oneDNN runs from the dense weights (slower for small trees)")
+    return None
+
+
+def _onednn_forward(module: torch.nn.Linear, packed: bool):
+    weight = module._specviz_packed if packed else module.weight
+
     def forward(x: torch.Tensor) -> torch.Tensor:
         if getattr(_local, "stock", False) or x.dtype != module.weight.dtype:
             return F.linear(x, module.weight, module.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, module._specviz_packed, module.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, weight, module.bias, "none", [], "")
     return forward
 
 
-def install(model: torch.nn.Module) -> int:
-    """Route every nn.Linear of the model through oneDNN with a packed copy of its weight (the dense one
-    stays for stock()); returns how many. Call only when available()."""
+def install(model: torch.nn.Module, packed: bool = True) -> int:
+    """Route every nn.Linear of the model through oneDNN, from a packed copy of its weight when `packed`
+    (the dense one stays for stock()); returns how many. Call only when available()."""
     count = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and "forward" not in module.__dict__:
-            module._specviz_packed = pack(module.weight)
-            module.forward = _onednn_forward(module)
+            if packed:
+                module._specviz_packed = pack(module.weight)
+            module.forward = _onednn_forward(module, packed)
             count += 1
     return count
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -35,6 +34,7 @@ class LoadedModel:
     max_context: int = 2048
     load_s: float = 0.0
     linear: str = "stock"  # which kernel the linear layers run: fast_linear.CHOICES
+    packed: bool = False    # whether oneDNN runs from packed copies of the weights (core.fast_linear)
     compiled: bool = False  # whether the decoder layers run through torch.compile (core.modes)
     lean: bool = False      # whether tree forwards run core.lean_forward (else transformers' forward)
     notes: list[str] = field(default_factory=list)  # what was asked for and could not be had here
@@ -194,11 +194,15 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     attention.install(model)
     if run_mode.compiled:
         kernel = "stock"  # Dynamo cannot trace the oneDNN op; inductor picks its own kernels
+    packed = False
     if kernel == "onednn":
-        fast_linear.install(model)
+        why_not_packed = fast_linear.room_to_pack(model)
+        packed = why_not_packed is None
+        fast_linear.install(model, packed)
+        if why_not_packed:
+            run_mode.notes.append(why_not_packed)
     lean = os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock" \
-        and lean_forward.install(model, fast_linear.kernel(kernel),
-                                 functools.partial(fast_linear.prepared_weight, kernel)) is None
+        and lean_forward.install(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed)) is None
     if run_mode.compiled:
         why = modes.compile_forward(model) if lean else "compile needs the lean forward (a Llama-shaped model)"
         if why:
@@ -213,7 +217,7 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     freeze_long_lived()  # ~370k objects the collector's full passes need not scan again
     return LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
-                       load_s=time.perf_counter() - started, linear=kernel, compiled=run_mode.compiled, lean=lean,
+                       load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, lean=lean,
                        notes=run_mode.notes + ([kernel_note] if kernel_note else []))
 
 

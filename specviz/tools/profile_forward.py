@@ -106,7 +106,7 @@ def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, wit
 
 def format_profile(lm, rows: list[dict]) -> str:
     lines = [f"verify forward vs linear layers alone ({lm.name}, {lm.device.type}, "
-             f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}, compiled={getattr(lm, 'compiled', False)}, "
+             f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}{' packed' if getattr(lm, 'packed', False) else ''}, compiled={getattr(lm, 'compiled', False)}, "
              f"{torch.get_num_threads()} threads)",
              f"{'tokens':>6} {'forward ms':>11} {'linear ms':>10} {'ratio':>6}"]
     for r in rows:
