@@ -84,6 +84,21 @@ def test_a_failing_forward_leaves_the_cache_as_it_was(lm, monkeypatch):
     assert session.output_ids == reference.output_ids
 
 
+def test_the_step_record_is_timed_as_part_of_the_step(lm, monkeypatch):
+    """Building the step record is engine work: it counts in update, total and the session's time."""
+    build = Session._record
+
+    def slow_record(self, *args):
+        time.sleep(0.02)
+        return build(self, *args)
+
+    monkeypatch.setattr(Session, "_record", slow_record)
+    session = Session(lm, "racer").start("Say hello.")
+    record = session.step()
+    assert record.timings_ms["update"] >= 20 and record.timings_ms["total"] >= 20 + record.timings_ms["forward"]
+    assert session.step_s * 1000 >= record.timings_ms["total"] - 0.01
+
+
 def test_methods_declare_whether_they_are_lossless():
     respec = get_method("respec")
     assert respec.lossless(respec.resolve_params({}), 0.0)
