@@ -38,8 +38,6 @@ def available(device: torch.device, dtype: torch.dtype) -> str | None:
         return f"oneDNN linear runs fp32 and bf16, not {str(dtype).replace('torch.', '')}"
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return "this PyTorch build has no oneDNN linear"
-    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        return "this PyTorch build cannot pack weights for oneDNN linear"
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "this CPU has no bf16 support in oneDNN"
     return None
@@ -88,7 +86,10 @@ def _available_memory_bytes() -> int | None:
 
 
 def room_to_pack(model: torch.nn.Module) -> str | None:
-    """None when a packed copy of the linear weights fits comfortably in free memory, else why not."""
+    """None when this PyTorch can pack weights and a packed copy of the linear weights fits comfortably in
+    free memory, else why not."""
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return "this PyTorch build cannot pack weights for oneDNN: oneDNN runs from the dense weights"
     needed, available = linear_weight_bytes(model), _available_memory_bytes()
     if available is not None and 2 * needed > available:
         return (f"packed oneDNN weights need {needed / 2**30:.1f} GB more and {available / 2**30:.1f} GB are "
