@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specviz.accept.verification import log_normalisers
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.core.tree import ROOT, DraftTree
 
@@ -73,13 +74,18 @@ class CopyLogitTable:
         picked = torch.from_numpy(rows).to(logits.device)
         if logit_rows is not None:
             picked = logit_rows.index_select(0, picked)
+        picked_logits = None
         if top is not None and top[0].shape[-1] >= self.width:
             values = top[0].index_select(0, picked)[:, :self.width]
             indices = top[1].index_select(0, picked)[:, :self.width]
         else:
-            values, indices = logits.index_select(0, picked).topk(min(self.width, logits.shape[-1]), dim=-1)
-        norms = (log_norms.index_select(0, picked) if log_norms is not None
-                 else torch.logsumexp(logits.index_select(0, picked), dim=-1))
+            picked_logits = logits.index_select(0, picked)
+            values, indices = picked_logits.topk(min(self.width, logits.shape[-1]), dim=-1)
+        if log_norms is not None:
+            norms = log_norms.index_select(0, picked)
+        else:
+            picked_logits = logits.index_select(0, picked) if picked_logits is None else picked_logits
+            norms = log_normalisers(picked_logits, values, indices)
         top_tokens = indices.cpu().numpy()
         top_probs = (values - norms[:, None]).exp().cpu().numpy()
         for i, token in enumerate(ids[rows].tolist()):
