@@ -9,7 +9,7 @@ from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child
 from specviz.core.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
-from specviz.core.tree import ROOT
+from specviz.core.tree import ROOT, DraftTree
 
 VOCAB = 50
 
@@ -65,6 +65,23 @@ def test_logits_tree_is_breadth_first_with_decreasing_breadth():
     depths = [tree.depths[n] for n in tree.expansion_order()]
     assert depths == sorted(depths)
 
+
+
+def test_logits_stage_grows_the_tree_as_merging_its_own_proposal_would():
+    drafter = CopyLogitDrafter(max_breadth=4)
+    context = list(range(20))
+    drafter.prefill_chunk(context, 0, peaked_logits([[t + k for k in range(1, 5)] for t in context]))
+    def earlier_stage():  # another source already holds two of the nodes the logits tree proposes
+        tree = DraftTree(0)
+        tree.add(tree.add(ROOT, 2, "retrieval"), 3, "retrieval")
+        tree.add(ROOT, 9, "retrieval")
+        return tree
+    for budget in (1, 5, 12, 40):
+        merged = earlier_stage().merge(drafter.propose([0], budget))
+        grown, proposed = drafter.extend([0], earlier_stage(), budget)
+        assert proposed == drafter.propose([0], budget).num_drafted
+        assert (grown.tokens, grown.parents, grown.sources, grown.meta) == \
+               (merged.tokens, merged.parents, merged.sources, merged.meta)
 
 def test_retrieval_first_then_logits_share_the_budget(lm):
     suite = {i["id"]: i for i in load_suite("assets/suite.jsonl")}

@@ -65,6 +65,28 @@ def test_bisected_match_is_the_longest_suffix_with_a_follower(seed):
             assert array.counts(found) == brute_counts(stream, tail[-longest:])
 
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_extending_a_match_equals_matching_from_scratch(seed):
+    """The search grows its query a token at a time; the shortcuts (a full-length match is tried at full
+    length first, a failed extension bounds the retry) must land where a fresh lookup does."""
+    rng = random.Random(seed)
+    stream = [rng.choice([-1, 0, 1, 2, 3]) for _ in range(500)]
+    array, trie = SuffixArray(np.array(stream)), NgramTrie(depth=5)
+    trie.feed(stream)
+    for _ in range(20):
+        tail = [rng.randint(0, 3) for _ in range(3)]
+        in_array, in_trie = array.match(tail, 4), trie.match(tail)
+        for _ in range(12):
+            token = rng.randint(0, 3)
+            tail = (tail + [token])[-4:]
+            fresh = array.match(tail, 4)
+            in_array = array.extend(in_array, token, tail, 4) if in_array else array.match(tail, 4)
+            assert (in_array.lo, in_array.hi, in_array.length) == (fresh.lo, fresh.hi, fresh.length) \
+                if fresh else in_array is None
+            in_trie = trie.extend(in_trie, token, tail) if in_trie else trie.match(tail)
+            assert in_trie == trie.match(tail)
+
 def test_longest_suffix_is_tried_first_then_shorter_ones():
     array = SuffixArray(np.array([1, 2, 3, 9, 5, 3, 7]))
     assert array.match([8, 2, 3], 3).length == 2        # [8, 2, 3] absent, [2, 3] -> 9

@@ -172,9 +172,16 @@ class CopyLogitDrafter(Drafter):
             self._undo = None
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
+        return self.grow(DraftTree(context[-1]), budget)[0]
+
+    def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
+        """Grown in place: the same nodes as merging propose()'s tree, without building it first."""
+        return self.grow(tree, budget)
+
+    def grow(self, tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
         """Breadth-first from the root: node i gets b_i children from its token's row, child j of it
-        gets breadth b_child(i, j); stops when the budget is spent."""
-        tree = DraftTree(context[-1])
+        gets breadth b_child(i, j); stops when budget children were proposed (a child the tree already
+        held counts too, as it would in a tree of its own)."""
         frontier = deque([(ROOT, self.max_breadth)])
         left = budget
         while frontier and left > 0:
@@ -191,4 +198,4 @@ class CopyLogitDrafter(Drafter):
                                  bucket=prob_bucket(prob), prior=prob)
                 left -= 1
                 frontier.append((child, child_breadth(breadth, rank, node == ROOT)))
-        return tree
+        return tree, budget - left

@@ -53,9 +53,11 @@ class NgramTrie:
                 return None
         return node
 
-    def match(self, tail: list[int]) -> TrieMatch | None:
-        """The longest suffix of tail (at most depth - 1 tokens) that occurred with a follower."""
-        for length in range(min(len(tail), self.depth - 1), 0, -1):
+    def match(self, tail: list[int], missing: int | None = None) -> TrieMatch | None:
+        """The longest suffix of tail (at most depth - 1 tokens) that occurred with a follower; missing: a
+        length known not to (every longer one fails too)."""
+        longest = min(len(tail), self.depth - 1, self.depth if missing is None else missing - 1)
+        for length in range(longest, 0, -1):
             node = self._descend(tail[-length:])
             if node is not None and self.kids[node]:
                 return TrieMatch(node, length)
@@ -67,6 +69,7 @@ class NgramTrie:
             child = self.kids[found.node].get(int(token))
             if child is not None and self.kids[child]:
                 return TrieMatch(child, found.length + 1)
+            return self.match(tail, missing=found.length + 1)
         return self.match(tail)
 
     def counts(self, found: TrieMatch) -> dict[int, int]:

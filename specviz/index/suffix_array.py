@@ -53,6 +53,12 @@ class SuffixArray:
         # the binary searches probe one row at a time: a memoryview reads a Python int straight from the
         # array, several times faster than indexing numpy for a scalar (same memory, no copy)
         self._sa_items, self._token_items = memoryview(self.sa), memoryview(self.tokens)
+        # rows of the suffixes that start with token t: first_rows[t]:first_rows[t + 1] (the first narrow of
+        # every lookup, a binary search over the whole array, becomes two reads)
+        firsts = self.tokens[self.sa]
+        top = int(firsts.max()) + 1 if len(firsts) else 0
+        self._first_rows = memoryview(np.searchsorted(firsts, np.arange(top + 1)).astype(np.int64))
+        self._first_top = top
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -80,22 +86,43 @@ class SuffixArray:
         return start, a
 
     def find(self, key) -> RangeMatch | None:
-        lo, hi = 0, len(self.sa)
-        for depth, token in enumerate(key):
-            lo, hi = self.narrow(lo, hi, depth, int(token))
+        if not key:
+            return RangeMatch(0, len(self.sa), 0)
+        first = int(key[0])
+        if not 0 <= first < self._first_top:
+            return None
+        lo, hi = self._first_rows[first], self._first_rows[first + 1]
+        for depth in range(1, len(key)):
             if lo >= hi:
                 return None
-        return RangeMatch(lo, hi, len(key))
+            lo, hi = self.narrow(lo, hi, depth, int(key[depth]))
+        return RangeMatch(lo, hi, len(key)) if lo < hi else None
 
-    def match(self, tail: list[int], max_key: int) -> RangeMatch | None:
+    def has_follower(self, found: RangeMatch) -> bool:
+        """Whether some suffix in the range continues with a token: the range is sorted by the token after
+        the key, with separators and the stream's end below every token, so its last row tells."""
+        position = self._sa_items[found.hi - 1] + found.length
+        return position < len(self.tokens) and self._token_items[position] >= 0
+
+    def match(self, tail: list[int], max_key: int, longest_first: bool = False,
+              missing: int | None = None) -> RangeMatch | None:
         """The longest suffix of tail (at most max_key tokens) found with a follower (READER: drop the
         first token and retry). Wherever a suffix occurs with a follower, each shorter suffix does too,
-        so the longest one is found by bisecting its length (about 3 lookups for 8, not up to 8)."""
+        so the longest one is found by bisecting its length (about 3 lookups for 8, not up to 8).
+        longest_first: try the whole length first (after a full-length match, it usually holds again);
+        missing: a length known not to match (every longer one fails too)."""
         best, shortest_missing, longest_found = None, min(len(tail), max_key) + 1, 0
+        if missing is not None:
+            shortest_missing = min(shortest_missing, missing)
+        if longest_first and shortest_missing > 1:
+            found = self.find(tail[-(shortest_missing - 1):])
+            if found is not None and self.has_follower(found):
+                return found
+            shortest_missing -= 1
         while shortest_missing - longest_found > 1:
             length = (longest_found + shortest_missing) // 2
             found = self.find(tail[-length:])
-            if found is not None and self.counts(found):
+            if found is not None and self.has_follower(found):
                 best, longest_found = found, length
             else:
                 shortest_missing = length
@@ -106,9 +133,11 @@ class SuffixArray:
             lo, hi = self.narrow(found.lo, found.hi, found.length, int(token))
             if lo < hi:
                 grown = RangeMatch(lo, hi, found.length + 1)
-                if self.counts(grown):
+                if self.has_follower(grown):
                     return grown
-        return self.match(tail, max_key)
+            # the key grown by token matched nothing with a follower: only shorter suffixes of tail can
+            return self.match(tail, max_key, missing=found.length + 1)
+        return self.match(tail, max_key, longest_first=True)
 
     def counts(self, found: RangeMatch) -> dict[int, int]:
         """Next-token counts after the matched key (separators and the stream's end excluded), by token."""
