@@ -145,6 +145,21 @@ def test_unified_is_lossless_on_every_suite_prompt(lm, ar_outputs, item):
     assert session.output_ids == ar_outputs[item["id"]]
 
 
+
+def test_unified_model_stage_drafts_before_the_copy_logit_tree_fills_the_budget(lm):
+    """The warm copy-logit table fills any budget it is offered: the draft model's stage and the deepening
+    below it draft first, so a step that paid for draft forwards has its nodes in the tree."""
+    item = next(i for i in SUITE if i["id"] == "sum-lighthouse")
+    session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=24,
+                      draft=shared_draft(lm, "self-skip:6")).start(item["messages"])
+    session.run(12)
+    assert all(list(r.notes["split"]) == ["retrieval", "search", "model", "deepen", "logits"]
+               for r in session.records)
+    with_room = [r for r in session.records if r.notes["split"]["model"]["offered"] > 0]
+    assert len(with_room) >= len(session.records) // 2  # the automaton alone may fill a step's budget
+    assert all(r.allocation["model"] > 0 for r in with_room)
+    assert any("deepen" in n.sources for r in with_room for n in r.nodes)
+
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "code-rename", "conv-trip", "open-story", "math-train"])
 def test_reader_is_lossless_with_both_draft_models(lm, ar_outputs, item_id):
     item = next(i for i in SUITE if i["id"] == item_id)

@@ -1,7 +1,7 @@
 """`unified`: every source in one tree. RACER's Aho-Corasick retrieval tree and READER's searched
-branch (short-term trie + datastore) first, the copy-logit logits tree next, then the draft model's
-tree (a stage that runs only when it pays on this machine) and READER's deepening below it; the
-cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
+branch (short-term trie + datastore) first, then the draft model's tree (a stage that runs only when it
+pays on this machine) and READER's deepening below its best prefix, and the copy-logit logits tree in
+the budget left; the cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from specviz.methods.respec import DRAFT_MODEL_PARAMS, draft_model_drafter, draf
 class Unified(Method):
     name = "unified"
     summary = ("all three sources in one tree: Aho-Corasick retrieval + READER's trie/datastore branch, the "
-               "copy-logit tree, and the draft model (when it pays), pruned by the cost-optimal planner")
+               "draft model (when it pays), and the copy-logit tree, pruned by the cost-optimal planner")
     params = (LOGITS_PARAMS + RETRIEVAL_PARAMS + SEARCH_PARAMS + DRAFT_MODEL_PARAMS
               + [Param("model_stage", "auto", 0, 0, str, "unified: run the draft model stage always (on), never "
                                                          "(off), or when it measured faster here (auto)",
@@ -32,10 +32,12 @@ class Unified(Method):
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
         model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
-        stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]),
-                  copy_logit_drafter(lm, p), model]
+        # the copy-logit tree fills whatever budget it is offered, so it drafts last: before it, a draft
+        # model stage (and the deepening below its best prefix) paid for draft forwards with no room left
+        stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]), model]
         if p["deepen"]:
             stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
+        stages.append(copy_logit_drafter(lm, p))
         return stages
 
     warnings = Reader.warnings
