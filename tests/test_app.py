@@ -239,7 +239,7 @@ def test_rapid_with_sampling_and_eta_through_gradio_client(url):
 def test_browser_rapid_document_and_distribution(url):
     """rapid sampled with eta: the document with its retrieved chunk, the p / q / p_hat bars of a node,
     and the eta slider switched off at temperature 0."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -251,14 +251,13 @@ def test_browser_rapid_document_and_distribution(url):
         page.get_by_role("option", name="rapid", exact=True).click()
         page.get_by_text("Method parameters", exact=True).click()   # a closed accordion renders nothing
         eta = page.locator("#param-eta input[type=range]")
-        page.wait_for_timeout(500)
-        assert eta.is_disabled()   # temperature 0: eta is off
+        expect(eta).to_be_disabled(timeout=10_000)   # temperature 0: eta is off
         page.get_by_text("Sampling", exact=True).click()
         temperature = page.locator("#temperature input[type=number]")
         temperature.fill("0.9")
         temperature.press("Enter")
-        page.wait_for_timeout(500)
-        assert not eta.is_disabled()
+        # the server's answer switches it on (a fixed 500 ms wait was too short on a busy machine)
+        expect(eta).to_be_enabled(timeout=10_000)
         page.locator("#step-btn").click()
         page.wait_for_function("document.querySelector('#counters').innerText.includes('steps 1 ')", timeout=120_000)
         page.wait_for_timeout(800)
