@@ -56,7 +56,9 @@ class NgramTrie:
     def match(self, tail: list[int], missing: int | None = None) -> TrieMatch | None:
         """The longest suffix of tail (at most depth - 1 tokens) that occurred with a follower; missing: a
         length known not to (every longer one fails too)."""
-        longest = min(len(tail), self.depth - 1, self.depth if missing is None else missing - 1)
+        longest = min(len(tail), self.depth - 1)
+        if missing is not None:
+            longest = min(longest, missing - 1)
         for length in range(longest, 0, -1):
             node = self._descend(tail[-length:])
             if node is not None and self.kids[node]:

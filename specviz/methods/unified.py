@@ -32,8 +32,8 @@ class Unified(Method):
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
         model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
-        # the copy-logit tree fills whatever budget it is offered, so it drafts last: before it, a draft
-        # model stage (and the deepening below its best prefix) paid for draft forwards with no room left
+        # the copy-logit tree fills whatever budget it is offered, so it drafts last: drafting before the
+        # model stage, it left a step that had paid for draft forwards no room for their nodes
         stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]), model]
         if p["deepen"]:
             stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
