@@ -66,7 +66,6 @@ def test_logits_tree_is_breadth_first_with_decreasing_breadth():
     assert depths == sorted(depths)
 
 
-
 def test_logits_stage_grows_the_tree_as_merging_its_own_proposal_would():
     drafter = CopyLogitDrafter(max_breadth=4)
     context = list(range(20))
@@ -82,6 +81,7 @@ def test_logits_stage_grows_the_tree_as_merging_its_own_proposal_would():
         assert proposed == drafter.propose([0], budget).num_drafted
         assert (grown.tokens, grown.parents, grown.sources, grown.meta) == \
                (merged.tokens, merged.parents, merged.sources, merged.meta)
+
 
 def test_retrieval_first_then_logits_share_the_budget(lm):
     suite = {i["id"]: i for i in load_suite("assets/suite.jsonl")}

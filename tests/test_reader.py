@@ -65,7 +65,6 @@ def test_bisected_match_is_the_longest_suffix_with_a_follower(seed):
             assert array.counts(found) == brute_counts(stream, tail[-longest:])
 
 
-
 @pytest.mark.parametrize("seed", range(3))
 def test_extending_a_match_equals_matching_from_scratch(seed):
     """The search grows its query a token at a time; the shortcuts (a full-length match is tried at full
@@ -82,10 +81,13 @@ def test_extending_a_match_equals_matching_from_scratch(seed):
             tail = (tail + [token])[-4:]
             fresh = array.match(tail, 4)
             in_array = array.extend(in_array, token, tail, 4) if in_array else array.match(tail, 4)
-            assert (in_array.lo, in_array.hi, in_array.length) == (fresh.lo, fresh.hi, fresh.length) \
-                if fresh else in_array is None
+            if fresh is None:
+                assert in_array is None
+            else:
+                assert (in_array.lo, in_array.hi, in_array.length) == (fresh.lo, fresh.hi, fresh.length)
             in_trie = trie.extend(in_trie, token, tail) if in_trie else trie.match(tail)
             assert in_trie == trie.match(tail)
+
 
 def test_longest_suffix_is_tried_first_then_shorter_ones():
     array = SuffixArray(np.array([1, 2, 3, 9, 5, 3, 7]))

@@ -58,7 +58,6 @@ class SuffixArray:
         firsts = self.tokens[self.sa]
         top = int(firsts.max()) + 1 if len(firsts) else 0
         self._first_rows = memoryview(np.searchsorted(firsts, np.arange(top + 1)).astype(np.int64))
-        self._first_top = top
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -89,7 +88,7 @@ class SuffixArray:
         if not key:
             return RangeMatch(0, len(self.sa), 0)
         first = int(key[0])
-        if not 0 <= first < self._first_top:
+        if not 0 <= first < len(self._first_rows) - 1:
             return None
         lo, hi = self._first_rows[first], self._first_rows[first + 1]
         for depth in range(1, len(key)):
