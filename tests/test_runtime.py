@@ -94,7 +94,7 @@ def test_the_heap_policy_is_applied_unless_told_not_to():
 @pytest.mark.skipif(not sys.platform.startswith("linux") or memory_release._libc is None, reason="glibc only")
 def test_steps_of_a_64_node_tree_reuse_freed_memory_instead_of_faulting_it_in(lm):
     """Each step allocates its 12.8 MB of logits, a softmax as large and more; after the first steps they
-    come from memory the last step freed (glibc's defaults were seen to fault ~3,000 pages a step)."""
+    come from memory the last step freed (glibc's defaults were seen to fault 1,700 to 6,700 pages a step)."""
     session = Session(lm, "racer", {}, budget=64).start(
         [{"role": "user", "content": "Tell a short story about a robot that learns to bake bread."}])
     faults = []
