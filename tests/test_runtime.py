@@ -78,6 +78,9 @@ def test_loaded_objects_are_frozen_and_a_frozen_cycle_is_still_freed_on_release(
     assert gc.get_freeze_count() > 0         # and the long-lived objects are frozen again
 
 
+GLIBC = memory_release._libc is not None  # set on Linux with glibc only
+
+
 def test_the_heap_policy_is_applied_unless_told_not_to():
     script = ("import sys; sys.path.insert(0, {root!r}); from specviz.core import memory_release; "
               "print(memory_release.keep_freed_memory())").format(root=str(Path(__file__).resolve().parents[1]))
@@ -86,12 +89,11 @@ def test_the_heap_policy_is_applied_unless_told_not_to():
         out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "SPECVIZ_MALLOC": policy},
                              capture_output=True, text=True, timeout=120, check=True).stdout.strip()
         kept[policy] = out == "True"
-    glibc = sys.platform.startswith("linux") and memory_release._libc is not None
-    assert kept == {"keep": glibc, "stock": False}
-    assert memory_release.give_back_freed_memory() == glibc
+    assert kept == {"keep": GLIBC, "stock": False}
+    assert memory_release.give_back_freed_memory() == GLIBC
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or memory_release._libc is None, reason="glibc only")
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
 def test_steps_of_a_64_node_tree_reuse_freed_memory_instead_of_faulting_it_in(lm):
     """Each step allocates its 12.8 MB of logits, a softmax as large and more; after the first steps they
     come from memory the last step freed (glibc's defaults were seen to fault 1,700 to 6,700 pages a step)."""
