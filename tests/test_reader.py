@@ -148,19 +148,19 @@ def test_unified_is_lossless_on_every_suite_prompt(lm, ar_outputs, item):
 
 
 
-def test_unified_model_stage_drafts_before_the_copy_logit_tree_fills_the_budget(lm):
-    """The warm copy-logit table fills any budget it is offered: the draft model's stage and the deepening
-    below it draft first, so a step that paid for draft forwards has its nodes in the tree."""
+def test_unified_model_stage_drafts_first_so_no_other_source_starves_it(lm):
+    """A step that runs the model stage has paid for its draft forwards: its tree drafts first, so neither
+    the automaton (which can fill a budget alone on copied text) nor the warm copy-logit table takes its
+    room, and the deepening below it follows."""
     item = next(i for i in SUITE if i["id"] == "sum-lighthouse")
-    session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=24,
+    session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=12,
                       draft=shared_draft(lm, "self-skip:6")).start(item["messages"])
-    session.run(12)
-    assert all(list(r.notes["split"]) == ["retrieval", "search", "model", "deepen", "logits"]
+    session.run(16)
+    assert all(list(r.notes["split"]) == ["model", "retrieval", "search", "deepen", "logits"]
                for r in session.records)
-    with_room = [r for r in session.records if r.notes["split"]["model"]["offered"] > 0]
-    assert len(with_room) >= len(session.records) // 2  # the automaton alone may fill a step's budget
-    assert all(r.allocation["model"] > 0 for r in with_room)
-    assert any("deepen" in n.sources for r in with_room for n in r.nodes)
+    assert all(r.notes["split"]["model"]["offered"] == 12 and r.allocation["model"] > 0 for r in session.records)
+    assert any(r.notes["split"]["retrieval"]["proposed"] > 0 for r in session.records)
+    assert any("deepen" in n.sources for r in session.records for n in r.nodes)
 
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "code-rename", "conv-trip", "open-story", "math-train"])
 def test_reader_is_lossless_with_both_draft_models(lm, ar_outputs, item_id):

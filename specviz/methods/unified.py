@@ -1,7 +1,7 @@
-"""`unified`: every source in one tree. RACER's Aho-Corasick retrieval tree and READER's searched
-branch (short-term trie + datastore) first, then the draft model's tree (a stage that runs only when it
-pays on this machine) and READER's deepening below its best prefix, and the copy-logit logits tree in
-the budget left; the cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
+"""`unified`: every source in one tree. The draft model's tree first (a stage that runs only when it
+pays on this machine), then RACER's Aho-Corasick retrieval tree, READER's searched branch (short-term
+trie + datastore) and READER's deepening below the model's best prefix, and the copy-logit logits tree
+in the budget left; the cost-optimal planner keeps the nodes that pay. Strict verification: lossless."""
 
 from __future__ import annotations
 
@@ -32,9 +32,12 @@ class Unified(Method):
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
         model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
-        # the copy-logit tree fills whatever budget it is offered, so it drafts last: drafting before the
-        # model stage, it left a step that had paid for draft forwards no room for their nodes
-        stages = [automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"]), model]
+        # a step that runs the model stage has paid for its draft forwards, so its small tree drafts first:
+        # after the automaton (which can fill a 64-node offer alone) it often found no room, and its nodes
+        # came behind retrieval siblings that took the planner's share of their parent. The copy-logit
+        # tree fills whatever budget it is offered, so it drafts last. With the stage off, the other
+        # stages draft as before.
+        stages = [model, automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"])]
         if p["deepen"]:
             stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
         stages.append(copy_logit_drafter(lm, p))
