@@ -254,11 +254,19 @@ def test_browser_rapid_document_and_distribution(url):
         expect(eta).to_be_disabled(timeout=10_000)   # temperature 0: eta is off
         page.get_by_text("Sampling", exact=True).click()
         temperature = page.locator("#temperature input[type=number]")
-        temperature.fill("0.9")
-        temperature.press("Enter")
-        # the server's answer switches it on (a fixed 500 ms wait was too short on a busy machine, and 10 s
-        # on a slow one with a cold cache)
-        expect(eta).to_be_enabled(timeout=60_000)
+        # the server's answer switches it on (a fixed 500 ms wait was too short on a busy machine). The number
+        # box commits on Enter or on leaving it; a commit was sometimes lost (eta stayed off for 60 s), so the
+        # value is typed again, and the box left, until the slider follows
+        for attempt in range(3):
+            temperature.fill("0.9")
+            temperature.press("Enter")
+            temperature.press("Tab")
+            try:
+                expect(eta).to_be_enabled(timeout=15_000)
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
         page.locator("#step-btn").click()
         page.wait_for_function("document.querySelector('#counters').innerText.includes('steps 1 ')", timeout=120_000)
         page.wait_for_timeout(800)
