@@ -372,13 +372,23 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
 
 def test_abandoned_sessions_are_freed(lm):
     """Sessions a client opens, stays connected to and abandons are released after their time to live
-    (gr.State's delete_callback)."""
+    (gr.State's delete_callback). The sessions are followed by weak reference, so that sessions of earlier
+    tests, freed or not meanwhile, cannot make this pass or fail."""
     import gc
     import time
+    import weakref
 
     from gradio_client import Client
 
     from specviz.core.session import Session
+
+    def holding_caches() -> list[weakref.ref]:
+        gc.collect()
+        return [weakref.ref(o) for o in gc.get_objects() if isinstance(o, Session) and o.cache is not None]
+
+    def still_holding(refs: list[weakref.ref]) -> int:
+        gc.collect()
+        return sum(r() is not None and r().cache is not None for r in refs)
 
     ttl = app.SESSION_TTL_S
     app.SESSION_TTL_S = 2
@@ -389,17 +399,18 @@ def test_abandoned_sessions_are_freed(lm):
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
     try:
-        def live_sessions():
-            gc.collect()
-            return sum(isinstance(o, Session) and o.cache is not None for o in gc.get_objects())
-
-        before = live_sessions()
+        known = holding_caches()  # earlier tests' sessions, then each client's as it appears
+        opened = []
         clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
         for n, client in enumerate(clients):
             client.predict(*settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
-        assert live_sessions() >= before + 6
-        time.sleep(5)  # time to live 2 s; Gradio sweeps expired state every second
-        assert live_sessions() <= before
+            new = [r for r in holding_caches() if all(k() is not r() for k in known)]
+            known, opened = known + new, opened + new
+        assert len(opened) == 6
+        deadline = time.monotonic() + 30  # time to live 2 s; Gradio sweeps expired state every second
+        while still_holding(opened) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert still_holding(opened) == 0, "abandoned sessions still hold their KV caches 30 s after their time to live"
         for client in clients:
             client.close()
     finally:
