@@ -130,7 +130,7 @@ def test_cli_reports_the_fallback_on_stderr():
     out = cli("profile", "--mode", "turbo", "--sizes", "1,2", "--repeats", "1")
     assert out.returncode == 0, out.stderr
     assert "note:" in out.stderr and "turbo" in out.stderr
-    assert "ratio" in out.stdout and "float32" in out.stdout
+    assert "ratio" in out.stdout and "float32" in out.stdout and "stock F.linear ms" in out.stdout
     bad = cli("profile", "--sizes", "1,x")
     assert bad.returncode == 2 and "whole numbers" in bad.stderr and "Traceback" not in bad.stderr
 

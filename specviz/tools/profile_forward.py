@@ -5,7 +5,9 @@ For q tree tokens over a cache of `context_len` entries, three medians:
   the linear layers, the head);
 - `linear_ms`: every nn.Linear of the model applied once to q rows, with the kernel the model runs
   (oneDNN or stock): the part no change outside the linear layers can remove;
-- the median of their ratio, forward and linear-only timed in turn (issue target: at most 1.25).
+- the median of their ratio, forward and linear-only timed in turn (issue target: at most 1.25);
+- `stock_linear_ms` and `stock_ratio`: the same against the issue's own yardstick, PyTorch's stock
+  `F.linear` on the dense weights (where the model runs another kernel; else the same figures).
 `top_ops` lists the heaviest operators of one forward (torch.profiler, self CPU time) to say what the rest is.
 """
 
@@ -36,10 +38,10 @@ def _chain(root: int, tokens: list[int]) -> DraftTree:
 
 class LinearOnly:
     """Every linear layer of the model applied once to (1, rows, in_features) inputs, with the kernel
-    the model runs."""
+    the model runs (stock=False) or with PyTorch's stock F.linear on the dense weights (stock=True)."""
 
-    def __init__(self, lm, rows: int):
-        self.lm = lm
+    def __init__(self, lm, rows: int, stock: bool = False):
+        self.lm, self.stock = lm, stock
         self.linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
         self.inputs = {m.in_features: torch.randn(1, rows, m.in_features, dtype=lm.dtype, device=lm.device)
                        for m in self.linears}
@@ -49,15 +51,20 @@ class LinearOnly:
         _sync(self.lm.device)
         started = time.perf_counter()
         for module in self.linears:
-            module(self.inputs[module.in_features])
+            x = self.inputs[module.in_features]
+            if self.stock:
+                torch.nn.functional.linear(x, module.weight, module.bias)
+            else:
+                module(x)
         _sync(self.lm.device)
         return (time.perf_counter() - started) * 1000
 
 
 @torch.inference_mode()
 def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False):
-    """Medians of the forward, of the linear layers alone and of their ratio (one pair per repeat),
-    and the heaviest operators of one more forward (profile)."""
+    """Medians of the forward, of the linear layers alone (the model's kernel, then stock F.linear) and of
+    the forward's ratio to each (timed in turn within each repeat), and the heaviest operators of one
+    more forward (profile)."""
     generator = torch.Generator().manual_seed(q)
     context = torch.randint(100, lm.vocab_size - 1, (context_len + q,), generator=generator).tolist()
     cache = new_cache(lm.model.config)
@@ -66,8 +73,8 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
              use_cache=True)
     tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
     # interleaved with the linear layers alone, so machine drift moves both alike
-    linear = LinearOnly(lm, q)
-    times, linear_times = [], []
+    linear, stock = LinearOnly(lm, q), LinearOnly(lm, q, stock=True)
+    times, linear_times, stock_times = [], [], []
     for _ in range(repeats + 1):
         _sync(lm.device)
         started = time.perf_counter()
@@ -76,6 +83,7 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
         times.append((time.perf_counter() - started) * 1000)
         cache.crop(-q)
         linear_times.append(linear.ms())
+        stock_times.append(stock.ms())
     top = None
     if profile:
         from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -92,15 +100,18 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
         events = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:8]
         top = [(e.key, round(getattr(e, key) / 1000, 2), e.count) for e in events]
     ratios = [f / l for f, l in zip(times[1:], linear_times[1:])]
-    return statistics.median(times[1:]), statistics.median(linear_times[1:]), statistics.median(ratios), top
+    stock_ratios = [f / l for f, l in zip(times[1:], stock_times[1:])]
+    return {"forward_ms": statistics.median(times[1:]), "linear_ms": statistics.median(linear_times[1:]),
+            "ratio": statistics.median(ratios), "stock_linear_ms": statistics.median(stock_times[1:]),
+            "stock_ratio": statistics.median(stock_ratios), "top_ops": top}
 
 
 def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, with_ops: bool = True) -> list[dict]:
     rows = []
     for q in sizes:
-        full, linear, ratio, top = forward_ms(lm, q, context_len, repeats, profile=with_ops)
-        rows.append({"tokens": q, "forward_ms": round(full, 2), "linear_ms": round(linear, 2),
-                     "ratio": round(ratio, 3), "top_ops": top})
+        measured = forward_ms(lm, q, context_len, repeats, profile=with_ops)
+        rows.append({"tokens": q, **{k: round(v, 3 if "ratio" in k else 2) for k, v in measured.items()
+                                     if k != "top_ops"}, "top_ops": measured["top_ops"]})
     return rows
 
 
@@ -108,9 +119,11 @@ def format_profile(lm, rows: list[dict]) -> str:
     lines = [f"verify forward vs linear layers alone ({lm.name}, {lm.device.type}, "
              f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}{' packed' if getattr(lm, 'packed', False) else ''}, compiled={getattr(lm, 'compiled', False)}, "
              f"{torch.get_num_threads()} threads)",
-             f"{'tokens':>6} {'forward ms':>11} {'linear ms':>10} {'ratio':>6}"]
+             f"{'tokens':>6} {'forward ms':>11} {'linear ms':>10} {'ratio':>6}   "
+             f"{'stock F.linear ms':>17} {'ratio':>6}"]
     for r in rows:
-        lines.append(f"{r['tokens']:>6} {r['forward_ms']:>11.2f} {r['linear_ms']:>10.2f} {r['ratio']:>6.2f}")
+        lines.append(f"{r['tokens']:>6} {r['forward_ms']:>11.2f} {r['linear_ms']:>10.2f} {r['ratio']:>6.2f}   "
+                     f"{r['stock_linear_ms']:>17.2f} {r['stock_ratio']:>6.2f}")
     for r in rows:
         if r["top_ops"]:
             lines.append(f"heaviest operators at {r['tokens']} tokens (self ms, calls): "
