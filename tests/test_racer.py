@@ -106,6 +106,34 @@ def test_observe_refreshes_rows_from_the_verified_tree(lm):
         assert drafter.table.row(node.token_id) is not None  # every verified node's row is filled
 
 
+def test_rows_from_a_verified_step_equal_rows_read_off_the_logits():
+    """observe() stores rows from the step's shared top-k and normalisers (numpy, no tensor work per row);
+    they must be the rows store() computes from the logits themselves."""
+    from specviz.accept.greedy import greedy_accept
+
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 4096, generator=generator) * 4
+    tree = DraftTree(3)
+    a = tree.add(ROOT, 11, "logits")
+    tree.add(a, 12, "logits")
+    b = tree.add(ROOT, 13, "logits")
+    tree.add(b, 11, "logits")  # token 11 twice: the later row (node 4's) must win
+    tree.add(a, 14, "logits")
+    verification = greedy_accept(tree, logits)
+    order = [1, 2, 3, 4, 5, 0]
+    tokens = [tree.tokens[n] for n in order]
+    from_step, from_logits = CopyLogitTable(width=8), CopyLogitTable(width=8)
+    from_step.store(tokens, logits, verification.log_norms, (verification.top.values, verification.top.ids), order)
+    from_logits.store(tokens, logits.index_select(0, torch.tensor(order)))
+    assert set(from_step.rows) == set(from_logits.rows) == set(tokens)
+    for token in tokens:
+        step_ids, step_probs = from_step.row(token)
+        ids, probs = from_logits.row(token)
+        assert step_ids.tolist() == ids.tolist()
+        assert step_probs == pytest.approx(probs, rel=1e-5)
+    assert from_step.row(11)[0].tolist() == logits[4].topk(8).indices.tolist()
+
+
 @pytest.mark.parametrize("params, message", [
     ({"ngram_length": 0}, "ngram_length must be between"),
     ({"ngram_length": 1000}, "ngram_length must be between"),

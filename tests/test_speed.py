@@ -233,6 +233,27 @@ def test_random_twin_has_the_config_and_tokenizer_not_the_weights(tiny_models, t
     assert not torch.equal(twin.model.lm_head.weight, original.model.lm_head.weight)
 
 
+def test_planner_answers_an_empty_tree_as_its_general_path_would():
+    """No draft node (a silent source, no budget left): plain decoding, priced from the curve directly."""
+    from specviz.core.costmodel import CostModel
+    from specviz.core.planner import AcceptanceModel, OnlineCost, best_first, plan
+
+    cost = OnlineCost(CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m",
+                                device="cpu", dtype="float32", threads=2))
+    for _ in range(4):
+        cost.observe(1, 12.5)  # the correction moves the one-token cost to 12.5 ms
+    kept, decision = plan(DraftTree(1), AcceptanceModel(), cost, 64, draft_ms=0.5)
+    assert kept == [] and decision["kept"] == decision["offered"] == 0
+    assert decision["expected_tokens_per_s"] == round(1000 / (0.5 + 12.5), 2)
+    assert decision["expected_curve"] == [0.0]
+    # the general path, on a tree whose one node does not pay for its verify cost, decides the same
+    tree = DraftTree(1)
+    tree.add(0, 5, "logits", prior=0.05)
+    kept, general = plan(tree, AcceptanceModel(), cost, 64, draft_ms=0.5)
+    assert kept == [] and general["expected_tokens_per_s"] == decision["expected_tokens_per_s"]
+    assert best_first(DraftTree(1), AcceptanceModel(), 64)[0] == []
+
+
 # ---- per-source calibration of the planner --------------------------------------------------------
 def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     from specviz.core.costmodel import CostModel

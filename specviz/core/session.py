@@ -245,8 +245,8 @@ class Session:
         keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
         self.context.extend(committed)
         # the target's top-2 logit margin where each committed token was chosen (the step's shared top-k)
-        rows = torch.tensor([0] + verification.path[:len(committed) - 1], device=logits.device)
-        best = verification.top.values.index_select(0, rows)
+        rows = [0] + verification.path[:len(committed) - 1]
+        best = verification.top.values.cpu().numpy()[rows]
         self.margins.extend((best[:, 0] - best[:, 1]).tolist())
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
                               forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)

@@ -63,7 +63,7 @@ class CopyLogitTable:
         self.vocab: int | None = base.seen.shape[0] if base is not None else None
 
     def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None,
-              top=None, logit_rows: torch.Tensor | None = None) -> None:
+              top=None, logit_rows: list[int] | None = None) -> None:
         """logits[logit_rows[i]] (default: logits[i]) is the target's prediction after tokens[i]; a token
         listed twice keeps its last row. log_norms and top ((values, ids) of each row's top-k, k >= width)
         are per logits row, where the caller has them already."""
@@ -71,23 +71,17 @@ class CopyLogitTable:
         ids = np.asarray(tokens, dtype=np.int64)
         _, last_from_end = np.unique(ids[::-1], return_index=True)
         rows = len(ids) - 1 - last_from_end
-        picked = torch.from_numpy(rows).to(logits.device)
-        if logit_rows is not None:
-            picked = logit_rows.index_select(0, picked)
-        picked_logits = None
-        if top is not None and top[0].shape[-1] >= self.width:
-            values = top[0].index_select(0, picked)[:, :self.width]
-            indices = top[1].index_select(0, picked)[:, :self.width]
+        picked = rows if logit_rows is None else np.asarray(logit_rows, dtype=np.int64)[rows]
+        if top is not None and log_norms is not None and top[0].shape[-1] >= self.width:
+            # a verified step's rows: a few small arrays (numpy indexing costs a tenth of torch's per call)
+            top_tokens = top[1].cpu().numpy()[picked, :self.width]
+            top_probs = np.exp(top[0].cpu().numpy()[picked, :self.width] - log_norms.cpu().numpy()[picked, None])
         else:
-            picked_logits = logits.index_select(0, picked)
+            picked_logits = logits.index_select(0, torch.from_numpy(picked).to(logits.device))
             values, indices = picked_logits.topk(min(self.width, logits.shape[-1]), dim=-1)
-        if log_norms is not None:
-            norms = log_norms.index_select(0, picked)
-        else:
-            picked_logits = logits.index_select(0, picked) if picked_logits is None else picked_logits
             norms = log_normalisers(picked_logits, values, indices)
-        top_tokens = indices.cpu().numpy()
-        top_probs = (values - norms[:, None]).exp().cpu().numpy()
+            top_tokens = indices.cpu().numpy()
+            top_probs = (values - norms[:, None]).exp().cpu().numpy()
         for i, token in enumerate(ids[rows].tolist()):
             self.rows[token] = (top_tokens[i], top_probs[i])
 
@@ -156,11 +150,10 @@ class CopyLogitDrafter(Drafter):
         committed = [ROOT] + path
         others = sorted(set(range(len(tree))) - set(committed))
         order = others + committed  # the committed occurrences are the most recent: they go last
-        picked = torch.tensor(order, device=outcome.logits.device)
         norms, top = outcome.verification.log_norms, outcome.verification.top
         tokens = [tree.tokens[n] for n in order]
         self._undo = (self.table.saved_rows(tokens),)
-        self.table.store(tokens, outcome.logits, norms, (top.values, top.ids), picked)
+        self.table.store(tokens, outcome.logits, norms, (top.values, top.ids), order)
 
     def checkpoint(self):
         self._undo = None
