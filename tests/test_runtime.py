@@ -100,7 +100,9 @@ def test_steps_of_a_64_node_tree_reuse_freed_memory_instead_of_faulting_it_in(lm
     session = Session(lm, "racer", {}, budget=64).start(
         [{"role": "user", "content": "Tell a short story about a robot that learns to bake bread."}])
     faults = []
-    for _ in range(10):
+    # 16 steps after the first four: in a full suite's long-lived process an occasional step still faults
+    # a logits-sized block in (3 of 6 steps once, median 304), so six steps made a noisy median
+    for _ in range(20):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         session.step()
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
