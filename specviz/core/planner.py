@@ -221,10 +221,10 @@ def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int) -> 
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
          margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
     """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
-    cost: anything with cost_ms(q) and costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's measured draft
-    time (spent whatever is kept). A tree must promise more than `margin` times the rate of plain
+    cost: anything with cost_ms(q) and costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's
+    measured draft time (spent whatever is kept). A tree must promise more than `margin` times the rate of plain
     decoding (1 / (draft + one-token verify)) before it replaces it (margin > 1: a safety factor)."""
-    if tree.num_drafted == 0 or max_nodes <= 0:  # nothing to choose (a resting or silent source): plain decoding
+    if tree.num_drafted == 0 or max_nodes <= 0:  # nothing to choose (the sources were silent): plain decoding
         rate = 1.0 / (draft_ms + cost.cost_ms(1))
         return [], {"offered": tree.num_drafted, "kept": 0, "expected_accepted": 0.0, "draft_ms": round(draft_ms, 2),
                     "expected_tokens_per_s": round(1000 * rate, 2), "expected_curve": [0.0]}
