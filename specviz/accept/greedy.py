@@ -10,7 +10,7 @@ from specviz.core.tree import ROOT, DraftTree
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
     """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes."""
-    top = LogitTop.of(logits)
+    top = LogitTop.of(logits, tree)
     argmax = top.argmax
     path, node = [], ROOT
     compared: set[int] = set()

@@ -23,7 +23,7 @@ from specviz.accept.verification import LogitTop, Verification, make_verificatio
 class _Relaxer:
     def __init__(self, tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int):
         self.tree, self.min_greedy = tree, min_greedy
-        self.logit_top = LogitTop.of(logits)
+        self.logit_top = LogitTop.of(logits, tree)
         self.argmax = self.logit_top.argmax
         top = self.logit_top.values[:, 0]
         self.ok = [False] * len(tree)  # per node: passes the relaxed check under its parent's logits

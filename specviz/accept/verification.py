@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specviz.accept import logit_kernel
 from specviz.core.tree import DraftTree
 
 ACCEPTED, REJECTED, UNREACHED, RELAXED, ROOT_STATUS = "accepted", "rejected", "unreached", "relaxed", "root"
@@ -55,20 +56,27 @@ def blockwise_topk(logits: torch.Tensor, k: int, block: int) -> tuple[torch.Tens
 
 @dataclass
 class LogitTop:
-    """Each row's TOP_K largest logits and their token ids, best first: one pass over (q, vocab) logits
-    serves the argmax, the nodes' ranks, the top-2 margins and the copy-logit table."""
-    values: torch.Tensor   # (q, TOP_K)
-    ids: torch.Tensor      # (q, TOP_K)
+    """Each row's TOP_K largest logits and their token ids, best first, and its logsumexp: one pass over
+    (q, vocab) logits serves the argmax, the nodes' ranks and probabilities, the top-2 margins and the
+    copy-logit table (accept.logit_kernel's native pass where it runs, else torch)."""
+    values: torch.Tensor     # (q, TOP_K)
+    ids: torch.Tensor        # (q, TOP_K)
     ids_list: list[list[int]]
+    log_norms: torch.Tensor  # (q,)
+    tree: DraftTree | None = None          # the tree whose nodes the native pass also ranked, if any
+    token_logits: np.ndarray | None = None  # (q,) per node of that tree: its token's logit under its parent
+    token_ranks: np.ndarray | None = None   # (q,) and its rank there
 
     @classmethod
-    def of(cls, logits: torch.Tensor) -> "LogitTop":
-        q, vocab = logits.shape
-        if logits.device.type == "cpu" and vocab % TOP_BLOCK == 0 and vocab >= 4 * TOP_K * TOP_BLOCK:
-            values, ids = blockwise_topk(logits, TOP_K, TOP_BLOCK)
-        else:
-            values, ids = logits.topk(min(TOP_K, vocab), dim=-1)
-        return cls(values, ids, ids.tolist())
+    def of(cls, logits: torch.Tensor, tree: DraftTree | None = None) -> "LogitTop":
+        """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too."""
+        if tree is not None and len(tree) == logits.shape[0] \
+                and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
+            values, ids, log_norms, token_logits, ranks = logit_kernel.summarise(
+                lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:])
+            return cls(values, ids, ids.tolist(), log_norms, tree, token_logits, ranks)
+        values, ids, log_norms = top_logits(logits, TOP_K)
+        return cls(values, ids, ids.tolist(), log_norms)
 
     @property
     def argmax(self) -> list[int]:
@@ -85,38 +93,70 @@ def log_normalisers(logits: torch.Tensor, top_values: torch.Tensor, top_ids: tor
     return top_values[:, 0] - p_max.log()
 
 
+def top_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's k largest logits and their ids, best first (equal values lowest id first), and its
+    logsumexp: the native pass where it runs, else torch (the same values and ids, bar which of more than
+    k equal values make the cut; norms agree to ~1e-6)."""
+    q, vocab = logits.shape
+    if (lib := logit_kernel.usable(logits, k)) is not None:
+        return logit_kernel.summarise(lib, logits, k)
+    if logits.device.type == "cpu" and vocab % TOP_BLOCK == 0 and vocab >= 4 * k * TOP_BLOCK:
+        values, ids = blockwise_topk(logits, k, TOP_BLOCK)
+    else:
+        values, ids = logits.topk(min(k, vocab), dim=-1)
+    # topk orders equal values as it likes; put them lowest id first, as torch.argmax and the native pass do
+    ids, by_id = ids.sort(dim=-1)
+    values, by_value = values.gather(1, by_id).sort(dim=-1, descending=True, stable=True)
+    ids = ids.gather(1, by_value)
+    return values, ids, log_normalisers(logits, values, ids)
+
+
 def node_target_stats(tree: DraftTree, logits: torch.Tensor,
                       top: LogitTop) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """Target probability and rank of every draft node's token under its parent's logits, and the
-    logsumexp of every node's logits. A token in its parent's top-K takes its logit and rank from there
-    (no tensor work per node); only the nodes outside it read their parent's whole row."""
+    logsumexp of every node's logits. The native pass ranked the nodes already where it ran; else a token
+    in its parent's top-K takes its logit and rank from there, and only the nodes outside it read their
+    parent's whole row (a rank count)."""
     n = len(tree)
     probs = np.full(n, np.nan)
     ranks = np.full(n, -1, dtype=np.int64)
-    log_norms = log_normalisers(logits, top.values, top.ids)
+    log_norms = top.log_norms
     if n > 1:
-        top_values = top.values.cpu().numpy()
-        token_logits = np.empty(n, dtype=np.float32)
-        outside = []
-        for node in range(1, n):
-            parent, token = tree.parents[node], tree.tokens[node]
-            row = top.ids_list[parent]
-            if token in row:
-                ranks[node] = rank = row.index(token)
-                token_logits[node] = top_values[parent, rank]
-            else:
-                outside.append(node)
-        if outside:
-            parents = torch.tensor([tree.parents[node] for node in outside], device=logits.device)
-            tokens = torch.tensor([tree.tokens[node] for node in outside], device=logits.device)
-            rows = logits.index_select(0, parents)
-            picked = rows.gather(1, tokens[:, None])
-            # an int32 count: summing the comparisons into int64 took twice as long here
-            ranks[outside] = (rows > picked).sum(-1, dtype=torch.int32).cpu().numpy()
-            token_logits[outside] = picked[:, 0].cpu().numpy()
+        if top.tree is tree:
+            token_logits, ranks[1:] = top.token_logits[1:], top.token_ranks[1:]
+        else:
+            token_logits, ranks[1:] = _node_ranks_torch(tree, logits, top)
         parent_norms = log_norms.cpu().numpy()[tree.parents[1:]]
-        probs[1:] = np.exp(token_logits[1:] - parent_norms)
+        probs[1:] = np.exp(token_logits - parent_norms)
     return probs, ranks, log_norms
+
+
+def _node_ranks_torch(tree: DraftTree, logits: torch.Tensor, top: LogitTop) -> tuple[np.ndarray, np.ndarray]:
+    """For nodes 1..n-1: the token's logit under its parent's row and its rank there (the native pass's
+    numbers, in torch)."""
+    n = len(tree)
+    top_values = top.values.cpu().numpy()
+    token_logits = np.empty(n - 1, dtype=np.float32)
+    ranks = np.empty(n - 1, dtype=np.int64)
+    outside = []
+    for node in range(1, n):
+        parent, token = tree.parents[node], tree.tokens[node]
+        row = top.ids_list[parent]
+        if token in row:
+            ranks[node - 1] = rank = row.index(token)
+            token_logits[node - 1] = top_values[parent, rank]
+        else:
+            outside.append(node)
+    if outside:
+        parents = torch.tensor([tree.parents[node] for node in outside], device=logits.device)
+        tokens = torch.tensor([tree.tokens[node] for node in outside], device=logits.device)
+        rows = logits.index_select(0, parents)
+        picked = rows.gather(1, tokens[:, None])
+        at = np.asarray(outside) - 1
+        # an int32 count: summing the comparisons into int64 took twice as long here
+        ranks[at] = (rows > picked).sum(-1, dtype=torch.int32).cpu().numpy()
+        token_logits[at] = picked[:, 0].cpu().numpy()
+    return token_logits, ranks
 
 
 def make_verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
@@ -128,7 +168,7 @@ def make_verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bo
     statuses = [ROOT_STATUS] + [RELAXED if n in relaxed else TRANSFERRED if n in transferred else
                                 ACCEPTED if n in on_path else
                                 REJECTED if n in compared else UNREACHED for n in range(1, len(tree))]
-    top = top if top is not None else LogitTop.of(logits)
+    top = top if top is not None else LogitTop.of(logits, tree)
     probs, ranks, log_norms = node_target_stats(tree, logits, top)
     return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
                         statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms, top=top)

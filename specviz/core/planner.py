@@ -210,25 +210,28 @@ class OnlineCost:
             self._costs = {}
 
 
-def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int) -> tuple[list[int], np.ndarray]:
+def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
+               chances: list[float] | None = None) -> tuple[list[int], np.ndarray]:
     """The tree's nodes best-first by calibrated chance (a parent before its children), at most max_nodes,
-    and the expected accepted drafts of keeping the first k of them (index k = 0..len(order))."""
-    chances = acceptance.calibrated(tree, acceptance.node_chances(tree))
+    and the expected accepted drafts of keeping the first k of them (index k = 0..len(order)).
+    chances: acceptance.node_chances(tree), where the caller has them already."""
+    chances = acceptance.calibrated(tree, chances if chances is not None else acceptance.node_chances(tree))
     order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
     return order, np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
 
 
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
-         margin: float = PLAIN_MARGIN) -> tuple[list[int], dict]:
+         margin: float = PLAIN_MARGIN, chances: list[float] | None = None) -> tuple[list[int], dict]:
     """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
     cost: anything with cost_ms(q) and costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's
     measured draft time (spent whatever is kept). A tree must promise more than `margin` times the rate of plain
-    decoding (1 / (draft + one-token verify)) before it replaces it (margin > 1: a safety factor)."""
+    decoding (1 / (draft + one-token verify)) before it replaces it (margin > 1: a safety factor).
+    chances: acceptance.node_chances(tree), where the caller has them already."""
     if tree.num_drafted == 0 or max_nodes <= 0:  # nothing to choose (the sources were silent): plain decoding
         rate = 1.0 / (draft_ms + cost.cost_ms(1))
         return [], {"offered": tree.num_drafted, "kept": 0, "expected_accepted": 0.0, "draft_ms": round(draft_ms, 2),
                     "expected_tokens_per_s": round(1000 * rate, 2), "expected_curve": [0.0]}
-    order, expected = best_first(tree, acceptance, max_nodes)
+    order, expected = best_first(tree, acceptance, max_nodes, chances)
     costs = cost.costs_ms(1 + len(order))
     # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin
     rates = (1.0 + expected) / (draft_ms + costs)

@@ -174,25 +174,30 @@ class Session:
 
     # ---- one step -------------------------------------------------------------------------------
     def _draft(self, room: int) -> tuple:
-        """The tree to verify, the budget it was held to and how that was decided."""
+        """The tree to verify, the budget it was held to, how that was decided, and the tree's node chances
+        (acceptance.node_chances) where the planner computed them for this very tree (else None)."""
         started = time.perf_counter()
         if not self.method.stages:
-            return DraftTree(self.context[-1]), 0, {}
+            return DraftTree(self.context[-1]), 0, {}, None
         limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
         offered, split = self.method.draft(self.context, limit)
         notes = {"split": split}
         if offered.draft_dists:
             # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
             # own probability would bias the sampled output (accept.sampling)
-            return offered, limit, notes
+            return offered, limit, notes, None
+        draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
+        chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
         if self.budget == "auto":
-            draft_ms = (time.perf_counter() - started) * 1000
-            order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms)
+            order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms,
+                                                   chances=chances)
             notes["expected_curve"] = notes["budget_decision"].pop("expected_curve")
-            return offered.truncate(len(order), order), len(order), notes
+            kept = offered.truncate(len(order), order)
+            return kept, len(order), notes, chances if kept is offered else None
         # a fixed budget keeps the drafters' own order; the curve still shows what a smaller tree would expect
-        notes["expected_curve"] = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit)[1]]
-        return offered.truncate(limit), limit, notes
+        notes["expected_curve"] = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit, chances)[1]]
+        kept = offered.truncate(limit)
+        return kept, limit, notes, chances if kept is offered else None
 
     @torch.inference_mode()
     def step(self, max_new_tokens: int | None = None) -> StepRecord:
@@ -224,8 +229,9 @@ class Session:
     def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
         t0 = time.perf_counter()
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
-        tree, budget, draft_notes = self._draft(room)
-        chances = self.acceptance.node_chances(tree)
+        tree, budget, draft_notes, chances = self._draft(room)
+        if chances is None:
+            chances = self.acceptance.node_chances(tree)
         predicted = sum(self.acceptance.calibrated(tree, chances)[1:])
         t1 = time.perf_counter()
         logits = tree_forward(self.lm.model, self.cache, tree, past_len)
@@ -275,19 +281,21 @@ class Session:
         return record
 
     def _record(self, tree, verification, committed, past_len, budget, notes, timings_ms: dict) -> StepRecord:
+        # per-node numbers as Python lists first: one conversion per array, not per node
+        probs = [round(p, 6) for p in verification.target_probs.tolist()]
+        ranks = verification.target_ranks.tolist()
         nodes = []
-        for n in range(len(tree)):
-            draft_prob = tree.meta[n].get("model", {}).get("draft_prob")
+        for n, (token, status, node_meta) in enumerate(zip(tree.tokens, verification.statuses, tree.meta)):
+            root = n == 0
             nodes.append(NodeRecord(
-                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
-                text=self.token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
+                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=token,
+                text=self.token_text(token), sources=sorted(tree.sources[n]),
                 # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
-                status="accepted" if verification.statuses[n] == "transferred" else verification.statuses[n],
-                mark="transferred" if verification.statuses[n] == "transferred" else None,
-                target_prob=None if n == 0 else round(float(verification.target_probs[n]), 6),
-                target_rank=None if n == 0 else int(verification.target_ranks[n]),
-                draft_prob=draft_prob, score=None if n == 0 else round(tree.score(n), 6),
-                meta=tree.meta[n]))
+                status="accepted" if status == "transferred" else status,
+                mark="transferred" if status == "transferred" else None,
+                target_prob=None if root else probs[n], target_rank=None if root else ranks[n],
+                draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
+                score=None if root else round(tree.score(n), 6), meta=node_meta))
         marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
         origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]

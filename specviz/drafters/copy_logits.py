@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specviz.accept.verification import log_normalisers
+from specviz.accept.verification import top_logits
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.core.tree import ROOT, DraftTree
 
@@ -78,8 +78,7 @@ class CopyLogitTable:
             top_probs = np.exp(top[0].cpu().numpy()[picked, :self.width] - log_norms.cpu().numpy()[picked, None])
         else:
             picked_logits = logits.index_select(0, torch.from_numpy(picked).to(logits.device))
-            values, indices = picked_logits.topk(min(self.width, logits.shape[-1]), dim=-1)
-            norms = log_normalisers(picked_logits, values, indices)
+            values, indices, norms = top_logits(picked_logits, min(self.width, logits.shape[-1]))
             top_tokens = indices.cpu().numpy()
             top_probs = (values - norms[:, None]).exp().cpu().numpy()
         for i, token in enumerate(ids[rows].tolist()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from specviz.accept import logit_kernel
 from specviz.core.models import LoadedModel
 from specviz.core.session import Session
 
@@ -28,7 +29,7 @@ def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_n
     # the same figure over the steps whose tree (nearly) filled the budget: the cost of a full tree
     full = [o for o, n in zip(parts["outside_forward"], parts["tree_nodes"])
             if isinstance(budget, int) and n >= 0.9 * budget]
-    return {"method": method, "budget": budget, "steps": len(parts["draft"]),
+    return {"method": method, "budget": budget, "logits_kernel": logit_kernel.status(), "steps": len(parts["draft"]),
             **{f"median_{k}": round(statistics.median(v), 3) for k, v in parts.items()},
             "max_tree_nodes": max(parts["tree_nodes"]), "full_tree_steps": len(full),
             "median_outside_forward_full_tree": round(statistics.median(full), 3) if full else None}

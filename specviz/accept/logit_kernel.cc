@@ -1,0 +1,163 @@
+// One pass over each row of a verify forward's logits: its top-k (values and ids, best first, equal
+// values by lower id), its log-normaliser (logsumexp), and, per draft node, its token's logit and rank
+// under its parent's row. specviz/accept/logit_kernel.py compiles this once per machine and falls back to
+// torch where it cannot. GCC's vector extensions keep it portable (AVX-512, AVX2 or NEON: whatever
+// -march=native offers). Rows are shared out with OpenMP: built with -fopenmp, this library binds to the
+// libgomp torch has already loaded (the same soname), so it runs on torch's own worker threads, which
+// are still spinning from the lm-head matmul; threads of its own would have to wait for those.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kBlock = 128;        // a row is scanned in blocks; the top-k lie in the k best blocks
+constexpr int kMaxBlocks = 4096;   // vocabularies up to 524,288
+constexpr int kMaxK = 64;
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
+inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline vf splat(float x) { return vf{} + x; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+
+inline float hmax(vf v) {
+    float m = v[0];
+    for (int l = 1; l < kLanes; l++) m = v[l] > m ? v[l] : m;
+    return m;
+}
+
+// exp(y) for y <= 0, lane by lane: y log2(e) = n + f with |f| <= 1/2, 2^f by a degree-6 polynomial
+// (relative error about 2e-7, like expf), 2^n through the exponent bits. y below -87 counts as -87
+// (exp(-87) ~ 2e-38: nothing next to the row's largest term, which is 1).
+inline vf exp_nonpositive(vf y) {
+    y = vmax(y, splat(-87.0f));
+    vf t = y * 1.44269504088896341f;
+    // adding 1.5 * 2^23 rounds t to the nearest integer n, which then sits in the low mantissa bits
+    vf shifted = t + 12582912.0f;
+    vf n = shifted - 12582912.0f;
+    vf f = t - n;
+    vf p = splat(1.535336188319500e-4f);
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    vi bits;
+    std::memcpy(&bits, &shifted, sizeof bits);
+    bits = (bits + 127) << 23;  // 2^n's exponent field (shifted's own exponent bits fall off the top)
+    vf scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+// Keep (value, id) in a list sorted best first, at most k long; a value equal to one already held goes
+// after it (ids arrive in increasing order, so equal values stay ordered by id).
+template <typename Id>
+inline void offer(float value, Id id, float* values, Id* ids, int& held, int k) {
+    if (held == k && !(value > values[k - 1])) return;
+    int at = held < k ? held++ : k - 1;
+    while (at > 0 && value > values[at - 1]) {
+        values[at] = values[at - 1];
+        ids[at] = ids[at - 1];
+        at--;
+    }
+    values[at] = value;
+    ids[at] = id;
+}
+
+void summarise_row(const float* row, int64_t vocab, int k, float* top_values, int64_t* top_ids, float* log_norm) {
+    const int64_t blocks = vocab / kBlock;
+    float block_max[kMaxBlocks];
+    vf row_max = splat(-INFINITY);
+    for (int64_t b = 0; b < blocks; b++) {
+        const float* p = row + b * kBlock;
+        vf m = load(p);
+        for (int j = kLanes; j < kBlock; j += kLanes) m = vmax(m, load(p + j));
+        row_max = vmax(row_max, m);
+        block_max[b] = hmax(m);
+    }
+    const float largest = hmax(row_max);
+
+    // A block holding one of the row's k largest values has a maximum at least that large, and at most
+    // k - 1 values beat it: the top-k lie in the k blocks with the largest maxima (equal maxima: lower block).
+    int64_t best_blocks[kMaxK];
+    float best_maxima[kMaxK];
+    int held_blocks = 0;
+    for (int64_t b = 0; b < blocks; b++) offer(block_max[b], b, best_maxima, best_blocks, held_blocks, k);
+    for (int i = 1; i < held_blocks; i++) {  // scan them in id order
+        int64_t b = best_blocks[i];
+        int j = i;
+        for (; j > 0 && best_blocks[j - 1] > b; j--) best_blocks[j] = best_blocks[j - 1];
+        best_blocks[j] = b;
+    }
+    int held = 0;
+    for (int i = 0; i < held_blocks; i++) {
+        const float* p = row + best_blocks[i] * kBlock;
+        for (int j = 0; j < kBlock; j++) offer(p[j], best_blocks[i] * kBlock + j, top_values, top_ids, held, k);
+    }
+
+    vf sum0 = splat(0.0f), sum1 = splat(0.0f);
+    const vf shift = splat(largest);
+    for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
+        sum0 += exp_nonpositive(load(row + j) - shift);
+        sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
+    }
+    sum0 += sum1;
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; l++) sum += sum0[l];
+    *log_norm = largest + std::log(sum);
+}
+
+// A node's token logit under its parent's row, and its rank there: its place in the row's top-k when
+// it is there, else how many of the row's logits are larger (a pass over the row, still in cache).
+void rank_in_row(const float* row, int64_t vocab, const int64_t* top, int k, int64_t token, float* token_logit,
+                 int64_t* rank) {
+    const float logit = row[token];
+    *token_logit = logit;
+    for (int j = 0; j < k; j++)
+        if (top[j] == token) {
+            *rank = j;
+            return;
+        }
+    const vf threshold = splat(logit);
+    vi larger = vi{};
+    for (int64_t j = 0; j < vocab; j += kLanes) larger -= load(row + j) > threshold;  // a true lane is -1
+    int64_t count = 0;
+    for (int l = 0; l < kLanes; l++) count += larger[l];
+    *rank = count;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The shapes this kernel takes (the caller checks before calling): 0 if it can summarise rows of this
+// vocabulary to their top-k.
+int logit_kernel_unsupported(int64_t vocab, int k) {
+    return vocab % (2 * kBlock) != 0 || vocab / kBlock > kMaxBlocks || k < 1 || k > kMaxK || vocab / kBlock < k;
+}
+
+// Every row's top-k and logsumexp; with child_start (rows + 1 offsets into child_nodes, the draft nodes
+// grouped by parent row) also each such node's token logit and rank, while its parent's row is in cache.
+// tokens, token_logits and ranks are indexed by node.
+void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, int k, float* top_values,
+                            int64_t* top_ids, float* log_norms, int threads, const int64_t* child_start,
+                            const int64_t* child_nodes, const int64_t* tokens, float* token_logits, int64_t* ranks) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        const float* row = logits + r * vocab;
+        summarise_row(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r);
+        if (child_start == nullptr) continue;
+        for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
+            const int64_t node = child_nodes[i];
+            rank_in_row(row, vocab, top_ids + r * k, k, tokens[node], token_logits + node, ranks + node);
+        }
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,117 @@
+"""The native pass over the verify logits (accept.logit_kernel) against torch, and its fall-back."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.accept import logit_kernel
+from specviz.accept.verification import TOP_K, LogitTop, _node_ranks_torch, blockwise_topk, node_target_stats
+from specviz.core.tree import DraftTree
+
+VOCAB = 128 * 64
+
+
+def awkward_logits(rows: int, seed: int) -> torch.Tensor:
+    """Random rows plus the shapes that break a careless top-k or logsumexp."""
+    logits = torch.randn(rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 5
+    logits[1, 4000] = 90.0                           # one logit dominates its row
+    logits[2] = -30.0                                # a flat row: every value ties
+    logits[3, [9, 700, 5000]] = 40.0                 # the best value three times, in three blocks
+    logits[4] = torch.arange(VOCAB, dtype=torch.float32) / 100  # the top-k all in the last block
+    logits[5, 100:130] = 25.0                        # 30 equal values straddling a block edge (k = 16)
+    return logits
+
+
+@pytest.fixture
+def native():
+    lib = logit_kernel.library()
+    if lib is None:
+        pytest.skip(f"no native kernel here: {logit_kernel.status()}")
+    return lib
+
+
+def test_the_kernel_builds_where_a_compiler_is_found():
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("no C++ compiler on this machine")
+    assert logit_kernel.status() == "native"
+
+
+def test_native_top_k_and_normalisers_equal_torch(native):
+    logits = awkward_logits(9, seed=0)
+    values, ids, norms = logit_kernel.summarise(native, logits, TOP_K)
+    expected_values = logits.topk(TOP_K, dim=-1).values
+    assert torch.equal(values, expected_values)
+    # equal values come lowest id first, so the argmax is torch's (its first largest)
+    assert torch.equal(ids[:, 0], logits.argmax(-1))
+    assert ids[2].tolist() == list(range(TOP_K)) and ids[5].tolist() == list(range(100, 100 + TOP_K))
+    assert ids[3, :3].tolist() == [9, 700, 5000]
+    assert torch.equal(logits.gather(1, ids), values)
+    rows_without_ties = [0, 1, 4, 6, 7, 8]
+    assert torch.equal(ids[rows_without_ties], blockwise_topk(logits, TOP_K, 128)[1][rows_without_ties])
+    exact = torch.logsumexp(logits.double(), dim=-1)
+    assert (norms.double() - exact).abs().max() < 2e-5
+
+
+def test_native_node_ranks_equal_the_torch_path(native):
+    logits = awkward_logits(12, seed=1)
+    tree = DraftTree(0)
+    rng = np.random.default_rng(2)
+    while len(tree) < 12:
+        parent = int(rng.integers(len(tree)))
+        row = logits[parent]
+        # half the tokens from the parent's top-k, half from anywhere (ranks counted over the whole row)
+        token = int(row.topk(TOP_K).indices[rng.integers(TOP_K)]) if rng.random() < 0.5 else int(rng.integers(VOCAB))
+        tree.add(parent, token, "logits")
+    assert len(tree) == 12
+    top = LogitTop.of(logits, tree)
+    assert top.tree is tree
+    plain = LogitTop.of(logits)
+    expected_logits, expected_ranks = _node_ranks_torch(tree, logits, plain)
+    assert np.array_equal(top.token_ranks[1:], expected_ranks)
+    assert np.array_equal(top.token_logits[1:], expected_logits)
+    outside = expected_ranks >= TOP_K
+    assert outside.any() and (~outside).any()
+    probs, ranks, _ = node_target_stats(tree, logits, top)
+    by_torch = torch.softmax(logits.double(), -1)[tree.parents[1:], tree.tokens[1:]].numpy()
+    assert np.allclose(probs[1:], by_torch, rtol=1e-4, atol=1e-9)
+
+
+def test_native_rejects_nodes_outside_the_logits(native):
+    logits = awkward_logits(6, seed=3)[:3].contiguous()
+    with pytest.raises(ValueError):
+        logit_kernel.summarise(native, logits, TOP_K, [0, 0], [5, VOCAB])
+    with pytest.raises(ValueError):
+        logit_kernel.summarise(native, logits, TOP_K, [0, 3], [5, 6])
+
+
+def test_without_a_working_compiler_the_torch_path_gives_the_same_verification(tmp_path, monkeypatch):
+    logits = awkward_logits(9, seed=4)
+    tree = DraftTree(0)
+    for parent, token in [(0, 7), (0, int(logits[0].argmax())), (1, 3), (2, int(logits[2].argmax()))]:
+        tree.add(parent, token, "logits")
+    logits = logits[:len(tree)].contiguous()
+    wanted = LogitTop.of(logits, tree), node_target_stats(tree, logits, LogitTop.of(logits, tree))
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", shutil.which("false") or "/bin/false")  # a "compiler" that always fails
+    monkeypatch.setattr(logit_kernel.shutil, "which", lambda name: name if name.endswith("false") else None)
+    logit_kernel.reset()
+    try:
+        assert logit_kernel.library() is None and logit_kernel.status().startswith("torch (")
+        top = LogitTop.of(logits, tree)
+        assert top.tree is None  # the torch path ranks the nodes in node_target_stats instead
+        probs, ranks, norms = node_target_stats(tree, logits, top)
+        assert torch.equal(top.values, wanted[0].values)
+        # equal values lowest id first here too, but which of more than k of them make the cut is torch's:
+        # the flat row (8,192 equal values) may start anywhere
+        flat = 2
+        assert [a for i, a in enumerate(top.argmax) if i != flat] == \
+            [a for i, a in enumerate(wanted[0].argmax) if i != flat] == \
+            [a for i, a in enumerate(logits.argmax(-1).tolist()) if i != flat]
+        assert np.array_equal(ranks, wanted[1][1]) and np.allclose(probs[1:], wanted[1][0][1:], rtol=1e-5)
+        monkeypatch.setenv("SPECVIZ_NATIVE", "0")
+        logit_kernel.reset()
+        assert logit_kernel.status() == "torch (turned off (SPECVIZ_NATIVE=0))"
+    finally:
+        logit_kernel.reset()
