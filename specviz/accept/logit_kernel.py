@@ -9,8 +9,8 @@ caches. Here one pass per row does all of it while the row is in cache, on torch
 
 Built with the machine's C++ compiler (`CXX`, else g++, else c++) into the cache (`cache_root()/native`),
 keyed by the source, the flags and the processor; a machine without a compiler, or where the build or its
-self-check fails, keeps the torch path (the same numbers: top-k and ranks bitwise, logsumexp to ~1e-6)
-and `status()` says why. SPECVIZ_NATIVE=0 turns it off.
+self-check fails, keeps the torch path (the same numbers: top-k and ranks bitwise, bar which of more
+than k equal values make the cut; logsumexp to ~1e-6) and `status()` says why. SPECVIZ_NATIVE=0 turns it off.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _self_check(lib: ctypes.CDLL) -> None:
     want_values, want_ids = logits.topk(16, dim=-1)
     if not (torch.equal(values, want_values) and torch.equal(ids, want_ids)
             and torch.allclose(norms, torch.logsumexp(logits, -1), atol=1e-4)):
-        raise RuntimeError("its results differ from torch's on a self-check")
+        raise RuntimeError("the compiled kernel's results differ from torch's on a self-check")
 
 
 def library() -> ctypes.CDLL | None:
@@ -109,7 +109,7 @@ def library() -> ctypes.CDLL | None:
                     lib = _load(_build(compiler))
                     _self_check(lib)
                 except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-                    lib, why = None, f"the native logits kernel is not used: {error}"
+                    lib, why = None, str(error)
             _state["why"], _state["lib"] = why, lib
     return _state["lib"]
 
