@@ -97,7 +97,7 @@ def top_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     """Each row's k largest logits and their ids, best first (equal values lowest id first), and its
     logsumexp: the native pass where it runs, else torch (the same values and ids, bar which of more than
     k equal values make the cut; norms agree to ~1e-6)."""
-    q, vocab = logits.shape
+    vocab = logits.shape[1]
     if (lib := logit_kernel.usable(logits, k)) is not None:
         return logit_kernel.summarise(lib, logits, k)
     if logits.device.type == "cpu" and vocab % TOP_BLOCK == 0 and vocab >= 4 * k * TOP_BLOCK:
