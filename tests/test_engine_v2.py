@@ -142,3 +142,25 @@ def test_loading_one_resource_never_blocks_another():
     release.set()
     worker.join(5)
     assert resources.shared(("test", "slow"), lambda: "again") == "slow"  # loaded once
+
+
+def test_token_texts_are_the_tokenizer_decoding_shared_by_sessions(lm):
+    from specviz.core.session import TokenTexts
+    tokenizer = lm.tokenizer
+    first, second = Session(lm, "ar").token_text, Session(lm, "ar").token_text
+    ids = list(range(0, len(tokenizer), 211)) + list(tokenizer.all_special_ids) + [len(tokenizer) - 1]
+    assert [first(i) for i in ids] == [tokenizer.decode([i]) for i in ids]
+    assert second(ids[1]) == first(ids[1]) and second.texts is first.texts  # the vocabulary decoded once
+
+    class Decoder:  # a tokenizer whose vocabulary is smaller than the ids the model may emit
+        def __len__(self):
+            return 3
+
+        def batch_decode(self, batches):
+            return [f"t{batch[0]}" for batch in batches]
+
+        def decode(self, ids):
+            return f"late{ids[0]}"
+
+    texts = TokenTexts(Decoder())
+    assert [texts(0), texts(2), texts(7)] == ["t0", "t2", "late7"]

@@ -78,6 +78,24 @@ def test_native_node_ranks_equal_the_torch_path(native):
     assert np.allclose(probs[1:], by_torch, rtol=1e-4, atol=1e-9)
 
 
+def test_native_results_do_not_depend_on_the_thread_count_or_tree_size(native, monkeypatch):
+    logits = awkward_logits(11, seed=5)
+    tree = DraftTree(0)
+    for node in range(1, 11):
+        tree.add(node // 2, int(logits[node // 2].topk(3).indices[node % 3]) if node % 2 else node * 31, "logits")
+    results = []
+    for threads in (1, 2, 3):  # each thread summarises a run of rows and prefetches the next one in its run
+        monkeypatch.setattr(logit_kernel.torch, "get_num_threads", lambda threads=threads: threads)
+        results.append(logit_kernel.summarise(native, logits, TOP_K, tree.parents[1:], tree.tokens[1:]))
+    for other in results[1:]:
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(results[0], other))
+    assert results[0][4][0] == -1 and (results[0][4][1:] >= 0).all()
+    # a root-only tree (every `ar` step): no node to rank, the root's rank is -1
+    values, ids, norms, token_logits, ranks = logit_kernel.summarise(native, logits[:1], TOP_K, [], [])
+    assert ranks.tolist() == [-1] and len(token_logits) == 1
+    assert torch.equal(values, results[0][0][:1]) and torch.equal(norms, results[0][2][:1])
+
+
 def test_native_rejects_nodes_outside_the_logits(native):
     logits = awkward_logits(6, seed=3)[:3].contiguous()
     with pytest.raises(ValueError):

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace {
 
@@ -70,7 +73,10 @@ inline void offer(float value, Id id, float* values, Id* ids, int& held, int k) 
     ids[at] = id;
 }
 
-void summarise_row(const float* row, int64_t vocab, int k, float* top_values, int64_t* top_ids, float* log_norm) {
+// next: the row this thread summarises after this one (nullptr: none). While this row's exponentials are
+// computed (from cache) that row is prefetched, so memory is read during the arithmetic, not only before it.
+void summarise_row(const float* row, int64_t vocab, int k, float* top_values, int64_t* top_ids, float* log_norm,
+                   const float* next) {
     const int64_t blocks = vocab / kBlock;
     float block_max[kMaxBlocks];
     vf row_max = splat(-INFINITY);
@@ -103,9 +109,18 @@ void summarise_row(const float* row, int64_t vocab, int k, float* top_values, in
 
     vf sum0 = splat(0.0f), sum1 = splat(0.0f);
     const vf shift = splat(largest);
-    for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
-        sum0 += exp_nonpositive(load(row + j) - shift);
-        sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
+    if (next != nullptr) {
+        for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
+            __builtin_prefetch(next + j, 0, 2);
+            __builtin_prefetch(next + j + kLanes, 0, 2);
+            sum0 += exp_nonpositive(load(row + j) - shift);
+            sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
+        }
+    } else {
+        for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
+            sum0 += exp_nonpositive(load(row + j) - shift);
+            sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
+        }
     }
     sum0 += sum1;
     float sum = 0.0f;
@@ -148,14 +163,24 @@ int logit_kernel_unsupported(int64_t vocab, int k) {
 void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, int k, float* top_values,
                             int64_t* top_ids, float* log_norms, int threads, const int64_t* child_start,
                             const int64_t* child_nodes, const int64_t* tokens, float* token_logits, int64_t* ranks) {
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && rows > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        const float* row = logits + r * vocab;
-        summarise_row(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r);
-        if (child_start == nullptr) continue;
-        for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
-            const int64_t node = child_nodes[i];
-            rank_in_row(row, vocab, top_ids + r * k, k, tokens[node], token_logits + node, ranks + node);
+    #pragma omp parallel num_threads(threads) if (threads > 1 && rows > 1)
+    {
+        // each thread a contiguous run of rows, so it knows which row comes next
+        int64_t first = 0, last = rows;
+#ifdef _OPENMP
+        const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+        first = rows * me / team;
+        last = rows * (me + 1) / team;
+#endif
+        for (int64_t r = first; r < last; r++) {
+            const float* row = logits + r * vocab;
+            summarise_row(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r,
+                          r + 1 < last ? row + vocab : nullptr);
+            if (child_start == nullptr) continue;
+            for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
+                const int64_t node = child_nodes[i];
+                rank_in_row(row, vocab, top_ids + r * k, k, tokens[node], token_logits + node, ranks + node);
+            }
         }
     }
 }

@@ -115,15 +115,15 @@ class AcceptanceModel:
         """The key without the sibling position: what a position never tried yet borrows from."""
         return key[:2] + key[3:]
 
-    def _estimate(self, key: tuple, prior: float) -> float:
-        return ((self.accepted.get(key, 0.0) + prior * self.prior_weight)
-                / (self.compared.get(key, 0.0) + self.prior_weight))
-
     def conditional(self, key: tuple, prior: float | None = None) -> float:
         """The key's own record, shrunk towards its coarse key's record, shrunk towards the prior (the
-        drafter's own estimate when it gave one: a copy-logit probability, a retrieval share)."""
+        drafter's own estimate when it gave one: a copy-logit probability, a retrieval share). Each record
+        is (accepted + the estimate it shrinks towards x prior_weight) / (compared + prior_weight)."""
         prior = self.prior if prior is None else min(0.95, max(0.05, prior))
-        return self._estimate(key, self._estimate(self.coarse(key), prior))
+        accepted, compared, weight = self.accepted, self.compared, self.prior_weight
+        coarse = self.coarse(key)
+        coarse_estimate = (accepted.get(coarse, 0.0) + prior * weight) / (compared.get(coarse, 0.0) + weight)
+        return (accepted.get(key, 0.0) + coarse_estimate * weight) / (compared.get(key, 0.0) + weight)
 
     def node_chances(self, tree: DraftTree) -> list[float]:
         """Unconditional acceptance chance of every node (root: 1); children are visited in sibling
@@ -164,7 +164,8 @@ class OnlineCost:
         self.curve, self.window, self.trusted_after = curve, window, trusted_after
         self.samples: dict[int, deque] = {}
         self.ratio: dict[int, float] = {}
-        self._costs: dict[int, np.ndarray] = {}
+        self._curve: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per largest: the curve's costs, bands
+        self._band_ratios: np.ndarray | None = None  # per COST_BANDS entry; None: to be read again
 
     @staticmethod
     def band(q: int) -> int:
@@ -174,16 +175,17 @@ class OnlineCost:
         return self.curve.cost_ms(q) * self._ratio(self.band(q))
 
     def costs_ms(self, largest: int) -> np.ndarray:
-        """cost_ms(q) for q = 1..largest in one call (index q - 1); kept until a forward is observed
-        (the planner asks every step, the answer changes only with the correction)."""
-        cached = self._costs.get(largest)
-        if cached is not None:
-            return cached
-        q = np.arange(1, largest + 1)
-        bands = np.array(COST_BANDS)[np.searchsorted(COST_BANDS, q, side="right") - 1]
-        ratios = {band: self._ratio(band) for band in set(bands.tolist())}
-        costs = self._costs[largest] = self.curve.costs_ms(largest) * np.array([ratios[b] for b in bands.tolist()])
-        return costs
+        """cost_ms(q) for q = 1..largest in one call (index q - 1). The planner asks every step: the curve's
+        part is kept per size, the correction's only until it changes."""
+        curve = self._curve.get(largest)
+        if curve is None:
+            q = np.arange(1, largest + 1)
+            curve = self._curve[largest] = (self.curve.costs_ms(largest),
+                                            np.searchsorted(COST_BANDS, q, side="right") - 1)
+        if self._band_ratios is None:
+            self._band_ratios = np.array([self._ratio(band) for band in COST_BANDS])
+        costs, bands = curve
+        return costs * self._band_ratios[bands]
 
     def _ratio(self, band: int) -> float:
         ratio = self.ratio.get(band)
@@ -199,15 +201,17 @@ class OnlineCost:
         samples, ratio = saved
         self.samples = {band: deque(kept, maxlen=self.window) for band, kept in samples.items()}
         self.ratio = dict(ratio)
-        self._costs = {}
+        self._band_ratios = None
 
     def observe(self, q: int, ms: float) -> None:
         band = self.band(q)
         samples = self.samples.setdefault(band, deque(maxlen=self.window))
         samples.append(ms / self.curve.cost_ms(q))
         if len(samples) >= self.trusted_after:
-            self.ratio[band] = statistics.median(samples)
-            self._costs = {}
+            ratio = statistics.median(samples)
+            if ratio != self.ratio.get(band):
+                self.ratio[band] = ratio
+                self._band_ratios = None
 
 
 def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,

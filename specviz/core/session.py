@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+import weakref
 from dataclasses import replace
 from typing import Callable
 
@@ -35,17 +36,24 @@ def machine_label(lm: LoadedModel) -> str:
             f"{torch.get_num_threads()} threads, torch {torch.__version__}")
 
 
+_vocabulary_texts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per tokenizer: every id's text
+
+
 class TokenTexts:
-    """Decoded text of single tokens, memoised (every step shows up to a few hundred of them)."""
+    """Decoded text of single tokens. The whole vocabulary is decoded once per tokenizer (49,152 tokens:
+    about 0.1 s) and shared by every session: a step records up to a few hundred tokens, and decoding each
+    new one as it came cost about 0.1 ms a step (the first prompts meet many new ones)."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.texts = tokenizer, {}
+        self.tokenizer = tokenizer
+        self.texts = _vocabulary_texts.get(tokenizer)
+        if self.texts is None:  # decoded when the first session is made, not inside its first step
+            self.texts = _vocabulary_texts.setdefault(
+                tokenizer, tokenizer.batch_decode([[token_id] for token_id in range(len(tokenizer))]))
 
     def __call__(self, token: int) -> str:
-        text = self.texts.get(token)
-        if text is None:
-            text = self.texts[token] = self.tokenizer.decode([token])
-        return text
+        texts = self.texts
+        return texts[token] if 0 <= token < len(texts) else self.tokenizer.decode([token])
 
 
 class Session:
@@ -284,18 +292,21 @@ class Session:
         # per-node numbers as Python lists first: one conversion per array, not per node
         probs = [round(p, 6) for p in verification.target_probs.tolist()]
         ranks = verification.target_ranks.tolist()
-        nodes = []
-        for n, (token, status, node_meta) in enumerate(zip(tree.tokens, verification.statuses, tree.meta)):
-            root = n == 0
+        token_text, statuses = self.token_text, verification.statuses
+        nodes = [NodeRecord(id=0, parent=-1, depth=0, token_id=tree.tokens[0], text=token_text(tree.tokens[0]),
+                            sources=sorted(tree.sources[0]), status=statuses[0], meta=tree.meta[0])]
+        for n in range(1, len(tree)):
+            node_meta, status = tree.meta[n], statuses[n]
+            sources = tree.sources[n]
             nodes.append(NodeRecord(
-                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=token,
-                text=self.token_text(token), sources=sorted(tree.sources[n]),
+                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
+                text=token_text(tree.tokens[n]), sources=sorted(sources) if len(sources) > 1 else list(sources),
                 # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
                 status="accepted" if status == "transferred" else status,
                 mark="transferred" if status == "transferred" else None,
-                target_prob=None if root else probs[n], target_rank=None if root else ranks[n],
+                target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
-                score=None if root else round(tree.score(n), 6), meta=node_meta))
+                score=round(max([m.get("score", 0.0) for m in node_meta.values()], default=0.0), 6), meta=node_meta))
         marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
         origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]

@@ -68,9 +68,8 @@ class CopyLogitTable:
         listed twice keeps its last row. log_norms and top ((values, ids) of each row's top-k, k >= width)
         are per logits row, where the caller has them already."""
         self.vocab = logits.shape[-1]
-        ids = np.asarray(tokens, dtype=np.int64)
-        _, last_from_end = np.unique(ids[::-1], return_index=True)
-        rows = len(ids) - 1 - last_from_end
+        last = {int(token): i for i, token in enumerate(tokens)}  # a token listed twice keeps its last row
+        rows = np.fromiter(last.values(), dtype=np.int64, count=len(last))
         picked = rows if logit_rows is None else np.asarray(logit_rows, dtype=np.int64)[rows]
         if top is not None and log_norms is not None and top[0].shape[-1] >= self.width:
             # a verified step's rows: a few small arrays (numpy indexing costs a tenth of torch's per call)
@@ -81,7 +80,7 @@ class CopyLogitTable:
             values, indices, norms = top_logits(picked_logits, min(self.width, logits.shape[-1]))
             top_tokens = indices.cpu().numpy()
             top_probs = (values - norms[:, None]).exp().cpu().numpy()
-        for i, token in enumerate(ids[rows].tolist()):
+        for i, token in enumerate(last):
             self.rows[token] = (top_tokens[i], top_probs[i])
 
     def copy(self) -> "CopyLogitTable":
