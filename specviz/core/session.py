@@ -293,20 +293,20 @@ class Session:
         probs = [round(p, 6) for p in verification.target_probs.tolist()]
         ranks = verification.target_ranks.tolist()
         token_text, statuses = self.token_text, verification.statuses
-        nodes = [NodeRecord(id=0, parent=-1, depth=0, token_id=tree.tokens[0], text=token_text(tree.tokens[0]),
-                            sources=sorted(tree.sources[0]), status=statuses[0], meta=tree.meta[0])]
+        nodes = [NodeRecord(id=0, parent=tree.parents[0], depth=tree.depths[0], token_id=tree.tokens[0],
+                            text=token_text(tree.tokens[0]), sources=sorted(tree.sources[0]), status=statuses[0],
+                            meta=tree.meta[0])]  # the root: no target statistics, no score
         for n in range(1, len(tree)):
             node_meta, status = tree.meta[n], statuses[n]
-            sources = tree.sources[n]
             nodes.append(NodeRecord(
                 id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
-                text=token_text(tree.tokens[n]), sources=sorted(sources) if len(sources) > 1 else list(sources),
+                text=token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
                 # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
                 status="accepted" if status == "transferred" else status,
                 mark="transferred" if status == "transferred" else None,
                 target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
-                score=round(max([m.get("score", 0.0) for m in node_meta.values()], default=0.0), 6), meta=node_meta))
+                score=round(tree.score(n), 6), meta=node_meta))
         marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
         origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]
