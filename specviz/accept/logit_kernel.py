@@ -158,7 +158,7 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
     if not (min(parents) >= 0 and max(parents) < rows and min(tokens) >= 0 and max(tokens) < vocab):
         raise ValueError("a node's token or parent lies outside the logits")
     # The node tables in plain Python and one ctypes array: right after a forward every call runs from cold
-    # caches, and numpy's preparation for a 3-row tree took 150 us there (the kernel itself 30).
+    # caches, and numpy's preparation took 150 us there even for an `ar` step's one-row tree (the kernel: 30).
     # child_start: offsets into child_nodes, the draft nodes grouped by parent row (a counting sort)
     child_start = [0] * (rows + 1)
     for parent in parents:
