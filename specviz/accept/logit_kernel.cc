@@ -109,18 +109,12 @@ void summarise_row(const float* row, int64_t vocab, int k, float* top_values, in
 
     vf sum0 = splat(0.0f), sum1 = splat(0.0f);
     const vf shift = splat(largest);
-    if (next != nullptr) {
-        for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
-            __builtin_prefetch(next + j, 0, 2);
-            __builtin_prefetch(next + j + kLanes, 0, 2);
-            sum0 += exp_nonpositive(load(row + j) - shift);
-            sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
-        }
-    } else {
-        for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
-            sum0 += exp_nonpositive(load(row + j) - shift);
-            sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
-        }
+    const float* ahead = next != nullptr ? next : row;  // no next row: touch this one (cached) instead
+    for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
+        __builtin_prefetch(ahead + j, 0, 2);
+        __builtin_prefetch(ahead + j + kLanes, 0, 2);
+        sum0 += exp_nonpositive(load(row + j) - shift);
+        sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
     }
     sum0 += sum1;
     float sum = 0.0f;

@@ -139,8 +139,8 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
               tokens: list[int] | None = None) -> tuple:
     """Each row's k largest logits and their ids (best first; equal values by lower id) and its logsumexp;
     lib: what usable(logits, k) gave. With the draft nodes' parents and tokens (nodes 1..q-1 of a tree
-    whose node i is row i) also, per node (root included, left unset), its token's logit under its parent's
-    row and its rank there (its place in the row's top-k when it is there, else the count of larger logits):
+    whose node i is row i) also, per node, its token's logit under its parent's row and its rank there (its
+    place in the row's top-k when it is there, else the count of larger logits; the root: 0 and -1):
     (values, ids, log_norms, token_logits, ranks)."""
     rows, vocab = logits.shape
     values = torch.empty(rows, k)
