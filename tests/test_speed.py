@@ -19,6 +19,7 @@ from specviz.tools.random_model import describe, materialise
 from test_cli import cli
 
 OPEN_PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who finds a kite."}]
+REPEAT_PROMPT = "Write the numbers from 1 to 60, separated by commas."
 
 
 # ---- lean forward ------------------------------------------------------------------------------------
@@ -252,6 +253,46 @@ def test_planner_answers_an_empty_tree_as_its_general_path_would():
     kept, general = plan(tree, AcceptanceModel(), cost, 64, draft_ms=0.5)
     assert kept == [] and general["expected_tokens_per_s"] == decision["expected_tokens_per_s"]
     assert best_first(DraftTree(1), AcceptanceModel(), 64)[0] == []
+
+
+def test_a_cost_band_measured_during_a_burst_expires_and_is_priced_from_the_bands_still_measured():
+    from specviz.core.costmodel import CostModel
+    from specviz.core.planner import STALE_AFTER, OnlineCost
+
+    curve = CostModel(sizes=[1, 2, 8, 32], ms=[10.0, 12.0, 24.0, 40.0], context_len=512, model="m",
+                      device="cpu", dtype="float32", threads=2)
+    cost = OnlineCost(curve)
+    for _ in range(3):  # trees of 8 measured 4x slower than the curve (a burst of load) ...
+        cost.observe(8, 96.0)
+    for _ in range(3):  # ... one-token steps at the curve's own cost
+        cost.observe(1, 10.0)
+    assert cost.cost_ms(8) == 96.0 and cost.costs_ms(8)[7] == 96.0
+    saved = cost.checkpoint()
+    for _ in range(STALE_AFTER - 3):  # the band still counts until STALE_AFTER forwards went by without it
+        cost.observe(1, 11.0)
+    assert cost.cost_ms(8) == 96.0
+    cost.observe(1, 11.0)
+    assert cost.cost_ms(8) == 24.0 * 1.1 and cost.costs_ms(8)[7] == 24.0 * 1.1  # the one-token band's correction
+    assert cost.cost_ms(32) == 40.0 * 1.1
+    cost.rollback(saved)
+    assert cost.cost_ms(8) == 96.0 and cost.checkpoint() == saved
+
+
+def test_the_planner_drafts_again_after_trees_were_measured_during_a_burst(lm):
+    """Trees measured 20x dearer than the curve: the planner refuses them, until their bands expire."""
+    from specviz.core.planner import COST_BANDS, STALE_AFTER
+
+    session = Session(lm, "racer")
+    cost = session.online_cost
+    for band in COST_BANDS:  # one-token steps at the curve's cost, trees at 20x
+        for _ in range(3):
+            cost.observe(band, (1 if band == 1 else 20) * cost.curve.cost_ms(band))
+    session.start(REPEAT_PROMPT)
+    session.run(100)
+    kept = [len(record.nodes) - 1 for record in session.records]
+    # refused while those bands are trusted (the smallest expires first: its samples are the oldest) ...
+    assert len(kept) > STALE_AFTER + 2 and not any(kept[:8])
+    assert any(kept[STALE_AFTER:])  # ... and tried again once they expired
 
 
 # ---- per-source calibration of the planner --------------------------------------------------------

@@ -31,7 +31,9 @@ node this step fades towards the start, so a session that stopped drafting from 
 
 The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
 size band, scale the curve (context length and machine load move it; the planner needs the ratio between
-a one-token step and a tree, which the correction keeps current).
+a one-token step and a tree, which the correction keeps current). A band not measured for STALE_AFTER
+forwards is forgotten and borrows from the nearest band still measured, so trees that looked dear during a
+burst of load are tried again instead of being refused for the rest of the session.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ MAX_POSITION_KEY = 4
 # cost 1.1x, and on the suite 1.0 drafted more and ran faster (racer +4..7%, unified level)
 PLAIN_MARGIN = 1.0
 COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the correction learns apart
+# a band's correction is forgotten after this many forwards without one of its size: trees refused
+# because a burst of load made them look slow are then priced from the bands still measured, and tried
+STALE_AFTER = 32
 CALIBRATION_PRIOR = 2.0   # per source, promised = got = this many drafts at the start (factor 1)
 CALIBRATION_DECAY = 0.9   # per step in which the source had kept nodes
 CALIBRATION_FADE = 0.98   # per step in which it had none
@@ -158,12 +163,17 @@ class AcceptanceModel:
 
 class OnlineCost:
     """The calibrated curve times a per-band correction: the median ratio measured / calibrated over
-    the band's last few forwards (a median, so one stalled forward does not move it)."""
+    the band's last few forwards (a median, so one stalled forward does not move it). A band is only
+    measured when a tree of its size is verified, so its correction expires after stale_after forwards
+    without one: otherwise trees measured during a burst of load (a browser rendering on the same cores)
+    would look too dear for good, and the planner would never verify one again to learn otherwise."""
 
-    def __init__(self, curve: CostModel, window: int = 15, trusted_after: int = 3):
-        self.curve, self.window, self.trusted_after = curve, window, trusted_after
+    def __init__(self, curve: CostModel, window: int = 15, trusted_after: int = 3, stale_after: int = STALE_AFTER):
+        self.curve, self.window, self.trusted_after, self.stale_after = curve, window, trusted_after, stale_after
         self.samples: dict[int, deque] = {}
         self.ratio: dict[int, float] = {}
+        self.forwards = 0                    # forwards observed
+        self.last_seen: dict[int, int] = {}  # per band: self.forwards at its latest sample
         self._curve: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per largest: the curve's costs, bands
         self._band_ratios: np.ndarray | None = None  # per COST_BANDS entry; None: to be read again
 
@@ -195,22 +205,29 @@ class OnlineCost:
         return ratio
 
     def checkpoint(self):
-        return {band: list(samples) for band, samples in self.samples.items()}, dict(self.ratio)
+        return ({band: list(samples) for band, samples in self.samples.items()}, dict(self.ratio),
+                self.forwards, dict(self.last_seen))
 
     def rollback(self, saved) -> None:
-        samples, ratio = saved
+        samples, ratio, self.forwards, last_seen = saved
         self.samples = {band: deque(kept, maxlen=self.window) for band, kept in samples.items()}
-        self.ratio = dict(ratio)
+        self.ratio, self.last_seen = dict(ratio), dict(last_seen)
         self._band_ratios = None
 
     def observe(self, q: int, ms: float) -> None:
         band = self.band(q)
+        self.forwards += 1
+        self.last_seen[band] = self.forwards
         samples = self.samples.setdefault(band, deque(maxlen=self.window))
         samples.append(ms / self.curve.cost_ms(q))
         if len(samples) >= self.trusted_after:
             ratio = statistics.median(samples)
             if ratio != self.ratio.get(band):
                 self.ratio[band] = ratio
+                self._band_ratios = None
+        for stale in [b for b, seen in self.last_seen.items() if self.forwards - seen > self.stale_after]:
+            del self.samples[stale], self.last_seen[stale]
+            if self.ratio.pop(stale, None) is not None:
                 self._band_ratios = None
 
 
