@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specviz.accept import logit_kernel
+from specviz.core import native as native_build
 from specviz.accept.verification import TOP_K, LogitTop, _node_ranks_torch, blockwise_topk, node_target_stats
 from specviz.core.tree import DraftTree
 
@@ -113,7 +114,7 @@ def test_without_a_working_compiler_the_torch_path_gives_the_same_verification(t
     wanted = LogitTop.of(logits, tree), node_target_stats(tree, logits, LogitTop.of(logits, tree))
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", shutil.which("false") or "/bin/false")  # a "compiler" that always fails
-    monkeypatch.setattr(logit_kernel.shutil, "which", lambda name: name if name.endswith("false") else None)
+    monkeypatch.setattr(native_build.shutil, "which", lambda name: name if name.endswith("false") else None)
     logit_kernel.reset()
     try:
         assert logit_kernel.library() is None and logit_kernel.status().startswith("torch (")

@@ -7,70 +7,23 @@ each pass reads from memory: the lm-head's 113 MB weight stream has just evicted
 caches. Here one pass per row does all of it while the row is in cache, on torch's own threads (65 x
 49,152 logits right after a head matmul, 2 cores, median of 40: 1.65 ms in torch against 0.52 ms).
 
-Built with the machine's C++ compiler (`CXX`, else g++, else c++) into the cache (`cache_root()/native`),
-keyed by the source, the flags and the processor; a machine without a compiler, or where the build or its
-self-check fails, keeps the torch path (the same numbers: top-k and ranks bitwise, bar which of more
-than k equal values make the cut; logsumexp to ~1e-6) and `status()` says why. SPECVIZ_NATIVE=0 turns it off.
+Built by core.native (the machine's C++ compiler, cached per source and processor); a machine without a
+compiler, or where the build or its self-check fails, keeps the torch path (the same numbers: top-k and
+ranks bitwise, bar which of more than k equal values make the cut; logsumexp to ~1e-6) and `status()`
+says why. SPECVIZ_NATIVE=0 turns it off.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from specviz.core import native
+
 SOURCE = Path(__file__).with_name("logit_kernel.cc")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC")
-THREADED = ("-fopenmp",)  # without it (a compiler with no OpenMP) the kernel runs on one thread
-_lock = threading.Lock()
-_state: dict = {}  # "lib" (ctypes.CDLL or None) and "why" (None, or why the torch path is used)
-
-
-def _processor() -> str:
-    """What -march=native compiles for: the CPU's model name and feature flags where Linux tells them."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    lines = [line for line in info.splitlines() if line.split(":")[0].strip() in ("model name", "flags", "Features")]
-    return platform.machine() + "\n" + "\n".join(sorted(set(lines)))
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "g++", "c++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def _build(compiler: str) -> Path:
-    from specviz.core.models import cache_root
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + compiler.encode() + _processor().encode()).hexdigest()[:16]
-    target = cache_root() / "native" / f"logit_kernel-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        built = Path(scratch) / target.name
-        for extra in (THREADED, ()):
-            result = subprocess.run([compiler, *FLAGS, *extra, "-o", str(built), str(SOURCE)], capture_output=True,
-                                    text=True, timeout=120)
-            if result.returncode == 0:
-                break
-        else:
-            raise RuntimeError(f"{Path(compiler).name} failed: {result.stderr.strip()[-300:]}")
-        os.replace(built, target)  # whole or not at all: another process may be loading it
-    return target
 
 
 def _load(path: Path) -> ctypes.CDLL:
@@ -93,36 +46,22 @@ def _self_check(lib: ctypes.CDLL) -> None:
         raise RuntimeError("the compiled kernel's results differ from torch's on a self-check")
 
 
+_kernel = native.Kernel(SOURCE, _load, _self_check)
+
+
 def library() -> ctypes.CDLL | None:
     """The loaded kernel, building it on first use; None where the torch path is used (status() says why)."""
-    if "lib" in _state:
-        return _state["lib"]
-    with _lock:
-        if "lib" not in _state:
-            lib, why = None, None
-            if os.environ.get("SPECVIZ_NATIVE", "1") == "0":
-                why = "turned off (SPECVIZ_NATIVE=0)"
-            elif (compiler := _compiler()) is None:
-                why = "no C++ compiler found (set CXX, or install g++)"
-            else:
-                try:
-                    lib = _load(_build(compiler))
-                    _self_check(lib)
-                except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-                    lib, why = None, str(error)
-            _state["why"], _state["lib"] = why, lib
-    return _state["lib"]
+    return _kernel.library()
 
 
 def status() -> str:
     """'native' or why the logits are summarised in torch."""
-    return "native" if library() is not None else f"torch ({_state['why']})"
+    return _kernel.status()
 
 
 def reset() -> None:
     """Forget the loaded kernel (tests: the next use decides again)."""
-    with _lock:
-        _state.clear()
+    _kernel.reset()
 
 
 def usable(logits: torch.Tensor, k: int) -> ctypes.CDLL | None:

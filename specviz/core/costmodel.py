@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from specviz.core import attention_kernel
 from specviz.core.kv import new_cache
 
 from specviz.core.models import LoadedModel, cache_root
@@ -63,13 +64,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-80:]
 
 
-# bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights)
-FORWARD_REVISION = 2
+# bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights,
+# 3: native tree attention)
+FORWARD_REVISION = 3
 
 
 def stored_path(lm: LoadedModel) -> Path:
     # one curve per everything that moves it: device, mode (precision, compile), kernel, forward, threads
     forward = "lean" if getattr(lm, "lean", False) else "stock"
+    if forward == "lean" and attention_kernel.usable(lm.dtype, lm.device, lm.model._specviz_lean.head_dim) is None:
+        forward += "-sdpa"  # the lean forward with ATen's attention (no native kernel here)
     kernel = lm.linear + ("-dense" if lm.linear == "onednn" and not getattr(lm, "packed", False) else "")
     name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{kernel}-{forward}-"
             f"{torch.get_num_threads()}t-r{FORWARD_REVISION}.json")

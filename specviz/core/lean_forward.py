@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specviz.core import attention_kernel
+
 SUPPORTED = ("llama", "mistral", "qwen2")
 
 
@@ -93,6 +95,7 @@ class LeanDecoder:
         # the two halves of a layer (core.modes' compile swaps in compiled versions: one graph each,
         # weights as inputs, so every layer shares it)
         self.before_attention, self.after_attention = self._before_attention, self._after_attention
+        self.native_attention = True  # core.attention_kernel where it runs (False: always ATen's)
 
     @staticmethod
     def _rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -106,14 +109,18 @@ class LeanDecoder:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mask: torch.Tensor) -> torch.Tensor:
-        """q (1, heads, n, d); k, v (1, kv_heads, past + n, d); packed_mask (groups * n, past + n) additive,
-        the tree mask once per query head of a group. Query heads that share a key/value head are stacked
-        along the query axis, so the cache is read in place."""
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                   packed_mask: torch.Tensor | None, kernel) -> torch.Tensor:
+        """q (1, heads, n, d); k, v (1, kv_heads, past + n, d); mask (n, past + n) additive; packed_mask the
+        tree mask once per query head of a group (for ATen). Query heads that share a key/value head are
+        stacked along the query axis, so the cache is read in place. kernel: core.attention_kernel's library
+        where it runs here (fp32 on a CPU), else ATen's scaled_dot_product_attention."""
         n, groups = q.shape[2], self.heads // self.kv_heads
         packed = q.reshape(1, self.kv_heads, groups * n, self.head_dim)
-        # explicit matmul + softmax was no faster in place (64 rows: 24 ms against SDPA's 21)
-        out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
+        if kernel is not None:
+            out = attention_kernel.attend(kernel, packed, k, v, mask, self.scale)
+        else:
+            out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
         return out.reshape(1, self.heads, n, self.head_dim).transpose(1, 2).reshape(1, n, self.heads * self.head_dim)
 
     def _before_attention(self, h, norm, qkv, qkv_bias, cos, sin, eps: float):
@@ -140,12 +147,15 @@ class LeanDecoder:
         cos, sin = self.inner.rotary_emb(h, position_ids)
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
         groups = self.heads // self.kv_heads
-        packed_mask = mask.repeat(groups, 1) if groups > 1 else mask  # once, not once per layer
+        kernel = attention_kernel.usable(h.dtype, h.device, self.head_dim) if self.native_attention else None
+        packed_mask = None
+        if kernel is None:
+            packed_mask = mask.repeat(groups, 1) if groups > 1 else mask  # once, not once per layer
         for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(self.layers):
             q, k, v = self.before_attention(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i])
             keys, values = cache.layers[i].update(k, v)
-            h = self.after_attention(h, self._attention(q, keys, values, packed_mask), w_o, b_o, norm2, w_gate,
-                                     w_up, w_down, self.eps[i])
+            attended = self._attention(q, keys, values, mask, packed_mask, kernel)
+            h = self.after_attention(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i])
         h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
         return self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
 

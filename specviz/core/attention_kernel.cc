@@ -1,0 +1,173 @@
+// Tree attention for the lean forward on a CPU (fp32): every query row of a verify forward against the
+// KV cache and the tree's own entries, with the tree mask. core/attention_kernel.py compiles it once per
+// machine; ATen's scaled_dot_product_attention is used wherever it cannot be.
+//
+// Query heads that share a key/value head come packed (kv head h: rows g * n + t for group g, tree token
+// t), so each key is read once for all of them. Per kv head the keys are first transposed into tiles of 16
+// (d x 16), so a score is a plain FMA chain over d, 16 keys per vector, without horizontal sums. Then per
+// block of kRows rows: scores + mask, the row's max, exponentials (vector_math.h), and out = sum p_j v_j /
+// sum p_j with j in key order, a masked key contributing exactly 0.
+//
+// Every row's result therefore depends only on the keys it may see, in their order, never on where they
+// sit or on how many rows share the call: a tree's rows get bitwise the numbers one-token decoding gets.
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "vector_math.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+constexpr int kRows = 4;  // query rows per block: they share every key and value read
+
+// rows[i] <- column i of the 16 x 16 block (four perfect shuffles of rows i and i + 8)
+inline void transpose16(vf* rows) {
+    const vi lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const vi hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    for (int stage = 0; stage < 4; stage++) {
+        vf next[kLanes];
+        for (int i = 0; i < 8; i++) {
+            next[2 * i] = __builtin_shuffle(rows[i], rows[i + 8], lo);
+            next[2 * i + 1] = __builtin_shuffle(rows[i], rows[i + 8], hi);
+        }
+        for (int i = 0; i < kLanes; i++) rows[i] = next[i];
+    }
+}
+
+// dot products of kRows query rows (q: kRows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles, d x 16)
+template <int kDim, int kChunks>
+inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[kRows][2]) {
+    for (int r = 0; r < kRows; r++)
+        for (int c = 0; c < kChunks; c++) dots[r][c] = vf{};
+    for (int d = 0; d < kDim; d++) {
+        vf keys[kChunks];
+        for (int c = 0; c < kChunks; c++) keys[c] = load(kt + (j0 + c * kLanes) * kDim + d * kLanes);
+        for (int r = 0; r < kRows; r++) {
+            const float qd = q[r * kDim + d];
+            for (int c = 0; c < kChunks; c++) dots[r][c] += qd * keys[c];
+        }
+    }
+}
+
+// rows r0 .. r0 + nrows - 1 of one kv head; s: scratch of kRows x padded floats
+template <int kDim>
+void attend_block(const float* q, int64_t r0, int nrows, int64_t n, const float* kt, int64_t padded,
+                  const float* v, int64_t keys, const float* mask, float scale, float* out, float* s) {
+    const float inf = std::numeric_limits<float>::infinity();
+    alignas(64) float qb[kRows * kDim] = {};
+    std::memcpy(qb, q + r0 * kDim, nrows * kDim * sizeof(float));
+    vf best[kRows];
+    for (int r = 0; r < kRows; r++) best[r] = splat(-inf);
+    for (int64_t j0 = 0; j0 < padded;) {
+        vf dots[kRows][2];
+        const int chunks = j0 + 2 * kLanes <= padded ? 2 : 1;
+        if (chunks == 2) dot_chunks<kDim, 2>(qb, kt, j0, dots);
+        else dot_chunks<kDim, 1>(qb, kt, j0, dots);
+        for (int r = 0; r < nrows; r++) {
+            const float* row_mask = mask + ((r0 + r) % n) * keys;
+            for (int c = 0; c < chunks; c++) {
+                const int64_t j = j0 + c * kLanes;
+                vf bias;
+                if (j + kLanes <= keys) {
+                    bias = load(row_mask + j);
+                } else {  // past the last key: masked
+                    bias = splat(-inf);
+                    for (int64_t i = j; i < keys; i++) bias[i - j] = row_mask[i];
+                }
+                vf score = dots[r][c] * scale + bias;
+                store(s + r * padded + j, score);
+                best[r] = vmax(best[r], score);
+            }
+        }
+        j0 += chunks * kLanes;
+    }
+    for (int r = 0; r < nrows; r++) {
+        const float top = hmax(best[r]);
+        float* row = s + r * padded;
+        for (int64_t j = 0; j < padded; j += kLanes) {
+            vf score = load(row + j);
+            store(row + j, score == -inf ? vf{} : exp_nonpositive(score - top));
+        }
+    }
+    vf acc[kRows][kDim / kLanes];
+    float sum[kRows];
+    for (int r = 0; r < kRows; r++) {
+        sum[r] = 0.0f;
+        for (int c = 0; c < kDim / kLanes; c++) acc[r][c] = vf{};
+    }
+    for (int64_t j = 0; j < keys; j++) {
+        float p[kRows];
+        bool seen = false;
+        for (int r = 0; r < kRows; r++) {
+            p[r] = r < nrows ? s[r * padded + j] : 0.0f;
+            seen |= p[r] != 0.0f;
+        }
+        if (!seen) continue;  // a key masked for every row of the block
+        const float* vj = v + j * kDim;
+        for (int c = 0; c < kDim / kLanes; c++) {
+            const vf value = load(vj + c * kLanes);
+            for (int r = 0; r < kRows; r++) acc[r][c] += p[r] * value;
+        }
+        for (int r = 0; r < kRows; r++) sum[r] += p[r];
+    }
+    for (int r = 0; r < nrows; r++)
+        for (int c = 0; c < kDim / kLanes; c++) store(out + (r0 + r) * kDim + c * kLanes, acc[r][c] / sum[r]);
+}
+
+template <int kDim>
+void attend(const float* q, int64_t rows, int64_t n, const float* k, const float* v, int64_t kv_stride,
+            int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out) {
+    const int64_t blocks = (rows + kRows - 1) / kRows, tiles = (keys + kLanes - 1) / kLanes;
+    const int64_t padded = tiles * kLanes;
+    static thread_local std::vector<float> transposed;  // per calling thread: kv_heads x padded x dim
+    transposed.resize(kv_heads * padded * kDim);
+    float* kt = transposed.data();
+#pragma omp parallel
+    {
+        static thread_local std::vector<float> scratch;
+        scratch.resize(kRows * padded);
+#pragma omp for schedule(static)
+        for (int64_t unit = 0; unit < kv_heads * tiles; unit++) {
+            const int64_t h = unit / tiles, j0 = (unit % tiles) * kLanes;
+            const float* head_keys = k + h * kv_stride;
+            float* tile = kt + h * padded * kDim + j0 * kDim;
+            for (int c = 0; c < kDim / kLanes; c++) {
+                vf block[kLanes];
+                for (int i = 0; i < kLanes; i++)
+                    block[i] = j0 + i < keys ? load(head_keys + (j0 + i) * kDim + c * kLanes) : vf{};
+                transpose16(block);
+                for (int i = 0; i < kLanes; i++) store(tile + (c * kLanes + i) * kLanes, block[i]);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t unit = 0; unit < kv_heads * blocks; unit++) {
+            const int64_t h = unit / blocks, r0 = (unit % blocks) * kRows;
+            attend_block<kDim>(q + h * rows * kDim, r0, rows - r0 < kRows ? int(rows - r0) : kRows, n,
+                               kt + h * padded * kDim, padded, v + h * kv_stride, keys, mask, scale,
+                               out + h * rows * kDim, scratch.data());
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+// 0 when the kernel handles this head size
+int attention_kernel_unsupported(int64_t head_dim) { return head_dim == 64 || head_dim == 128 ? 0 : 1; }
+
+// q, out: (kv_heads, rows, head_dim) contiguous, rows = groups x n; k, v: (kv_heads, keys, head_dim), rows
+// contiguous, heads kv_stride floats apart; mask: (n, keys) additive (0 or -inf), contiguous
+void attention_kernel_attend(const float* q, int64_t rows, int64_t n, const float* k, const float* v,
+                             int64_t kv_stride, int64_t kv_heads, int64_t keys, int64_t head_dim,
+                             const float* mask, float scale, float* out) {
+    if (head_dim == 64) attend<64>(q, rows, n, k, v, kv_stride, kv_heads, keys, mask, scale, out);
+    else if (head_dim == 128) attend<128>(q, rows, n, k, v, kv_stride, kv_heads, keys, mask, scale, out);
+}
+
+}  // extern "C"

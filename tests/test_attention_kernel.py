@@ -1,0 +1,87 @@
+"""The native tree attention (core/attention_kernel.cc): ATen's numbers, rows independent of the tree
+around them, and ATen's path wherever it cannot run."""
+
+import pytest
+import torch
+
+from specviz.core import attention_kernel
+
+
+@pytest.fixture
+def kernel():
+    lib = attention_kernel.library()
+    if lib is None:
+        pytest.skip(f"no native attention here: {attention_kernel.status()}")
+    return lib
+
+
+def _case(n, past, kv_heads, groups, head_dim, seed, spare=9):
+    """Packed queries, keys and values as views of a larger buffer (like the cache's), a tree mask."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, kv_heads, groups * n, head_dim, generator=generator)
+    buffer = torch.randn(2, 1, kv_heads, past + n + spare, head_dim, generator=generator)
+    keys, values = buffer[0, :, :, :past + n], buffer[1, :, :, :past + n]
+    mask = torch.zeros(n, past + n)
+    tree = torch.full((n, n), float("-inf"))
+    parents = [None] + [int(torch.randint(0, i, (1,), generator=generator)) for i in range(1, n)]
+    for node in range(n):  # each node sees itself and its ancestors
+        at = node
+        while at is not None:
+            tree[node, at] = 0.0
+            at = parents[at]
+    mask[:, past:] = tree
+    return q, keys, values, mask
+
+
+@pytest.mark.parametrize("n, past, kv_heads, groups, head_dim", [
+    (1, 40, 3, 3, 64), (5, 17, 2, 1, 64), (16, 512, 3, 3, 64), (70, 100, 1, 4, 128), (3, 0, 2, 2, 128)])
+def test_the_kernel_computes_atens_attention(kernel, n, past, kv_heads, groups, head_dim):
+    q, keys, values, mask = _case(n, past, kv_heads, groups, head_dim, seed=n + past)
+    scale = head_dim ** -0.5
+    got = attention_kernel.attend(kernel, q, keys, values, mask, scale)
+    assert torch.allclose(got, attention_kernel.reference(q, keys, values, mask, scale), atol=2e-6, rtol=1e-5)
+
+
+def test_a_rows_result_does_not_depend_on_the_tree_around_it(kernel):
+    """A node sees the cache and its ancestors: the same numbers (bitwise) wherever those sit in the tree
+    and however many other rows share the call, as when one-token decoding computes that row."""
+    past, d = 45, 64
+    q, keys, values, mask = _case(12, past, 2, 3, d, seed=3)
+    full = attention_kernel.attend(kernel, q, keys, values, mask, 0.125)
+    for node in (0, 7, 11):
+        seen = [j for j in range(past + 12) if mask[node, j] == 0]  # the cache, then the path in order
+        alone_q = q.view(1, 2, 3, 12, d)[:, :, :, node].contiguous()  # this node's row in every group
+        alone_k, alone_v = keys[:, :, seen].contiguous(), values[:, :, seen].contiguous()
+        alone = attention_kernel.attend(kernel, alone_q, alone_k, alone_v, torch.zeros(1, len(seen)), 0.125)
+        assert torch.equal(alone, full.view(1, 2, 3, 12, d)[:, :, :, node])
+
+
+def test_shapes_it_does_not_take_are_refused_or_left_to_aten(kernel):
+    q, keys, values, mask = _case(4, 10, 2, 2, 64, seed=1)
+    with pytest.raises(ValueError):
+        attention_kernel.attend(kernel, q, keys.transpose(2, 3), values, mask, 0.125)
+    assert attention_kernel.usable(torch.float32, torch.device("cpu"), 96) is None
+    assert attention_kernel.usable(torch.bfloat16, torch.device("cpu"), 64) is None
+    assert attention_kernel.usable(torch.float32, torch.device("cpu"), 64) is kernel
+
+
+def test_the_lean_forward_gives_atens_logits_with_or_without_the_kernel(lm, kernel):
+    from specviz.core.forward import tree_forward
+    from specviz.core.kv import new_cache
+    from specviz.core.tree import DraftTree
+
+    ids = lm.tokenizer("A tree of drafts is verified in one forward pass", return_tensors="pt").input_ids[0].tolist()
+    tree = DraftTree(ids[-1])
+    tree.add_path([11, 12, 13], "retrieval")
+    tree.add_path([14, 15], "logits")
+    decoder = lm.model._specviz_lean
+    results = []
+    for native in (True, False):
+        decoder.native_attention = native
+        cache = new_cache(lm.model.config)
+        with torch.inference_mode():
+            lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
+        results.append(tree_forward(lm.model, cache, tree, len(ids) - 1))
+    decoder.native_attention = True
+    assert torch.allclose(results[0], results[1], atol=2e-4, rtol=1e-4)
+    assert torch.equal(results[0].argmax(-1), results[1].argmax(-1))
