@@ -9,7 +9,7 @@
 // sum p_j with j in key order, a masked key contributing exactly 0.
 //
 // Every row's result therefore depends only on the keys it may see, in their order, never on where they
-// sit or on how many rows share the call: a tree's rows get bitwise the numbers one-token decoding gets.
+// sit or on how many rows share the call: a row's attention in a tree is bitwise what it is alone.
 
 #include <cstdint>
 #include <cstring>
