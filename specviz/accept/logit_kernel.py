@@ -49,19 +49,9 @@ def _self_check(lib: ctypes.CDLL) -> None:
 _kernel = native.Kernel(SOURCE, _load, _self_check)
 
 
-def library() -> ctypes.CDLL | None:
-    """The loaded kernel, building it on first use; None where the torch path is used (status() says why)."""
-    return _kernel.library()
-
-
-def status() -> str:
-    """'native' or why the logits are summarised in torch."""
-    return _kernel.status()
-
-
-def reset() -> None:
-    """Forget the loaded kernel (tests: the next use decides again)."""
-    _kernel.reset()
+# library(): the loaded kernel, built on first use (None: the torch path); status(): 'native' or why the
+# logits are summarised in torch; reset(): forget the loaded kernel (tests: the next use decides again)
+library, status, reset = _kernel.library, _kernel.status, _kernel.reset
 
 
 def usable(logits: torch.Tensor, k: int) -> ctypes.CDLL | None:

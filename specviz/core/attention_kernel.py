@@ -57,17 +57,9 @@ def _self_check(lib: ctypes.CDLL) -> None:
 _kernel = native.Kernel(SOURCE, _load, _self_check)
 
 
-def library() -> ctypes.CDLL | None:
-    return _kernel.library()
-
-
-def status() -> str:
-    """'native' or why the forward uses scaled_dot_product_attention."""
-    return _kernel.status()
-
-
-def reset() -> None:
-    _kernel.reset()
+# library(): the loaded kernel, built on first use (None: the torch path); status(): 'native' or why the
+# forward uses scaled_dot_product_attention; reset(): forget the loaded kernel (tests: the next use decides again)
+library, status, reset = _kernel.library, _kernel.status, _kernel.reset
 
 
 def usable(dtype: torch.dtype, device: torch.device, head_dim: int) -> ctypes.CDLL | None:
