@@ -18,7 +18,8 @@ def kernel():
 def _case(n, past, kv_heads, groups, head_dim, seed, spare=9):
     """Packed queries, keys and values as views of a larger buffer (like the cache's), a tree mask."""
     generator = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, kv_heads, groups * n, head_dim, generator=generator)
+    # q as the forward holds it: a view of the rotated q/k heads, (1, n, heads, d) with k's heads after q's
+    q = torch.randn(1, n, kv_heads * (groups + 1), head_dim, generator=generator)[:, :, :kv_heads * groups]
     buffer = torch.randn(2, 1, kv_heads, past + n + spare, head_dim, generator=generator)
     keys, values = buffer[0, :, :, :past + n], buffer[1, :, :, :past + n]
     mask = torch.zeros(n, past + n)
@@ -34,7 +35,8 @@ def _case(n, past, kv_heads, groups, head_dim, seed, spare=9):
 
 
 @pytest.mark.parametrize("n, past, kv_heads, groups, head_dim", [
-    (1, 40, 3, 3, 64), (5, 17, 2, 1, 64), (16, 512, 3, 3, 64), (70, 100, 1, 4, 128), (3, 0, 2, 2, 128)])
+    (1, 40, 3, 3, 64), (5, 17, 2, 1, 64), (16, 512, 3, 3, 64), (70, 100, 1, 4, 128), (3, 0, 2, 2, 128),
+    (4, 1500, 3, 3, 64)])  # the last: transposed keys past what a thread keeps between calls
 def test_the_kernel_computes_atens_attention(kernel, n, past, kv_heads, groups, head_dim):
     q, keys, values, mask = _case(n, past, kv_heads, groups, head_dim, seed=n + past)
     scale = head_dim ** -0.5
@@ -50,16 +52,18 @@ def test_a_rows_result_does_not_depend_on_the_tree_around_it(kernel):
     full = attention_kernel.attend(kernel, q, keys, values, mask, 0.125)
     for node in (0, 7, 11):
         seen = [j for j in range(past + 12) if mask[node, j] == 0]  # the cache, then the path in order
-        alone_q = q.view(1, 2, 3, 12, d)[:, :, :, node].contiguous()  # this node's row in every group
         alone_k, alone_v = keys[:, :, seen].contiguous(), values[:, :, seen].contiguous()
-        alone = attention_kernel.attend(kernel, alone_q, alone_k, alone_v, torch.zeros(1, len(seen)), 0.125)
-        assert torch.equal(alone, full.view(1, 2, 3, 12, d)[:, :, :, node])
+        alone = attention_kernel.attend(kernel, q[:, node:node + 1], alone_k, alone_v, torch.zeros(1, len(seen)),
+                                        0.125)
+        assert torch.equal(alone, full[:, node:node + 1])
 
 
 def test_shapes_it_does_not_take_are_refused_or_left_to_aten(kernel):
     q, keys, values, mask = _case(4, 10, 2, 2, 64, seed=1)
     with pytest.raises(ValueError):
         attention_kernel.attend(kernel, q, keys.transpose(2, 3), values, mask, 0.125)
+    with pytest.raises(ValueError):
+        attention_kernel.attend(kernel, q, keys, values, mask[:, :-1], 0.125)
     assert attention_kernel.usable(torch.float32, torch.device("cpu"), 96) is None
     assert attention_kernel.usable(torch.bfloat16, torch.device("cpu"), 64) is None
     assert attention_kernel.usable(torch.float32, torch.device("cpu"), 64) is kernel

@@ -2,8 +2,9 @@
 // KV cache and the tree's own entries, with the tree mask. core/attention_kernel.py compiles it once per
 // machine; ATen's scaled_dot_product_attention is used wherever it cannot be.
 //
-// Query heads that share a key/value head come packed (kv head h: rows g * n + t for group g, tree token
-// t), so each key is read once for all of them. Per kv head the keys are first transposed into tiles of 16
+// Query heads that share a key/value head are taken together (kv head h: rows g * n + t for group g, tree
+// token t), so each key is read once for all of them; q and the output are read and written in the
+// forward's own (token, head, d) layout. Per kv head the keys are first transposed into tiles of 16
 // (d x 16), so a score is a plain FMA chain over d, 16 keys per vector, without horizontal sums. Then per
 // block of kRows rows: scores + mask, the row's max, exponentials (vector_math.h), and out = sum p_j v_j /
 // sum p_j with j in key order, a masked key contributing exactly 0.
@@ -24,6 +25,7 @@
 namespace {
 
 constexpr int kRows = 4;  // query rows per block: they share every key and value read
+constexpr size_t kKeptFloats = 1 << 18;  // 1 MB of transposed keys kept per calling thread
 
 // rows[i] <- column i of the 16 x 16 block (four perfect shuffles of rows i and i + 8)
 inline void transpose16(vf* rows) {
@@ -54,13 +56,21 @@ inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[kRow
     }
 }
 
+// Where packed row r (query head group r / n, tree token r % n) of a kv head lies in a (tokens, heads, d)
+// tensor whose first query head of this kv head is at base.
+struct Rows {
+    int64_t n, token_stride, head_stride;
+    int64_t at(int64_t r) const { return (r % n) * token_stride + (r / n) * head_stride; }
+};
+
 // rows r0 .. r0 + nrows - 1 of one kv head; s: scratch of kRows x padded floats
 template <int kDim>
-void attend_block(const float* q, int64_t r0, int nrows, int64_t n, const float* kt, int64_t padded,
-                  const float* v, int64_t keys, const float* mask, float scale, float* out, float* s) {
+void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const float* kt, int64_t padded,
+                  const float* v, int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* s) {
     const float inf = std::numeric_limits<float>::infinity();
+    const int64_t n = q_rows.n;
     alignas(64) float qb[kRows * kDim] = {};
-    std::memcpy(qb, q + r0 * kDim, nrows * kDim * sizeof(float));
+    for (int r = 0; r < nrows; r++) std::memcpy(qb + r * kDim, q + q_rows.at(r0 + r), kDim * sizeof(float));
     vf best[kRows];
     for (int r = 0; r < kRows; r++) best[r] = splat(-inf);
     for (int64_t j0 = 0; j0 < padded;) {
@@ -116,15 +126,18 @@ void attend_block(const float* q, int64_t r0, int nrows, int64_t n, const float*
         for (int r = 0; r < kRows; r++) sum[r] += p[r];
     }
     for (int r = 0; r < nrows; r++)
-        for (int c = 0; c < kDim / kLanes; c++) store(out + (r0 + r) * kDim + c * kLanes, acc[r][c] / sum[r]);
+        for (int c = 0; c < kDim / kLanes; c++) store(out + out_rows.at(r0 + r) + c * kLanes, acc[r][c] / sum[r]);
 }
 
 template <int kDim>
-void attend(const float* q, int64_t rows, int64_t n, const float* k, const float* v, int64_t kv_stride,
-            int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out) {
+void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const float* v, int64_t kv_stride,
+            int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows) {
+    const int64_t rows = groups * q_rows.n;
     const int64_t blocks = (rows + kRows - 1) / kRows, tiles = (keys + kLanes - 1) / kLanes;
     const int64_t padded = tiles * kLanes;
-    static thread_local std::vector<float> transposed;  // per calling thread: kv_heads x padded x dim
+    // per calling thread: kv_heads x padded x dim, kept between calls up to kKeptFloats (long contexts
+    // allocate per call, so many calling threads do not each hold megabytes)
+    static thread_local std::vector<float> transposed;
     transposed.resize(kv_heads * padded * kDim);
     float* kt = transposed.data();
 #pragma omp parallel
@@ -147,10 +160,15 @@ void attend(const float* q, int64_t rows, int64_t n, const float* k, const float
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < kv_heads * blocks; unit++) {
             const int64_t h = unit / blocks, r0 = (unit % blocks) * kRows;
-            attend_block<kDim>(q + h * rows * kDim, r0, rows - r0 < kRows ? int(rows - r0) : kRows, n,
-                               kt + h * padded * kDim, padded, v + h * kv_stride, keys, mask, scale,
-                               out + h * rows * kDim, scratch.data());
+            attend_block<kDim>(q + h * groups * q_rows.head_stride, q_rows, r0,
+                               rows - r0 < kRows ? int(rows - r0) : kRows, kt + h * padded * kDim, padded,
+                               v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride,
+                               out_rows, scratch.data());
         }
+    }
+    if (transposed.size() > kKeptFloats) {
+        transposed.clear();
+        transposed.shrink_to_fit();
     }
 }
 
@@ -161,13 +179,16 @@ extern "C" {
 // 0 when the kernel handles this head size
 int attention_kernel_unsupported(int64_t head_dim) { return head_dim == 64 || head_dim == 128 ? 0 : 1; }
 
-// q, out: (kv_heads, rows, head_dim) contiguous, rows = groups x n; k, v: (kv_heads, keys, head_dim), rows
-// contiguous, heads kv_stride floats apart; mask: (n, keys) additive (0 or -inf), contiguous
-void attention_kernel_attend(const float* q, int64_t rows, int64_t n, const float* k, const float* v,
-                             int64_t kv_stride, int64_t kv_heads, int64_t keys, int64_t head_dim,
-                             const float* mask, float scale, float* out) {
-    if (head_dim == 64) attend<64>(q, rows, n, k, v, kv_stride, kv_heads, keys, mask, scale, out);
-    else if (head_dim == 128) attend<128>(q, rows, n, k, v, kv_stride, kv_heads, keys, mask, scale, out);
+// q, out: (n, kv_heads x groups, head_dim) with any token and head strides (rows of head_dim contiguous);
+// k, v: (kv_heads, keys, head_dim), rows contiguous, heads kv_stride floats apart; mask: (n, keys) additive
+// (0 or -inf), contiguous
+void attention_kernel_attend(const float* q, int64_t q_token_stride, int64_t q_head_stride, int64_t n,
+                             int64_t groups, const float* k, const float* v, int64_t kv_stride, int64_t kv_heads,
+                             int64_t keys, int64_t head_dim, const float* mask, float scale, float* out,
+                             int64_t out_token_stride, int64_t out_head_stride) {
+    const Rows q_rows{n, q_token_stride, q_head_stride}, out_rows{n, out_token_stride, out_head_stride};
+    if (head_dim == 64) attend<64>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
+    else if (head_dim == 128) attend<128>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
 }
 
 }  // extern "C"

@@ -27,23 +27,29 @@ def _load(path: Path) -> ctypes.CDLL:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.attention_kernel_unsupported.argtypes = [i64]
     lib.attention_kernel_unsupported.restype = ctypes.c_int
-    lib.attention_kernel_attend.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, i64, ptr, ctypes.c_float, ptr]
+    lib.attention_kernel_attend.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr, i64, i64, i64, i64, ptr,
+                                            ctypes.c_float, ptr, i64, i64]
     lib.attention_kernel_attend.restype = None
     return lib
 
 
 def reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """What the kernel computes, through ATen: q (1, kv_heads, groups * n, d) packed, mask (n, keys)."""
-    groups = q.shape[2] // mask.shape[0]
+    """What the kernel computes, through ATen: q (1, n, heads, d), keys and values (1, kv_heads, keys, d),
+    mask (n, keys); returns (1, n, heads, d)."""
+    _, n, heads, d = q.shape
+    kv_heads = keys.shape[1]
+    groups = heads // kv_heads
+    packed = q.transpose(1, 2).reshape(1, kv_heads, groups * n, d)
     packed_mask = mask.repeat(groups, 1) if groups > 1 else mask
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=packed_mask, scale=scale)
+    out = F.scaled_dot_product_attention(packed, keys, values, attn_mask=packed_mask, scale=scale)
+    return out.reshape(1, heads, n, d).transpose(1, 2)
 
 
 def _self_check(lib: ctypes.CDLL) -> None:
     """Against ATen on a random tree attention (two heads of 64, 3 groups, a partly masked cache)."""
     generator = torch.Generator().manual_seed(0)
     n, past = 5, 37
-    q = torch.randn(1, 2, 3 * n, 64, generator=generator)
+    q = torch.randn(1, n, 6, 64, generator=generator)
     buffer = torch.randn(2, 1, 2, past + n + 7, 64, generator=generator)
     keys, values = buffer[0, :, :, :past + n], buffer[1, :, :, :past + n]
     mask = torch.zeros(n, past + n)
@@ -73,18 +79,21 @@ def usable(dtype: torch.dtype, device: torch.device, head_dim: int) -> ctypes.CD
 
 
 def attend(lib: ctypes.CDLL, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-           scale: float) -> torch.Tensor:
-    """q (1, kv_heads, groups * n, d), the query heads sharing a key/value head stacked along the rows;
-    keys, values (1, kv_heads, keys, d) with rows of d contiguous (heads may lie apart, as in the cache's
-    buffer); mask (n, keys) additive. Returns (1, kv_heads, groups * n, d)."""
-    _, kv_heads, rows, head_dim = q.shape
-    n, length = mask.shape
-    if not (keys.shape == values.shape and keys.shape[2] == length and keys.stride() == values.stride()
-            and keys.stride(3) == 1 and keys.stride(2) == head_dim and rows % n == 0):
-        raise ValueError(f"attention shapes the kernel does not take: q {tuple(q.shape)}, keys "
-                         f"{tuple(keys.shape)} strides {keys.stride()}, mask {tuple(mask.shape)}")
-    q, mask = q.contiguous(), mask.contiguous()
-    out = torch.empty_like(q)
-    lib.attention_kernel_attend(q.data_ptr(), rows, n, keys.data_ptr(), values.data_ptr(), keys.stride(1), kv_heads,
-                                length, head_dim, mask.data_ptr(), scale, out.data_ptr())
+           scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """q (1, n, heads, d) in any layout whose rows of d are contiguous (a view of the forward's rotated
+    q/k); keys, values (1, kv_heads, keys, d) with rows of d contiguous (heads may lie apart, as in the
+    cache's buffer); mask (n, keys) additive, contiguous. Writes out (1, n, heads, d), rows of d contiguous
+    (a new tensor when not given) and returns it."""
+    _, n, heads, head_dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    if out is None:
+        out = torch.empty(1, n, heads, head_dim)
+    if not (q.stride(3) == keys.stride(3) == out.stride(3) == 1 and keys.stride(2) == head_dim
+            and keys.stride() == values.stride() and mask.shape == (n, length) and mask.is_contiguous()
+            and heads % kv_heads == 0):
+        raise ValueError(f"attention shapes the kernel does not take: q {tuple(q.shape)} strides {q.stride()}, "
+                         f"keys {tuple(keys.shape)} strides {keys.stride()}, mask {tuple(mask.shape)}")
+    lib.attention_kernel_attend(q.data_ptr(), q.stride(1), q.stride(2), n, heads // kv_heads, keys.data_ptr(),
+                                values.data_ptr(), keys.stride(1), kv_heads, length, head_dim, mask.data_ptr(),
+                                scale, out.data_ptr(), out.stride(1), out.stride(2))
     return out

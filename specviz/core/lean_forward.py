@@ -112,15 +112,18 @@ class LeanDecoder:
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                    packed_mask: torch.Tensor | None, kernel) -> torch.Tensor:
         """q (1, heads, n, d); k, v (1, kv_heads, past + n, d); mask (n, past + n) additive; packed_mask the
-        tree mask once per query head of a group (for ATen). Query heads that share a key/value head are
-        stacked along the query axis, so the cache is read in place. kernel: core.attention_kernel's library
-        where it runs here (fp32 on a CPU), else ATen's scaled_dot_product_attention."""
+        tree mask once per query head of a group (for ATen). Returns (1, n, heads * d). kernel:
+        core.attention_kernel's library where it runs here (fp32 on a CPU): it reads q and writes the output
+        in token-major layout, so neither is copied. Else ATen's scaled_dot_product_attention, the query
+        heads that share a key/value head stacked along the query axis so the cache is read in place."""
         n, groups = q.shape[2], self.heads // self.kv_heads
-        packed = q.reshape(1, self.kv_heads, groups * n, self.head_dim)
         if kernel is not None:
-            out = attention_kernel.attend(kernel, packed, k, v, mask, self.scale)
-        else:
-            out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
+            out = torch.empty(1, n, self.heads * self.head_dim)
+            attention_kernel.attend(kernel, q.transpose(1, 2), k, v, mask, self.scale,
+                                    out.view(1, n, self.heads, self.head_dim))
+            return out
+        packed = q.reshape(1, self.kv_heads, groups * n, self.head_dim)
+        out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
         return out.reshape(1, self.heads, n, self.head_dim).transpose(1, 2).reshape(1, n, self.heads * self.head_dim)
 
     def _before_attention(self, h, norm, qkv, qkv_bias, cos, sin, eps: float):
