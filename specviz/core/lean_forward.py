@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specviz.core import attention_kernel
+from specviz.core import attention_kernel, layer_kernel
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -96,18 +96,25 @@ class LeanDecoder:
         # weights as inputs, so every layer shares it)
         self.before_attention, self.after_attention = self._before_attention, self._after_attention
         self.native_attention = True  # core.attention_kernel where it runs (False: always ATen's)
+        self.native_glue = True  # core.layer_kernel where it runs (False: torch's ops; the compiled mode)
+        self.glue = None  # per forward: core.layer_kernel's library, or None for torch's ops
 
-    @staticmethod
-    def _rmsnorm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x = h.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * x.to(h.dtype)
+    def _rmsnorm(self, h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if self.glue is not None:
+            return layer_kernel.rmsnorm(self.glue, h, weight, eps)
+        return layer_kernel.torch_rmsnorm(h, weight, eps)
 
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def _rotate(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """q and k heads (1, n, heads + kv_heads, d), a view of the fused q/k/v output, rotated (in place
+        by the native kernel)."""
+        if self.glue is not None:
+            return layer_kernel.rotary(self.glue, qk, qk.shape[2], cos, sin)
+        return layer_kernel.torch_rotary(qk, cos, sin)
+
+    def _gated(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        if self.glue is not None:
+            return layer_kernel.silu_mul(self.glue, gate, up)
+        return F.silu(gate) * up
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                    packed_mask: torch.Tensor | None, kernel) -> torch.Tensor:
@@ -140,7 +147,7 @@ class LeanDecoder:
         """The output projection and residual, then rmsnorm, the gated MLP and its residual."""
         h = h + self.linear(attended, w_o, b_o)
         x = self._rmsnorm(h, norm, eps)
-        return h + self.linear(F.silu(self.linear(x, w_gate, None)) * self.linear(x, w_up, None), w_down, None)
+        return h + self.linear(self._gated(self.linear(x, w_gate, None), self.linear(x, w_up, None)), w_down, None)
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
@@ -151,6 +158,7 @@ class LeanDecoder:
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
         groups = self.heads // self.kv_heads
         kernel = attention_kernel.usable(h.dtype, h.device, self.head_dim) if self.native_attention else None
+        self.glue = layer_kernel.usable(h.dtype, h.device, h.shape[-1], self.head_dim) if self.native_glue else None
         packed_mask = None
         if kernel is None:
             packed_mask = mask.repeat(groups, 1) if groups > 1 else mask  # once, not once per layer

@@ -106,6 +106,7 @@ def compile_forward(model) -> str | None:
     lean = getattr(model, "_specviz_lean", None)
     if lean is None:
         return "compile needs the lean forward (a Llama-shaped model)"
+    lean.native_glue = False  # torch.compile traces torch's ops, not a native call
     lean.before_attention = torch.compile(lean._before_attention, dynamic=True)
     lean.after_attention = torch.compile(lean._after_attention, dynamic=True)
     return None
