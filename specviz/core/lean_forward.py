@@ -16,6 +16,9 @@ Measured with oneDNN here (30 layers): q/k/v 2.0 -> 1.0 ms at 1 row, 9.4 -> 10.8
 gained nothing (2.3 -> 2.2 at 1 row) and lost 3 ms at 64, so they stay two matmuls. Used for every tree forward of every method, `ar` included, so
 greedy tree verification stays token-identical to one-token decoding.
 
+On a CPU in fp32, attention runs in core.attention_kernel and the norms, rotary and gated activation in
+core.layer_kernel (native code, one call each); elsewhere, and in the compiled mode, torch's ops do.
+
 Supported: model types whose layers are exactly the Llama recipe (llama, mistral and qwen2 without a
 sliding window). Anything else keeps the stock forward: `install` says why not.
 """
