@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from specviz.core import attention_kernel
+from specviz.core import attention_kernel, layer_kernel
 from specviz.core.kv import new_cache
 
 from specviz.core.models import LoadedModel, cache_root
@@ -65,15 +65,20 @@ def _slug(text: str) -> str:
 
 
 # bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights,
-# 3: native tree attention)
-FORWARD_REVISION = 3
+# 3: native tree attention, 4: native norms, rotary and activation)
+FORWARD_REVISION = 4
 
 
 def stored_path(lm: LoadedModel) -> Path:
     # one curve per everything that moves it: device, mode (precision, compile), kernel, forward, threads
     forward = "lean" if getattr(lm, "lean", False) else "stock"
-    if forward == "lean" and attention_kernel.usable(lm.dtype, lm.device, lm.model._specviz_lean.head_dim) is None:
-        forward += "-sdpa"  # the lean forward with ATen's attention (no native kernel here)
+    if forward == "lean":  # and which of its native kernels run here (a machine without a compiler: none)
+        lean = lm.model._specviz_lean
+        if attention_kernel.usable(lm.dtype, lm.device, lean.head_dim) is None:
+            forward += "-sdpa"
+        if not lean.native_glue or layer_kernel.usable(lm.dtype, lm.device, lm.model.config.hidden_size,
+                                                       lean.head_dim) is None:
+            forward += "-torchops"
     kernel = lm.linear + ("-dense" if lm.linear == "onednn" and not getattr(lm, "packed", False) else "")
     name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{kernel}-{forward}-"
             f"{torch.get_num_threads()}t-r{FORWARD_REVISION}.json")
