@@ -48,6 +48,20 @@ def test_an_equal_choice_is_still_explored_every_explore_every_steps():
     assert picks.count("on") + picks.count("off") == 60 and min(picks.count("on"), picks.count("off")) == 2
 
 
+def test_a_step_measured_during_a_burst_of_load_counts_at_the_calibrated_speed():
+    """'off' gives 1.2 tokens in 25 ms, 'on' 3 in 200 ms; 'off''s first tries ran 4x slow (its forward
+    measured 4x the curve): divided by that load it still wins, where raw times would pick 'on'."""
+    aware, unaware = _chooser("test-burst"), _chooser("test-burst-raw")
+    for _ in range(2):
+        for chooser in (aware, unaware):
+            chooser.observe("on", 3, 200.0)
+        aware.observe("off", 1.2, 100.0, load=4.0)
+        unaware.observe("off", 1.2, 100.0)
+    assert aware.rate("off") == pytest.approx(1.2 / 25.0)
+    assert aware.choose() == "off"
+    assert unaware.choose() == "on"
+
+
 def test_rollback_restores_the_shared_count():
     chooser = _chooser("test-rollback")
     for _ in range(2):

@@ -262,8 +262,11 @@ class Session:
         rows = [0] + verification.path[:len(committed) - 1]
         best = verification.top.values.cpu().numpy()[rows]
         self.margins.extend((best[:, 0] - best[:, 1]).tolist())
+        forward_ms = (t_forward - t1) * 1000
+        # how loaded the machine was in this step, where a curve is at hand (budget=auto loads one)
+        load = forward_ms / self._cost_model.cost_ms(len(tree)) if self._cost_model is not None else 1.0
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
-                              forward_ms=(t_forward - t1) * 1000, draft_ms=(t1 - t0) * 1000)
+                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load)
         self.method.observe(outcome)
         draft_notes.update(self.method.step_notes())
         draft_notes["predicted_accepted"] = round(predicted, 3)
@@ -273,7 +276,7 @@ class Session:
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
         if self.budget == "auto":
-            self.online_cost.observe(len(tree), (t_forward - t1) * 1000)
+            self.online_cost.observe(len(tree), forward_ms)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
         if eos_at is not None:
             self.finish_reason = "eos"

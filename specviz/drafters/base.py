@@ -19,6 +19,7 @@ class StepOutcome:
     context: list[int]            # committed tokens after the step (prompt + output; last = next root)
     forward_ms: float = 0.0       # the target's verify forward
     draft_ms: float = 0.0         # the whole draft stage of the step
+    load: float = 1.0             # forward_ms / the calibrated curve's cost of this tree (1: no curve loaded)
 
 
 class Drafter:

@@ -27,7 +27,7 @@ class GatedDrafter(Drafter):
     def observe(self, outcome: StepOutcome) -> None:
         if self.used is not None:
             committed = len(outcome.verification.accepted_tokens)
-            self.chooser.observe(self.used, committed, outcome.draft_ms + outcome.forward_ms)
+            self.chooser.observe(self.used, committed, outcome.draft_ms + outcome.forward_ms, outcome.load)
         if self.used == "on":
             self.inner.observe(outcome)
 

@@ -8,7 +8,13 @@ flip the choice. How often is priced: a step of the worse kind loses the time it
 best kind needs for the same tokens, and exploring may cost at most EXPLORE_SHARE of the process's
 time (at least `explore_every` steps apart). On a CPU one step with unified's draft model stage costs
 about six plain steps, so it is explored every few hundred steps of the process, not every 30 of each
-session. The step count is kept per setting too, so short sessions share one exploration schedule."""
+session. The step count is kept per setting too, so short sessions share one exploration schedule.
+
+A step's time is divided by its load: how much slower than the calibrated cost curve its own verify
+forward ran (1 where the session has no curve). A burst of load on the machine (another process, a
+browser rendering on the same cores) slows the draft and the verify of a step alike, so the kinds are
+compared at the calibrated machine speed: one step measured during a burst does not condemn its kind
+for hundreds of steps of the process."""
 
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ class FallbackChooser:
             _since_explore.setdefault(self.key, 0)
 
     def rate(self, kind: str) -> float | None:
-        """Committed tokens per millisecond over the kind's recent fallback steps."""
+        """Committed tokens per millisecond (at the calibrated machine speed) over the kind's recent steps."""
         samples = self.samples[kind]
         if not samples:
             return None
@@ -65,9 +71,10 @@ class FallbackChooser:
             _since_explore[self.key] = 0
         return other
 
-    def observe(self, kind: str, tokens: int, ms: float) -> None:
+    def observe(self, kind: str, tokens: int, ms: float, load: float = 1.0) -> None:
+        """tokens committed by a step of this kind that took ms, its forward `load` times the curve's."""
         with _measured_lock:
-            self.samples[kind].append((tokens, ms))
+            self.samples[kind].append((tokens, ms / load))
 
     def checkpoint(self):
         with _measured_lock:

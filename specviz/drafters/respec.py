@@ -66,7 +66,7 @@ class ReSpecDrafter(Drafter):
         if self.proposed and self.used == "retrieval":
             self.retriever.feedback(outcome.tree, outcome.verification.accepted_draft_tokens)
         elif self.proposed:
-            self.chooser.observe(self.used, committed, self.draft_ms + outcome.forward_ms)
+            self.chooser.observe(self.used, committed, self.draft_ms + outcome.forward_ms, outcome.load)
         for drafter in self.fallbacks.values():
             drafter.observe(outcome)
 

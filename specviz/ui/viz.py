@@ -203,7 +203,7 @@ def measured_choice_text(report: dict) -> str:
     """What a measured choice (drafters.measured_choice report) measured, and how often it explores."""
     rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in report.get("tokens_per_s", {}).items())
     explore = f"; the other choice is tried every {report['explore_every']} steps" if "explore_every" in report else ""
-    return f"measured {rates}{explore}"
+    return f"measured {rates} (at the calibrated machine speed){explore}"
 
 
 def respec_step_markdown(record: StepRecord | None, token_text) -> str:
