@@ -46,3 +46,28 @@ def tiny_models(lm, tmp_path_factory):
         tokenizer.save_pretrained(root / name)
         folders[name] = str(root / name)
     return folders
+
+
+def tree_logits_native_and_not(lm, switch: str, prompt: str):
+    """The lean forward's logits for one draft tree after `prompt`, with its native kernel `switch`
+    ('native_attention' or 'native_glue') on and then off: (on, off)."""
+    from specviz.core.forward import tree_forward
+    from specviz.core.kv import new_cache
+    from specviz.core.tree import DraftTree
+
+    ids = lm.tokenizer(prompt, return_tensors="pt").input_ids[0].tolist()
+    tree = DraftTree(ids[-1])
+    tree.add_path([11, 12, 13, 14], "retrieval")
+    tree.add_path([15, 16], "logits")
+    decoder = lm.model._specviz_lean
+    results = []
+    try:
+        for native in (True, False):
+            setattr(decoder, switch, native)
+            cache = new_cache(lm.model.config)
+            with torch.inference_mode():
+                lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
+            results.append(tree_forward(lm.model, cache, tree, len(ids) - 1))
+    finally:
+        setattr(decoder, switch, True)
+    return results[0], results[1]

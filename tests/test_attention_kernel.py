@@ -4,6 +4,7 @@ around them, and ATen's path wherever it cannot run."""
 import pytest
 import torch
 
+from conftest import tree_logits_native_and_not
 from specviz.core import attention_kernel
 
 
@@ -70,22 +71,6 @@ def test_shapes_it_does_not_take_are_refused_or_left_to_aten(kernel):
 
 
 def test_the_lean_forward_gives_atens_logits_with_or_without_the_kernel(lm, kernel):
-    from specviz.core.forward import tree_forward
-    from specviz.core.kv import new_cache
-    from specviz.core.tree import DraftTree
-
-    ids = lm.tokenizer("A tree of drafts is verified in one forward pass", return_tensors="pt").input_ids[0].tolist()
-    tree = DraftTree(ids[-1])
-    tree.add_path([11, 12, 13], "retrieval")
-    tree.add_path([14, 15], "logits")
-    decoder = lm.model._specviz_lean
-    results = []
-    for native in (True, False):
-        decoder.native_attention = native
-        cache = new_cache(lm.model.config)
-        with torch.inference_mode():
-            lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
-        results.append(tree_forward(lm.model, cache, tree, len(ids) - 1))
-    decoder.native_attention = True
-    assert torch.allclose(results[0], results[1], atol=2e-4, rtol=1e-4)
-    assert torch.equal(results[0].argmax(-1), results[1].argmax(-1))
+    on, off = tree_logits_native_and_not(lm, "native_attention", "A tree of drafts is verified in one forward pass")
+    assert torch.allclose(on, off, atol=2e-4, rtol=1e-4)
+    assert torch.equal(on.argmax(-1), off.argmax(-1))

@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import tree_logits_native_and_not
 from specviz.core import layer_kernel
 
 
@@ -56,22 +57,6 @@ def test_where_it_cannot_run_torchs_ops_do():
 
 
 def test_the_lean_forward_gives_the_same_logits_with_or_without_it(lm, kernel):
-    from specviz.core.forward import tree_forward
-    from specviz.core.kv import new_cache
-    from specviz.core.tree import DraftTree
-
-    ids = lm.tokenizer("Norms, rotary and the gate in one call each", return_tensors="pt").input_ids[0].tolist()
-    tree = DraftTree(ids[-1])
-    tree.add_path([21, 22, 23, 24], "retrieval")
-    tree.add_path([25], "logits")
-    decoder = lm.model._specviz_lean
-    results = []
-    for native in (True, False):
-        decoder.native_glue = native
-        cache = new_cache(lm.model.config)
-        with torch.inference_mode():
-            lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
-        results.append(tree_forward(lm.model, cache, tree, len(ids) - 1))
-    decoder.native_glue = True
-    assert torch.allclose(results[0], results[1], atol=2e-4, rtol=1e-4)
-    assert torch.equal(results[0].argmax(-1), results[1].argmax(-1))
+    on, off = tree_logits_native_and_not(lm, "native_glue", "Norms, rotary and the gate in one call each")
+    assert torch.allclose(on, off, atol=2e-4, rtol=1e-4)
+    assert torch.equal(on.argmax(-1), off.argmax(-1))
