@@ -1,4 +1,5 @@
-"""Building the engine's small C++ kernels (accept/logit_kernel.cc, core/attention_kernel.cc) once per machine.
+"""Building the engine's small C++ kernels (accept/logit_kernel.cc, core/attention_kernel.cc,
+core/layer_kernel.cc) once per machine.
 
 Each is compiled with the machine's C++ compiler (`CXX`, else g++, else c++) into the cache
 (`cache_root()/native`), keyed by its source, the shared header vector_math.h, the flags, the compiler and

@@ -1,7 +1,8 @@
-// Vector helpers the native kernels share (accept/logit_kernel.cc, core/attention_kernel.cc). GCC's vector
-// extensions keep them portable (AVX-512, AVX2 or NEON: whatever -march=native offers). Every function
-// works lane by lane with plain arithmetic (no libm), so a value gets the same result in any lane and in
-// any call: what makes the kernels' results independent of how many rows share a call.
+// Vector helpers the native kernels share (accept/logit_kernel.cc, core/attention_kernel.cc,
+// core/layer_kernel.cc). GCC's vector extensions keep them portable (AVX-512, AVX2 or NEON: whatever
+// -march=native offers). Every function works lane by lane with plain arithmetic (no libm), so a value
+// gets the same result in any lane and in any call: what makes the kernels' results independent of how
+// many rows share a call.
 #pragma once
 
 #include <cstdint>
