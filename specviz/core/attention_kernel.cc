@@ -7,7 +7,8 @@
 // forward's own (token, head, d) layout. Per kv head the keys are first transposed into tiles of 16
 // (d x 16), so a score is a plain FMA chain over d, 16 keys per vector, without horizontal sums. Then per
 // block of kRows rows: scores + mask, the row's max, exponentials (vector_math.h), and out = sum p_j v_j /
-// sum p_j with j in key order, a masked key contributing exactly 0.
+// sum p_j with j in key order, a masked key contributing exactly 0. The buffers the kernel fills are
+// 64-byte aligned.
 //
 // Every row's result therefore depends only on the keys it may see, in their order, never on where they
 // sit or on how many rows share the call: a row's attention in a tree is bitwise what it is alone.
@@ -24,7 +25,11 @@
 
 namespace {
 
-constexpr int kRows = 4;  // query rows per block: they share every key and value read
+// query rows per block: they share every key and value read. Six rows of 64 dims keep the block's
+// accumulators (6 x 4 vectors of the output) in registers; 128 dims take three.
+template <int kDim>
+constexpr int kRows = kDim == 64 ? 6 : 3;
+constexpr int kMostRows = 6;
 constexpr size_t kKeptFloats = 1 << 18;  // 1 MB of transposed keys kept per calling thread
 
 // rows[i] <- column i of the 16 x 16 block (four perfect shuffles of rows i and i + 8)
@@ -41,15 +46,28 @@ inline void transpose16(vf* rows) {
     }
 }
 
-// dot products of kRows query rows (q: kRows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles, d x 16)
+// the first 64-byte boundary at or after p (a buffer holds kLanes spare floats for it): a vector that
+// straddles two cache lines loads at half speed, which cost the scores a quarter of their time
+inline float* aligned(float* p) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+}
+
+inline bool any_lane(vi lanes) {
+    const vi none{};
+    return std::memcmp(&lanes, &none, sizeof none) != 0;
+}
+
+// dot products of kRows<kDim> query rows (q: rows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles,
+// d x 16)
 template <int kDim, int kChunks>
-inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[kRows][2]) {
-    for (int r = 0; r < kRows; r++)
+inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[][2]) {
+    constexpr int rows = kRows<kDim>;
+    for (int r = 0; r < rows; r++)
         for (int c = 0; c < kChunks; c++) dots[r][c] = vf{};
     for (int d = 0; d < kDim; d++) {
         vf keys[kChunks];
         for (int c = 0; c < kChunks; c++) keys[c] = load(kt + (j0 + c * kLanes) * kDim + d * kLanes);
-        for (int r = 0; r < kRows; r++) {
+        for (int r = 0; r < rows; r++) {
             const float qd = q[r * kDim + d];
             for (int c = 0; c < kChunks; c++) dots[r][c] += qd * keys[c];
         }
@@ -63,18 +81,20 @@ struct Rows {
     int64_t at(int64_t r) const { return (r % n) * token_stride + (r / n) * head_stride; }
 };
 
-// rows r0 .. r0 + nrows - 1 of one kv head; s: scratch of kRows x padded floats
+// rows r0 .. r0 + nrows - 1 of one kv head; s: scratch of kRows<kDim> x padded floats, 64-byte aligned
 template <int kDim>
 void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const float* kt, int64_t padded,
                   const float* v, int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* s) {
+    constexpr int rows = kRows<kDim>;
     const float inf = std::numeric_limits<float>::infinity();
     const int64_t n = q_rows.n;
-    alignas(64) float qb[kRows * kDim] = {};
+    alignas(64) float qb[rows * kDim] = {};
     for (int r = 0; r < nrows; r++) std::memcpy(qb + r * kDim, q + q_rows.at(r0 + r), kDim * sizeof(float));
-    vf best[kRows];
-    for (int r = 0; r < kRows; r++) best[r] = splat(-inf);
+    // scores: s[r][j] = q_r . k_j * scale + mask, and each row's largest
+    vf best[rows];
+    for (int r = 0; r < rows; r++) best[r] = splat(-inf);
     for (int64_t j0 = 0; j0 < padded;) {
-        vf dots[kRows][2];
+        vf dots[rows][2];
         const int chunks = j0 + 2 * kLanes <= padded ? 2 : 1;
         if (chunks == 2) dot_chunks<kDim, 2>(qb, kt, j0, dots);
         else dot_chunks<kDim, 1>(qb, kt, j0, dots);
@@ -96,34 +116,40 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
         }
         j0 += chunks * kLanes;
     }
-    for (int r = 0; r < nrows; r++) {
-        const float top = hmax(best[r]);
+    // weights: s[r][j] = exp(score - row's largest), exactly 0 for a masked key
+    for (int r = 0; r < rows; r++) {
         float* row = s + r * padded;
+        if (r >= nrows) {  // no such row: weights 0, so the block's products below stay branch-free
+            for (int64_t j = 0; j < padded; j += kLanes) store(row + j, vf{});
+            continue;
+        }
+        const float top = hmax(best[r]);
         for (int64_t j = 0; j < padded; j += kLanes) {
-            vf score = load(row + j);
+            const vf score = load(row + j);
             store(row + j, score == -inf ? vf{} : exp_nonpositive(score - top));
         }
     }
-    vf acc[kRows][kDim / kLanes];
-    float sum[kRows];
-    for (int r = 0; r < kRows; r++) {
+    // out = sum_j weight_j v_j / sum_j weight_j, both in key order (so a key's position never matters);
+    // 16 keys masked for every row of the block are skipped (a masked key adds exactly 0)
+    vf acc[rows][kDim / kLanes];
+    float sum[rows];
+    for (int r = 0; r < rows; r++) {
         sum[r] = 0.0f;
         for (int c = 0; c < kDim / kLanes; c++) acc[r][c] = vf{};
     }
-    for (int64_t j = 0; j < keys; j++) {
-        float p[kRows];
-        bool seen = false;
-        for (int r = 0; r < kRows; r++) {
-            p[r] = r < nrows ? s[r * padded + j] : 0.0f;
-            seen |= p[r] != 0.0f;
+    for (int64_t j0 = 0; j0 < padded; j0 += kLanes) {
+        vi weighted{};
+        for (int r = 0; r < nrows; r++) weighted |= load(s + r * padded + j0) != 0.0f;
+        if (!any_lane(weighted)) continue;
+        const int64_t end = j0 + kLanes < keys ? j0 + kLanes : keys;
+        for (int64_t j = j0; j < end; j++) {
+            const float* vj = v + j * kDim;
+            for (int c = 0; c < kDim / kLanes; c++) {
+                const vf value = load(vj + c * kLanes);
+                for (int r = 0; r < rows; r++) acc[r][c] += s[r * padded + j] * value;
+            }
+            for (int r = 0; r < rows; r++) sum[r] += s[r * padded + j];
         }
-        if (!seen) continue;  // a key masked for every row of the block
-        const float* vj = v + j * kDim;
-        for (int c = 0; c < kDim / kLanes; c++) {
-            const vf value = load(vj + c * kLanes);
-            for (int r = 0; r < kRows; r++) acc[r][c] += p[r] * value;
-        }
-        for (int r = 0; r < kRows; r++) sum[r] += p[r];
     }
     for (int r = 0; r < nrows; r++)
         for (int c = 0; c < kDim / kLanes; c++) store(out + out_rows.at(r0 + r) + c * kLanes, acc[r][c] / sum[r]);
@@ -132,18 +158,19 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
 template <int kDim>
 void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const float* v, int64_t kv_stride,
             int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows) {
+    constexpr int block_rows = kRows<kDim>;
     const int64_t rows = groups * q_rows.n;
-    const int64_t blocks = (rows + kRows - 1) / kRows, tiles = (keys + kLanes - 1) / kLanes;
+    const int64_t blocks = (rows + block_rows - 1) / block_rows, tiles = (keys + kLanes - 1) / kLanes;
     const int64_t padded = tiles * kLanes;
     // per calling thread: kv_heads x padded x dim, kept between calls up to kKeptFloats (long contexts
     // allocate per call, so many calling threads do not each hold megabytes)
     static thread_local std::vector<float> transposed;
-    transposed.resize(kv_heads * padded * kDim);
-    float* kt = transposed.data();
+    transposed.resize(kv_heads * padded * kDim + kLanes);
+    float* kt = aligned(transposed.data());
 #pragma omp parallel
     {
         static thread_local std::vector<float> scratch;
-        scratch.resize(kRows * padded);
+        scratch.resize(kMostRows * padded + kLanes);
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < kv_heads * tiles; unit++) {
             const int64_t h = unit / tiles, j0 = (unit % tiles) * kLanes;
@@ -159,11 +186,11 @@ void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const f
         }
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < kv_heads * blocks; unit++) {
-            const int64_t h = unit / blocks, r0 = (unit % blocks) * kRows;
+            const int64_t h = unit / blocks, r0 = (unit % blocks) * block_rows;
             attend_block<kDim>(q + h * groups * q_rows.head_stride, q_rows, r0,
-                               rows - r0 < kRows ? int(rows - r0) : kRows, kt + h * padded * kDim, padded,
-                               v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride,
-                               out_rows, scratch.data());
+                               rows - r0 < block_rows ? int(rows - r0) : block_rows, kt + h * padded * kDim,
+                               padded, v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride,
+                               out_rows, aligned(scratch.data()));
         }
     }
     if (transposed.size() > kKeptFloats) {
