@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "vector_math.h"
 #ifdef _OPENMP
@@ -114,12 +115,24 @@ int logit_kernel_unsupported(int64_t vocab, int k) {
     return vocab % (2 * kBlock) != 0 || vocab / kBlock > kMaxBlocks || k < 1 || k > kMaxK || vocab / kBlock < k;
 }
 
-// Every row's top-k and logsumexp; with child_start (rows + 1 offsets into child_nodes, the draft nodes
-// grouped by parent row) also each such node's token logit and rank, while its parent's row is in cache.
-// tokens, token_logits and ranks are indexed by node.
+// Every row's top-k and logsumexp; with parents and tokens (per node of a tree whose node i is row i: its
+// parent's row and its token; node 0, the root, has neither) also each draft node's token logit and rank,
+// computed while its parent's row is in cache. tokens, token_logits and ranks are indexed by node; the
+// caller checks that every parent and token lies inside the logits.
 void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, int k, float* top_values,
-                            int64_t* top_ids, float* log_norms, int threads, const int64_t* child_start,
-                            const int64_t* child_nodes, const int64_t* tokens, float* token_logits, int64_t* ranks) {
+                            int64_t* top_ids, float* log_norms, int threads, const int64_t* parents,
+                            const int64_t* tokens, float* token_logits, int64_t* ranks) {
+    // the draft nodes grouped by parent row (a counting sort): row r's children are
+    // child_nodes[child_start[r] .. child_start[r + 1])
+    std::vector<int64_t> child_start, child_nodes;
+    if (parents != nullptr) {
+        child_start.assign(rows + 1, 0);
+        child_nodes.resize(rows);
+        for (int64_t node = 1; node < rows; node++) child_start[parents[node] + 1]++;
+        for (int64_t r = 0; r < rows; r++) child_start[r + 1] += child_start[r];
+        std::vector<int64_t> fill(child_start.begin(), child_start.end() - 1);
+        for (int64_t node = 1; node < rows; node++) child_nodes[fill[parents[node]]++] = node;
+    }
     #pragma omp parallel num_threads(threads) if (threads > 1 && rows > 1)
     {
         // each thread a contiguous run of rows, so it knows which row comes next
@@ -133,7 +146,7 @@ void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, in
             const float* row = logits + r * vocab;
             summarise_row(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r,
                           r + 1 < last ? row + vocab : nullptr);
-            if (child_start == nullptr) continue;
+            if (parents == nullptr) continue;
             for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
                 const int64_t node = child_nodes[i];
                 rank_in_row(row, vocab, top_ids + r * k, k, tokens[node], token_logits + node, ranks + node);

@@ -31,7 +31,7 @@ def _load(path: Path) -> ctypes.CDLL:
     i64, f32p, i64p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int
     lib.logit_kernel_unsupported.argtypes = [i64, i32]
     lib.logit_kernel_unsupported.restype = i32
-    lib.logit_kernel_summarise.argtypes = [f32p, i64, i64, i32, f32p, i64p, f32p, i32, i64p, i64p, i64p, f32p, i64p]
+    lib.logit_kernel_summarise.argtypes = [f32p, i64, i64, i32, f32p, i64p, f32p, i32, i64p, i64p, f32p, i64p]
     lib.logit_kernel_summarise.restype = None
     return lib
 
@@ -80,30 +80,21 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
         raise ValueError(f"{len(parents)} draft nodes for {rows} logits rows (one row per node, root first)")
     if parents is None or rows == 1:
         lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(),
-                                   norms.data_ptr(), threads, None, None, None, None, None)
+                                   norms.data_ptr(), threads, None, None, None, None)
         if parents is None:
             return values, ids, norms
         return values, ids, norms, np.zeros(1, dtype=np.float32), np.full(1, -1, dtype=np.int64)
     if not (min(parents) >= 0 and max(parents) < rows and min(tokens) >= 0 and max(tokens) < vocab):
         raise ValueError("a node's token or parent lies outside the logits")
-    # The node tables in plain Python and one ctypes array: right after a forward every call runs from cold
-    # caches, and numpy's preparation took 150 us there even for an `ar` step's one-row tree (the kernel: 30).
-    # child_start: offsets into child_nodes, the draft nodes grouped by parent row (a counting sort)
-    child_start = [0] * (rows + 1)
-    for parent in parents:
-        child_start[parent + 1] += 1
-    for r in range(rows):
-        child_start[r + 1] += child_start[r]
-    child_nodes, fill = [0] * (rows - 1), child_start[:rows]
-    for node, parent in enumerate(parents, 1):
-        child_nodes[fill[parent]] = node
-        fill[parent] += 1
-    tables = (ctypes.c_int64 * (3 * rows))(*child_start, *child_nodes, 0, *tokens)  # tokens indexed by node
-    base, step = ctypes.addressof(tables), ctypes.sizeof(ctypes.c_int64)
+    # parents and tokens by node, in one ctypes array (the kernel groups the nodes by parent itself): right
+    # after a forward every call runs from cold caches, and numpy's preparation took 150 us there even for
+    # an `ar` step's one-row tree (the kernel: 30)
+    tables = (ctypes.c_int64 * (2 * rows))(-1, *parents, 0, *tokens)
+    base = ctypes.addressof(tables)
     node_logits, node_ranks = torch.empty(rows), torch.empty(rows, dtype=torch.int64)
     lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(), norms.data_ptr(),
-                               threads, base, base + (rows + 1) * step, base + 2 * rows * step,
-                               node_logits.data_ptr(), node_ranks.data_ptr())
+                               threads, base, base + rows * ctypes.sizeof(ctypes.c_int64), node_logits.data_ptr(),
+                               node_ranks.data_ptr())
     token_logits, ranks = node_logits.numpy(), node_ranks.numpy()
     token_logits[0], ranks[0] = 0.0, -1  # the root has no parent row
     return values, ids, norms, token_logits, ranks

@@ -61,7 +61,7 @@ class LogitTop:
     copy-logit table (accept.logit_kernel's native pass where it runs, else torch)."""
     values: torch.Tensor     # (q, TOP_K)
     ids: torch.Tensor        # (q, TOP_K)
-    ids_list: list[list[int]]
+    argmax: list[int]        # each row's best id (ids[:, 0]) as Python ints
     log_norms: torch.Tensor  # (q,)
     tree: DraftTree | None = None          # the tree whose nodes the native pass also ranked, if any
     token_logits: np.ndarray | None = None  # (q,) per node of that tree: its token's logit under its parent
@@ -74,13 +74,9 @@ class LogitTop:
                 and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
             values, ids, log_norms, token_logits, ranks = logit_kernel.summarise(
                 lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:])
-            return cls(values, ids, ids.tolist(), log_norms, tree, token_logits, ranks)
+            return cls(values, ids, ids[:, 0].tolist(), log_norms, tree, token_logits, ranks)
         values, ids, log_norms = top_logits(logits, TOP_K)
-        return cls(values, ids, ids.tolist(), log_norms)
-
-    @property
-    def argmax(self) -> list[int]:
-        return [row[0] for row in self.ids_list]
+        return cls(values, ids, ids[:, 0].tolist(), log_norms)
 
 
 def log_normalisers(logits: torch.Tensor, top_values: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:
@@ -135,13 +131,13 @@ def _node_ranks_torch(tree: DraftTree, logits: torch.Tensor, top: LogitTop) -> t
     """For nodes 1..n-1: the token's logit under its parent's row and its rank there (the native pass's
     numbers, in torch)."""
     n = len(tree)
-    top_values = top.values.cpu().numpy()
+    top_values, top_ids = top.values.cpu().numpy(), top.ids.tolist()
     token_logits = np.empty(n - 1, dtype=np.float32)
     ranks = np.empty(n - 1, dtype=np.int64)
     outside = []
     for node in range(1, n):
         parent, token = tree.parents[node], tree.tokens[node]
-        row = top.ids_list[parent]
+        row = top_ids[parent]
         if token in row:
             ranks[node - 1] = rank = row.index(token)
             token_logits[node - 1] = top_values[parent, rank]
