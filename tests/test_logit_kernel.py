@@ -89,11 +89,11 @@ def test_native_results_do_not_depend_on_the_thread_count_or_tree_size(native, m
         monkeypatch.setattr(logit_kernel.torch, "get_num_threads", lambda threads=threads: threads)
         results.append(logit_kernel.summarise(native, logits, TOP_K, tree.parents[1:], tree.tokens[1:]))
     for other in results[1:]:
-        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(results[0], other))
+        assert all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True) for a, b in zip(results[0], other))
     assert results[0][4][0] == -1 and (results[0][4][1:] >= 0).all()
     # a root-only tree (every `ar` step): no node to rank, the root's rank is -1
-    values, ids, norms, token_logits, ranks = logit_kernel.summarise(native, logits[:1], TOP_K, [], [])
-    assert ranks.tolist() == [-1] and len(token_logits) == 1
+    values, ids, norms, token_logits, ranks, probs = logit_kernel.summarise(native, logits[:1], TOP_K, [], [])
+    assert ranks.tolist() == [-1] and len(token_logits) == 1 and np.isnan(probs).all()
     assert torch.equal(values, results[0][0][:1]) and torch.equal(norms, results[0][2][:1])
 
 

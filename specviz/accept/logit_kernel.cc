@@ -116,12 +116,13 @@ int logit_kernel_unsupported(int64_t vocab, int k) {
 }
 
 // Every row's top-k and logsumexp; with parents and tokens (per node of a tree whose node i is row i: its
-// parent's row and its token; node 0, the root, has neither) also each draft node's token logit and rank,
-// computed while its parent's row is in cache. tokens, token_logits and ranks are indexed by node; the
-// caller checks that every parent and token lies inside the logits.
+// parent's row and its token; node 0, the root, has neither) also each draft node's token logit, rank and
+// probability (exp(logit - the row's logsumexp), in double), computed while its parent's row is in cache.
+// tokens, token_logits, ranks and token_probs are indexed by node; the caller checks that every parent and
+// token lies inside the logits.
 void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, int k, float* top_values,
                             int64_t* top_ids, float* log_norms, int threads, const int64_t* parents,
-                            const int64_t* tokens, float* token_logits, int64_t* ranks) {
+                            const int64_t* tokens, float* token_logits, int64_t* ranks, double* token_probs) {
     // the draft nodes grouped by parent row (a counting sort): row r's children are
     // child_nodes[child_start[r] .. child_start[r + 1])
     std::vector<int64_t> child_start, child_nodes;
@@ -150,6 +151,7 @@ void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, in
             for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
                 const int64_t node = child_nodes[i];
                 rank_in_row(row, vocab, top_ids + r * k, k, tokens[node], token_logits + node, ranks + node);
+                token_probs[node] = std::exp(double(token_logits[node]) - double(log_norms[r]));
             }
         }
     }

@@ -31,7 +31,8 @@ def _load(path: Path) -> ctypes.CDLL:
     i64, f32p, i64p, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int
     lib.logit_kernel_unsupported.argtypes = [i64, i32]
     lib.logit_kernel_unsupported.restype = i32
-    lib.logit_kernel_summarise.argtypes = [f32p, i64, i64, i32, f32p, i64p, f32p, i32, i64p, i64p, f32p, i64p]
+    lib.logit_kernel_summarise.argtypes = [f32p, i64, i64, i32, f32p, i64p, f32p, i32, i64p, i64p, f32p, i64p,
+                                           ctypes.c_void_p]
     lib.logit_kernel_summarise.restype = None
     return lib
 
@@ -68,9 +69,9 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
               tokens: list[int] | None = None) -> tuple:
     """Each row's k largest logits and their ids (best first; equal values by lower id) and its logsumexp;
     lib: what usable(logits, k) gave. With the draft nodes' parents and tokens (nodes 1..q-1 of a tree
-    whose node i is row i) also, per node, its token's logit under its parent's row and its rank there (its
-    place in the row's top-k when it is there, else the count of larger logits; the root: 0 and -1):
-    (values, ids, log_norms, token_logits, ranks)."""
+    whose node i is row i) also, per node, its token's logit under its parent's row, its rank there (its
+    place in the row's top-k when it is there, else the count of larger logits) and its probability there
+    (float64; the root: 0, -1 and nan): (values, ids, log_norms, token_logits, ranks, probs)."""
     rows, vocab = logits.shape
     values = torch.empty(rows, k)
     ids = torch.empty(rows, k, dtype=torch.int64)
@@ -80,10 +81,11 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
         raise ValueError(f"{len(parents)} draft nodes for {rows} logits rows (one row per node, root first)")
     if parents is None or rows == 1:
         lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(),
-                                   norms.data_ptr(), threads, None, None, None, None)
+                                   norms.data_ptr(), threads, None, None, None, None, None)
         if parents is None:
             return values, ids, norms
-        return values, ids, norms, np.zeros(1, dtype=np.float32), np.full(1, -1, dtype=np.int64)
+        return (values, ids, norms, np.zeros(1, dtype=np.float32), np.full(1, -1, dtype=np.int64),
+                np.full(1, np.nan))
     if not (min(parents) >= 0 and max(parents) < rows and min(tokens) >= 0 and max(tokens) < vocab):
         raise ValueError("a node's token or parent lies outside the logits")
     # parents and tokens by node, in one ctypes array (the kernel groups the nodes by parent itself): right
@@ -91,10 +93,10 @@ def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int]
     # an `ar` step's one-row tree (the kernel: 30)
     tables = (ctypes.c_int64 * (2 * rows))(-1, *parents, 0, *tokens)
     base = ctypes.addressof(tables)
-    node_logits, node_ranks = torch.empty(rows), torch.empty(rows, dtype=torch.int64)
+    node_logits, node_ranks, node_probs = torch.empty(rows), torch.empty(rows, dtype=torch.int64), np.empty(rows)
     lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(), norms.data_ptr(),
                                threads, base, base + rows * ctypes.sizeof(ctypes.c_int64), node_logits.data_ptr(),
-                               node_ranks.data_ptr())
+                               node_ranks.data_ptr(), node_probs.ctypes.data)
     token_logits, ranks = node_logits.numpy(), node_ranks.numpy()
-    token_logits[0], ranks[0] = 0.0, -1  # the root has no parent row
-    return values, ids, norms, token_logits, ranks
+    token_logits[0], ranks[0], node_probs[0] = 0.0, -1, np.nan  # the root has no parent row
+    return values, ids, norms, token_logits, ranks, node_probs

@@ -66,15 +66,16 @@ class LogitTop:
     tree: DraftTree | None = None          # the tree whose nodes the native pass also ranked, if any
     token_logits: np.ndarray | None = None  # (q,) per node of that tree: its token's logit under its parent
     token_ranks: np.ndarray | None = None   # (q,) and its rank there
+    token_probs: np.ndarray | None = None   # (q,) and its probability there (float64; the root: nan)
 
     @classmethod
     def of(cls, logits: torch.Tensor, tree: DraftTree | None = None) -> "LogitTop":
         """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too."""
         if tree is not None and len(tree) == logits.shape[0] \
                 and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
-            values, ids, log_norms, token_logits, ranks = logit_kernel.summarise(
+            values, ids, log_norms, token_logits, ranks, probs = logit_kernel.summarise(
                 lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:])
-            return cls(values, ids, ids[:, 0].tolist(), log_norms, tree, token_logits, ranks)
+            return cls(values, ids, ids[:, 0].tolist(), log_norms, tree, token_logits, ranks, probs)
         values, ids, log_norms = top_logits(logits, TOP_K)
         return cls(values, ids, ids[:, 0].tolist(), log_norms)
 
@@ -112,18 +113,17 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor,
     """Target probability and rank of every draft node's token under its parent's logits, and the
     logsumexp of every node's logits. The native pass ranked the nodes already where it ran; else a token
     in its parent's top-K takes its logit and rank from there, and only the nodes outside it read their
-    parent's whole row (a rank count)."""
+    parent's whole row (a rank count). Probabilities in float64 (the root: nan; its rank: -1)."""
+    log_norms = top.log_norms
+    if top.tree is tree:  # the native pass computed all three while each parent's row was in cache
+        return top.token_probs, top.token_ranks, log_norms
     n = len(tree)
     probs = np.full(n, np.nan)
     ranks = np.full(n, -1, dtype=np.int64)
-    log_norms = top.log_norms
     if n > 1:
-        if top.tree is tree:
-            token_logits, ranks[1:] = top.token_logits[1:], top.token_ranks[1:]
-        else:
-            token_logits, ranks[1:] = _node_ranks_torch(tree, logits, top)
+        token_logits, ranks[1:] = _node_ranks_torch(tree, logits, top)
         parent_norms = log_norms.cpu().numpy()[tree.parents[1:]]
-        probs[1:] = np.exp(token_logits - parent_norms)
+        probs[1:] = np.exp(token_logits.astype(np.float64) - parent_norms)
     return probs, ranks, log_norms
 
 

@@ -26,6 +26,7 @@ class DraftTree:
         # per node, per source: what that source said about it (score in [0, 1], rank among siblings,
         # draft probability for a model drafter, anything else worth showing)
         self.meta: list[dict[str, dict]] = [{}]
+        self.scores: list[float] = [0.0]  # per node: the best score any source gave it (see score())
         self._child_of: dict[tuple[int, int], int] = {}
         self._children: list[list[int]] = [[]]
         self.positions: list[int] = [0]  # per node: its index among its parent's children (never changes)
@@ -38,7 +39,7 @@ class DraftTree:
         """Add token under parent (or merge into the existing node with that token); return its index."""
         if source not in source_registry.SOURCES:
             raise ValueError(f"unknown source {source!r}")
-        token = int(token)
+        token, score = int(token), float(score)
         key = (parent, token)
         node = self._child_of.get(key)
         if node is None:
@@ -48,6 +49,7 @@ class DraftTree:
             self.depths.append(self.depths[parent] + 1)
             self.sources.append({source})
             self.meta.append({})
+            self.scores.append(score)
             self._children.append([])
             siblings = self._children[parent]
             self.positions.append(len(siblings))
@@ -58,7 +60,9 @@ class DraftTree:
         node_meta = self.meta[node]
         previous = node_meta.get(source)
         if previous is None or score > previous.get("score", 0.0):
-            node_meta[source] = {"score": float(score), **meta}
+            node_meta[source] = {"score": score, **meta}
+            if score > self.scores[node]:
+                self.scores[node] = score
         return node
 
     def add_path(self, tokens: Iterable[int], source: str, parent: int = ROOT,
@@ -100,7 +104,7 @@ class DraftTree:
 
     def score(self, node: int) -> float:
         """Best score any source gave the node (what breadth-first truncation keeps)."""
-        return max((m.get("score", 0.0) for m in self.meta[node].values()), default=0.0)
+        return self.scores[node]
 
     def max_depth(self) -> int:
         return max(self.depths)
