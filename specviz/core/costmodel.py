@@ -85,42 +85,71 @@ def stored_path(lm: LoadedModel) -> Path:
     return cache_root() / "costs" / name
 
 
+# a bigger tree never costs much less than a smaller one (measured here: at most about 5% less, where a
+# one-row product takes a slower path than a few rows); a curve that says otherwise was measured while
+# something else ran, and is measured again rather than trusted
+PLAUSIBLE_DROP = 0.85
+CALIBRATION_ATTEMPTS = 3
+
+
+def plausible(ms: list[float]) -> bool:
+    """Whether a curve's times could all be this machine's own: positive, and no size below PLAUSIBLE_DROP
+    times the cost of a smaller one."""
+    return all(t > 0 for t in ms) and all(later >= PLAUSIBLE_DROP * max(ms[:i]) for i, later in enumerate(ms) if i)
+
+
 def load(lm: LoadedModel) -> CostModel | None:
     path = stored_path(lm)
     if not path.is_file():
         return None
     try:
-        return CostModel(**json.loads(path.read_text()))
+        cost = CostModel(**json.loads(path.read_text()))
     except (ValueError, TypeError):
         return None  # an unreadable file is recalibrated, never trusted
+    return cost if plausible(cost.ms) else None  # so is one measured during a burst of load (older versions)
 
 
-def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, repeats: int = 5,
-              save: bool = True) -> CostModel:
-    """Median time of a tree forward (a chain of q tokens) on a cache of context_len tokens."""
+def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int) -> list[float]:
+    """Median time of a tree forward (a chain of q tokens) per size, on a cache of context_len tokens. The
+    sizes take turns (each round times each size once), so a burst of load in the middle lands in one
+    round of every size, and the medians leave it out, instead of spoiling every repeat of a few sizes."""
     model = lm.model
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
     cache = new_cache(model.config)
     with torch.inference_mode():
         model(input_ids=torch.tensor([context], device=lm.device), past_key_values=cache, use_cache=True)
-    medians = []
+    trees = []
     for q in sizes:
         tree = DraftTree(context[-1])
         tree.add_path(context[:q - 1], "retrieval")
-        times = []
-        for _ in range(repeats + 1):  # the first run warms up this shape
+        trees.append(tree)
+    times: list[list[float]] = [[] for _ in sizes]
+    for round_ in range(repeats + 1):  # the first round warms every shape up
+        for tree, kept in zip(trees, times):
             started = time.perf_counter()
             tree_forward(model, cache, tree, context_len)
             if lm.device.type == "cuda":
                 torch.cuda.synchronize()
-            times.append((time.perf_counter() - started) * 1000)
-            cache.crop(-q)
-        medians.append(round(statistics.median(times[1:]), 3))
+            elapsed = (time.perf_counter() - started) * 1000
+            cache.crop(-len(tree))
+            if round_:
+                kept.append(elapsed)
+    return [round(statistics.median(kept), 3) for kept in times]
+
+
+def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, repeats: int = 5,
+              save: bool = True, attempts: int = CALIBRATION_ATTEMPTS) -> CostModel:
+    """The verify cost curve, measured (see _measure) until it is plausible, at most `attempts` times. A
+    curve still implausible after that is used but not saved: the next session measures again."""
+    for _ in range(attempts):
+        medians = _measure(lm, sizes, context_len, repeats)
+        if plausible(medians):
+            break
     cost = CostModel(sizes=list(sizes), ms=medians, context_len=context_len, model=lm.name,
                      device=lm.device.type, dtype=str(lm.dtype).replace("torch.", ""),
                      threads=torch.get_num_threads())
-    if save:
+    if save and plausible(medians):
         path = stored_path(lm)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(cost), indent=1))

@@ -333,7 +333,12 @@ def cmd_calibrate(args) -> None:
     cost = costmodel.calibrate(lm, context_len=_positive("--context", args.context, lm.max_context - 200),
                                repeats=_positive("--repeats", args.repeats, 100))
     print(cost.table())
-    print(f"saved to {costmodel.stored_path(lm)}")
+    if costmodel.plausible(cost.ms):
+        print(f"saved to {costmodel.stored_path(lm)}")
+    else:
+        print(f"not saved: a bigger tree measured much cheaper than a smaller one in each of "
+              f"{costmodel.CALIBRATION_ATTEMPTS} attempts (something else was running?); calibrate again on a "
+              f"quiet machine")
 
 
 def cmd_datastore(args) -> None:
