@@ -45,7 +45,13 @@ def tiny_models(lm, tmp_path_factory):
         LlamaForCausalLM(config).save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
         folders[name] = str(root / name)
-    return folders
+    yield folders
+    # a warm copy-logit table is cached per model under the user's cache folder: theirs are keyed by these
+    # temporary folders, so every test run would leave 6 MB more behind
+    from specviz.core.models import cache_root
+
+    for stale in (cache_root() / "copy_logits").glob(f"*{root.parent.name}_{root.name}_*"):
+        stale.unlink()
 
 
 def tree_logits_native_and_not(lm, switch: str, prompt: str):
