@@ -54,6 +54,15 @@ def tiny_models(lm, tmp_path_factory):
         stale.unlink()
 
 
+def native_library_or_skip(kernel, what: str):
+    """A native kernel module's loaded library (the `kernel` fixtures of its tests), or a skip that says
+    why this machine has none."""
+    lib = kernel.library()
+    if lib is None:
+        pytest.skip(f"no {what} here: {kernel.status()}")
+    return lib
+
+
 def tree_logits_native_and_not(lm, switch: str, prompt: str):
     """The lean forward's logits for one draft tree after `prompt`, with its native kernel `switch`
     ('native_attention' or 'native_glue') on and then off: (on, off)."""

@@ -4,16 +4,13 @@ around them, and ATen's path wherever it cannot run."""
 import pytest
 import torch
 
-from conftest import tree_logits_native_and_not
+from conftest import native_library_or_skip, tree_logits_native_and_not
 from specviz.core import attention_kernel
 
 
 @pytest.fixture
 def kernel():
-    lib = attention_kernel.library()
-    if lib is None:
-        pytest.skip(f"no native attention here: {attention_kernel.status()}")
-    return lib
+    return native_library_or_skip(attention_kernel, "native attention")
 
 
 def _case(n, past, kv_heads, groups, head_dim, seed, spare=9):

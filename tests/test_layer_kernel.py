@@ -5,16 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import tree_logits_native_and_not
+from conftest import native_library_or_skip, tree_logits_native_and_not
 from specviz.core import layer_kernel
 
 
 @pytest.fixture
 def kernel():
-    lib = layer_kernel.library()
-    if lib is None:
-        pytest.skip(f"no native layer kernel here: {layer_kernel.status()}")
-    return lib
+    return native_library_or_skip(layer_kernel, "native layer kernel")
 
 
 @pytest.mark.parametrize("rows", [1, 16, 70])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import native_library_or_skip
 from specviz.accept import logit_kernel
 from specviz.core import native as native_build
 from specviz.accept.verification import TOP_K, LogitTop, _node_ranks_torch, blockwise_topk, node_target_stats
@@ -27,10 +28,7 @@ def awkward_logits(rows: int, seed: int) -> torch.Tensor:
 
 @pytest.fixture
 def native():
-    lib = logit_kernel.library()
-    if lib is None:
-        pytest.skip(f"no native kernel here: {logit_kernel.status()}")
-    return lib
+    return native_library_or_skip(logit_kernel, "native kernel")
 
 
 def test_the_kernel_builds_where_a_compiler_is_found():

@@ -29,7 +29,7 @@ namespace {
 // accumulators (6 x 4 vectors of the output) in registers; 128 dims take three.
 template <int kDim>
 constexpr int kRows = kDim == 64 ? 6 : 3;
-constexpr int kMostRows = 6;
+constexpr int kMostRows = kRows<64>;  // the scratch each thread holds serves every head size
 constexpr size_t kKeptFloats = 1 << 18;  // 1 MB of transposed keys kept per calling thread
 
 // rows[i] <- column i of the 16 x 16 block (four perfect shuffles of rows i and i + 8)
