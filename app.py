@@ -170,7 +170,7 @@ def on_load_model(name, mode=""):
     from specviz.core.modes import parse_mode
 
     notes = "".join(f" ⚠️ {note}" for note in [*parse_mode(mode).notes, *lm.notes])
-    return (f"Loaded **{lm.name}** on {lm.device}, mode **{lm.mode}** (linear kernel {lm.linear}{' with packed weights' if lm.packed else ''}, "
+    return (f"Loaded **{lm.name}** on {lm.device}, mode **{lm.mode}** (linear kernel {lm.linear}{' with packed weights' if lm.packed and lm.linear == 'onednn' else ''}, "
             f"{'lean' if lm.lean else 'stock'} forward), context {lm.max_context}.{notes}")
 
 

@@ -25,7 +25,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-CHOICES = ("onednn", "stock")
+CHOICES = ("native", "onednn", "stock")  # native: core.linear_kernel (the lean forward's tree forwards)
 PACK_ROWS = 64  # the batch size oneDNN lays a packed weight out for (16..128 measured alike here)
 _local = threading.local()
 
@@ -54,13 +54,20 @@ def onednn_linear(x: torch.Tensor, packed_weight: torch.Tensor, bias: torch.Tens
 
 def kernel(name: str):
     """linear(x, weight, bias) for a kernel name of CHOICES; its weight is what weight_preparer gives."""
+    if name == "native":
+        from specviz.core import linear_kernel
+        return linear_kernel.linear
     return onednn_linear if name == "onednn" else F.linear
 
 
 def weight_preparer(name: str, packed: bool):
     """prepare(weight, module=None): a weight in the form kernel(name) takes. With packed oneDNN weights
     that is the module's packed copy (made by install, so a weight is packed once) or, for a weight no
-    module owns (a fused matrix), a new packed copy; otherwise the dense weight itself."""
+    module owns (a fused matrix), a new packed copy; for the native kernel, the weight in its groups
+    (core.linear_kernel); otherwise the dense weight itself."""
+    if name == "native":
+        from specviz.core import linear_kernel
+        return lambda weight, module=None: linear_kernel.group(weight)
     if name != "onednn" or not packed:
         return lambda weight, module=None: weight
 

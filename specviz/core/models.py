@@ -152,17 +152,29 @@ def resolve_model_source(name: str | None) -> str:
 
 
 def pick_linear(device: torch.device, dtype: torch.dtype, linear: str | None) -> tuple[str, str | None]:
-    """The linear kernel to run and, when the one asked for cannot run here, why (the fall back is stock).
-    Default: oneDNN wherever it runs (CPU fp32/bf16), else stock; SPECVIZ_LINEAR overrides the default."""
+    """The linear kernel to run and, when the one asked for cannot run here, why (the fall back is oneDNN,
+    else stock). Default: the native kernel where it runs (CPU fp32), else oneDNN (CPU fp32/bf16), else
+    stock; SPECVIZ_LINEAR overrides the default."""
+    from specviz.core import linear_kernel
+
     asked = (linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip().lower()
     if asked and asked not in fast_linear.CHOICES:
         raise SpecvizError(f"Unknown linear kernel '{asked}'; choose one of {', '.join(fast_linear.CHOICES)}.")
     if asked == "stock":
         return "stock", None
+    notes = []
+    if asked in ("", "native"):
+        why_not_native = linear_kernel.available(device, dtype)
+        if why_not_native is None:
+            return "native", None
+        if asked == "native":
+            notes.append(why_not_native)
     why_not = fast_linear.available(device, dtype)
     if why_not is None:
-        return "onednn", None
-    return "stock", (f"{why_not}: running PyTorch's stock linear instead" if asked == "onednn" else None)
+        return "onednn", (f"{notes[0]}: running oneDNN's linear instead" if notes else None)
+    if asked:
+        notes.append(f"{why_not}: running PyTorch's stock linear instead")
+    return "stock", "; ".join(notes) or None
 
 
 def load_model(name: str | None = None, device: str | None = None, dtype: str | None = None,
@@ -196,7 +208,7 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     if run_mode.compiled:
         kernel = "stock"  # Dynamo cannot trace the oneDNN op; inductor picks its own kernels
     packed = False
-    if kernel == "onednn":
+    if kernel in ("native", "onednn"):  # the model's own modules (prefill, peers' stock() aside) run oneDNN
         why_not_packed = fast_linear.room_to_pack(model)
         packed = why_not_packed is None
         fast_linear.install(model, packed)
@@ -204,6 +216,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
             run_mode.notes.append(why_not_packed)
     lean = os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock" \
         and lean_forward.install(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed)) is None
+    if kernel == "native" and not lean:  # the native kernel runs in the lean forward only
+        kernel = "onednn"
     if run_mode.compiled:
         why = modes.compile_forward(model) if lean else "compile needs the lean forward (a Llama-shaped model)"
         if why:

@@ -18,8 +18,8 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
     parser.add_argument("--mode", default=None, help="run mode: a precision (fp32, bf16, fp16) and/or compile, "
                         "joined by '+', e.g. bf16+compile (default: fp32 eager on CPU; SPECVIZ_MODE sets it)")
-    parser.add_argument("--linear", default=None, help="linear-layer kernel: onednn (default on CPU) or stock "
-                        "(PyTorch's F.linear); SPECVIZ_LINEAR sets the default")
+    parser.add_argument("--linear", default=None, help="linear-layer kernel: native (default on CPU in fp32), onednn "
+                        "(default in bf16) or stock (PyTorch's F.linear); SPECVIZ_LINEAR sets the default")
 
 
 def _load_target(args):

@@ -3,8 +3,9 @@
 For q tree tokens over a cache of `context_len` entries, three medians:
 - `forward_ms`: the verify forward as the engine runs it (mask, rotary, attention over the cache, norms,
   the linear layers, the head);
-- `linear_ms`: every nn.Linear of the model applied once to q rows, with the kernel the model runs
-  (oneDNN or stock): the part no change outside the linear layers can remove;
+- `linear_ms`: every linear layer of the model applied once to q rows, with the kernel and weights the
+  forward runs (the native kernel or oneDNN, q/k/v fused; else stock): the part no change outside the
+  linear layers can remove;
 - the median of their ratio, forward and linear-only timed in turn (issue target: at most 1.25);
 - `stock_linear_ms` and `stock_ratio`: the same against the issue's own yardstick, PyTorch's stock
   `F.linear` on the dense weights (where the model runs another kernel; else the same figures).
@@ -38,24 +39,35 @@ def _chain(root: int, tokens: list[int]) -> DraftTree:
 
 class LinearOnly:
     """Every linear layer of the model applied once to (1, rows, in_features) inputs, with the kernel
-    the model runs (stock=False) or with PyTorch's stock F.linear on the dense weights (stock=True)."""
+    the model runs (stock=False: the lean forward's own kernel and weights where it runs, fused q/k/v
+    included, else the modules') or with PyTorch's stock F.linear on the dense weights (stock=True)."""
 
     def __init__(self, lm, rows: int, stock: bool = False):
         self.lm, self.stock = lm, stock
-        self.linears = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
-        self.inputs = {m.in_features: torch.randn(1, rows, m.in_features, dtype=lm.dtype, device=lm.device)
-                       for m in self.linears}
+        lean = getattr(lm.model, "_specviz_lean", None)
+        if lean is not None and not stock:
+            # (weight, bias, in_features) as the lean forward calls them
+            weights = [(w, b, n) for (_, qkv, qkv_bias, w_o, b_o, _, w_gate, w_up, w_down), layer
+                       in zip(lean.layers, lm.model.model.layers)
+                       for w, b, n in ((qkv, qkv_bias, layer.self_attn.q_proj.in_features),
+                                       (w_o, b_o, layer.self_attn.o_proj.in_features),
+                                       (w_gate, None, layer.mlp.gate_proj.in_features),
+                                       (w_up, None, layer.mlp.up_proj.in_features),
+                                       (w_down, None, layer.mlp.down_proj.in_features))]
+            weights.append((lean.head, getattr(lm.model.lm_head, "bias", None), lm.model.lm_head.in_features))
+            self.calls = [(lambda x, w=w, b=b: lean.linear(x, w, b), n) for w, b, n in weights]
+        else:
+            modules = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+            self.calls = [((lambda x, m=m: torch.nn.functional.linear(x, m.weight, m.bias)) if stock else m,
+                           m.in_features) for m in modules]
+        self.inputs = {n: torch.randn(1, rows, n, dtype=lm.dtype, device=lm.device) for _, n in self.calls}
 
     @torch.inference_mode()
     def ms(self) -> float:
         _sync(self.lm.device)
         started = time.perf_counter()
-        for module in self.linears:
-            x = self.inputs[module.in_features]
-            if self.stock:
-                torch.nn.functional.linear(x, module.weight, module.bias)
-            else:
-                module(x)
+        for call, in_features in self.calls:
+            call(self.inputs[in_features])
         _sync(self.lm.device)
         return (time.perf_counter() - started) * 1000
 
@@ -117,7 +129,7 @@ def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, wit
 
 def format_profile(lm, rows: list[dict]) -> str:
     lines = [f"verify forward vs linear layers alone ({lm.name}, {lm.device.type}, "
-             f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}{' packed' if getattr(lm, 'packed', False) else ''}, compiled={getattr(lm, 'compiled', False)}, "
+             f"{str(lm.dtype).replace('torch.', '')}, linear={lm.linear}{' packed' if getattr(lm, 'packed', False) and lm.linear == 'onednn' else ''}, compiled={getattr(lm, 'compiled', False)}, "
              f"{torch.get_num_threads()} threads)",
              f"{'tokens':>6} {'forward ms':>11} {'linear ms':>10} {'ratio':>6}   "
              f"{'stock F.linear ms':>17} {'ratio':>6}"]
