@@ -15,6 +15,10 @@ one-token step does (attention over a longer key range still differs in the last
 The results differ from MKL's in the last bits (about 1e-6), like any change of kernel, but one model
 uses one kernel for every method, so greedy tree verification stays token-identical to `ar`. Peers
 (transformers' `generate`) run under `stock()` so the bench compares our forward with the stock one.
+
+In fp32 on a CPU the lean forward (every tree forward) runs core.linear_kernel instead (CHOICES' "native":
+cheaper at every tree size here, and row-independent for every layer); the model's own modules, which run
+the prefill, keep oneDNN.
 """
 
 from __future__ import annotations

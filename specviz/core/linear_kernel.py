@@ -1,12 +1,13 @@
 """The lean forward's linear layers on a CPU (linear_kernel.cc), compiled once per machine by core.native.
 
-A verify forward of a few tokens is bound by reading the weights (about 536 MB in fp32 for SmolLM2-135M,
-some 11 ms here). oneDNN's packed matmul reads them once too, but costs about 5% more for 2 rows than for
-1 and 40% more for 8; this kernel keeps a block of up to 6 rows x 64 outputs in registers, so every
-weight vector it loads serves all the rows (random weights with the model's shapes, 2 cores, AVX-512:
-11.3 / 11.5 / 12.3 / 14.1 / 44.3 ms at 1 / 2 / 4 / 8 / 64 rows against oneDNN's 16.1 / 14.8 / 14.1 / 16.4
-/ 46.2). Each output is summed over the input in order, so a row's result is bitwise the same however
-many rows share the call.
+A verify forward of a few tokens is bound by reading the weights (about 536 MB in fp32 for SmolLM2-135M).
+oneDNN's packed matmul reads them once too, but its one-row path is slow here and its cost grows from
+2 rows on. This kernel streams each weight once, in groups of 48 output columns, and keeps a block of up
+to 8 rows x 48 outputs in registers, so every weight vector it loads serves all the rows: the lean
+forward's linear layers alone take 7.5 / 8.0 / 8.8 / 10.2 / 38.5 ms at 1 / 2 / 4 / 8 / 64 rows (2 cores,
+AVX-512; about 72 GB/s of weights at one row), and a one-token verify forward went from about 12 ms
+with oneDNN to about 9.5. Each output is summed over the input in order, so a row's result is bitwise the
+same however many rows share the call.
 
 fp32 on a CPU only; elsewhere (bf16, CUDA, no compiler, SPECVIZ_NATIVE=0) core.fast_linear's oneDNN or
 PyTorch's linear runs instead, and models.pick_linear says why.
