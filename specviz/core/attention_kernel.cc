@@ -155,27 +155,26 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
         for (int c = 0; c < kDim / kLanes; c++) store(out + out_rows.at(r0 + r) + c * kLanes, acc[r][c] / sum[r]);
 }
 
+// Transposes keys [from, keys) of every kv head into 16-key tiles (the tile that holds `from` whole, zero past
+// the last key) at kt (kv head h at kt + h * kt_stride, 64-byte aligned), then attends every query row.
+// A caller that keeps kt between calls passes how many keys it already holds transposed as `from`.
 template <int kDim>
 void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const float* v, int64_t kv_stride,
-            int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows) {
+            int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* kt,
+            int64_t kt_stride, int64_t from) {
     constexpr int block_rows = kRows<kDim>;
     const int64_t rows = groups * q_rows.n;
     const int64_t blocks = (rows + block_rows - 1) / block_rows, tiles = (keys + kLanes - 1) / kLanes;
-    const int64_t padded = tiles * kLanes;
-    // per calling thread: kv_heads x padded x dim, kept between calls up to kKeptFloats (long contexts
-    // allocate per call, so many calling threads do not each hold megabytes)
-    static thread_local std::vector<float> transposed;
-    transposed.resize(kv_heads * padded * kDim + kLanes);
-    float* kt = aligned(transposed.data());
+    const int64_t padded = tiles * kLanes, first_tile = from / kLanes, new_tiles = tiles - first_tile;
 #pragma omp parallel
     {
         static thread_local std::vector<float> scratch;
         scratch.resize(kMostRows * padded + kLanes);
 #pragma omp for schedule(static)
-        for (int64_t unit = 0; unit < kv_heads * tiles; unit++) {
-            const int64_t h = unit / tiles, j0 = (unit % tiles) * kLanes;
+        for (int64_t unit = 0; unit < kv_heads * new_tiles; unit++) {
+            const int64_t h = unit / new_tiles, j0 = (first_tile + unit % new_tiles) * kLanes;
             const float* head_keys = k + h * kv_stride;
-            float* tile = kt + h * padded * kDim + j0 * kDim;
+            float* tile = kt + h * kt_stride + j0 * kDim;
             for (int c = 0; c < kDim / kLanes; c++) {
                 vf block[kLanes];
                 for (int i = 0; i < kLanes; i++)
@@ -188,11 +187,24 @@ void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const f
         for (int64_t unit = 0; unit < kv_heads * blocks; unit++) {
             const int64_t h = unit / blocks, r0 = (unit % blocks) * block_rows;
             attend_block<kDim>(q + h * groups * q_rows.head_stride, q_rows, r0,
-                               rows - r0 < block_rows ? int(rows - r0) : block_rows, kt + h * padded * kDim,
+                               rows - r0 < block_rows ? int(rows - r0) : block_rows, kt + h * kt_stride,
                                padded, v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride,
                                out_rows, aligned(scratch.data()));
         }
     }
+}
+
+// attend with every key transposed afresh into a buffer of the calling thread's: kv_heads x padded x dim,
+// kept between calls up to kKeptFloats (long contexts allocate per call, so many calling threads do not each
+// hold megabytes)
+template <int kDim>
+void attend_all_keys(const float* q, Rows q_rows, int64_t groups, const float* k, const float* v, int64_t kv_stride,
+                     int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows) {
+    const int64_t padded = (keys + kLanes - 1) / kLanes * kLanes;
+    static thread_local std::vector<float> transposed;
+    transposed.resize(kv_heads * padded * kDim + kLanes);
+    attend<kDim>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows,
+                 aligned(transposed.data()), padded * kDim, 0);
     if (transposed.size() > kKeptFloats) {
         transposed.clear();
         transposed.shrink_to_fit();
@@ -214,8 +226,8 @@ void attention_kernel_attend(const float* q, int64_t q_token_stride, int64_t q_h
                              int64_t keys, int64_t head_dim, const float* mask, float scale, float* out,
                              int64_t out_token_stride, int64_t out_head_stride) {
     const Rows q_rows{n, q_token_stride, q_head_stride}, out_rows{n, out_token_stride, out_head_stride};
-    if (head_dim == 64) attend<64>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
-    else if (head_dim == 128) attend<128>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
+    if (head_dim == 64) attend_all_keys<64>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
+    else if (head_dim == 128) attend_all_keys<128>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows);
 }
 
 }  // extern "C"

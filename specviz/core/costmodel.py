@@ -65,8 +65,9 @@ def _slug(text: str) -> str:
 
 
 # bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights,
-# 3: native tree attention, 4: native norms, rotary and activation, 5: aligned six-row attention blocks)
-FORWARD_REVISION = 5
+# 3: native tree attention, 4: native norms, rotary and activation, 5: aligned six-row attention blocks,
+# 6: the whole lean forward in one native call, keys kept transposed)
+FORWARD_REVISION = 6
 
 
 def stored_path(lm: LoadedModel) -> Path:
@@ -79,6 +80,8 @@ def stored_path(lm: LoadedModel) -> Path:
         if not lean.native_glue or layer_kernel.usable(lm.dtype, lm.device, lm.model.config.hidden_size,
                                                        lean.head_dim) is None:
             forward += "-torchops"
+        if lean.native_decoder() is None:
+            forward += "-calls"
     kernel = lm.linear + ("-dense" if lm.linear == "onednn" and not getattr(lm, "packed", False) else "")
     name = (f"{_slug(lm.name)}-{lm.device.type}-{_slug(lm.mode)}-{kernel}-{forward}-"
             f"{torch.get_num_threads()}t-r{FORWARD_REVISION}.json")

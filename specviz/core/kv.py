@@ -22,6 +22,8 @@ def keep_accepted(cache, past_len: int, kept_block_positions: list[int]) -> None
             index = source.to(layer.keys.device)
             layer.keys[:, :, past_len:past_len + keep] = layer.keys.index_select(-2, index)
             layer.values[:, :, past_len:past_len + keep] = layer.values.index_select(-2, index)
+            if isinstance(layer, GrowingLayer):
+                layer.transposed_length = min(layer.transposed_length, past_len)
     # when the path already sits at the front of the block (chains, first-child paths) no copy is needed
     surplus = cache_length(cache) - (past_len + keep)
     if surplus > 0:
@@ -32,12 +34,18 @@ class GrowingLayer(DynamicLayer):
     """A DynamicLayer that appends into a preallocated buffer (capacity doubles when full) instead of
     torch.cat-ing the whole cache on every forward: at a 512-token cache the copies took 6 ms of a 32 ms
     one-token forward and 20 ms of a 52 ms 16-token one. `keys` / `values` are views of the filled part,
-    so crop is a length change and keep_accepted writes into the buffer in place."""
+    so crop is a length change and keep_accepted writes into the buffer in place.
+
+    For core.decoder_kernel it also keeps the keys transposed into the attention's 16-key tiles
+    (`transposed`, the buffer's shape; None until that kernel runs): the first `transposed_length` keys are
+    there as they are in the cache, so a forward transposes only the rest. Whatever rewrites or drops cache
+    entries lowers it (crop, keep_accepted, a new buffer)."""
 
     def __init__(self):
         super().__init__()
         self._keys = self._values = None
         self.length = 0
+        self.transposed, self.transposed_length = None, 0
 
     @property
     def keys(self):
@@ -47,6 +55,7 @@ class GrowingLayer(DynamicLayer):
     def keys(self, tensor):  # DynamicLayer's own methods assign whole tensors (reset, batch ops)
         self._keys = tensor
         self.length = 0 if tensor is None or tensor.dim() < 2 else tensor.shape[-2]
+        self.transposed, self.transposed_length = None, 0
 
     @property
     def values(self):
@@ -56,18 +65,24 @@ class GrowingLayer(DynamicLayer):
     def values(self, tensor):
         self._values = tensor
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        new_length = self.length + key_states.shape[-2]
+    def reserve(self, new_length: int, keys_like: torch.Tensor, values_like: torch.Tensor) -> None:
+        """Room for new_length entries (a new buffer when full: twice that, a multiple of 16 entries);
+        keys_like, values_like: (batch, kv_heads, any, head_dim) tensors of the entries' shape and dtype."""
         if self._keys is None or self._keys.dim() < 4 or new_length > self._keys.shape[-2]:
-            capacity = max(256, 2 * new_length)
-            keys = key_states.new_empty((*key_states.shape[:-2], capacity, key_states.shape[-1]))
-            values = value_states.new_empty((*value_states.shape[:-2], capacity, value_states.shape[-1]))
+            capacity = max(256, -(-2 * new_length // 16) * 16)
+            keys = keys_like.new_empty((*keys_like.shape[:-2], capacity, keys_like.shape[-1]))
+            values = values_like.new_empty((*values_like.shape[:-2], capacity, values_like.shape[-1]))
             if self.length:
                 keys[..., :self.length, :] = self._keys[..., :self.length, :]
                 values[..., :self.length, :] = self._values[..., :self.length, :]
             self._keys, self._values = keys, values
+            self.transposed, self.transposed_length = None, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new_length = self.length + key_states.shape[-2]
+        self.reserve(new_length, key_states, value_states)
         self._keys[..., self.length:new_length, :] = key_states
         self._values[..., self.length:new_length, :] = value_states
         self.length = new_length
@@ -81,6 +96,7 @@ class GrowingLayer(DynamicLayer):
             raise ValueError("crop takes a negative count of tokens to remove")
         if self.is_initialized:
             self.length = max(0, self.length + tokens_to_remove)
+            self.transposed_length = min(self.transposed_length, self.length)
 
 
 def new_cache(config) -> DynamicCache:

@@ -17,7 +17,9 @@ gained nothing (2.3 -> 2.2 at 1 row) and lost 3 ms at 64, so they stay two matmu
 greedy tree verification stays token-identical to one-token decoding.
 
 On a CPU in fp32, attention runs in core.attention_kernel and the norms, rotary and gated activation in
-core.layer_kernel (native code, one call each); elsewhere, and in the compiled mode, torch's ops do.
+core.layer_kernel (native code, one call each); elsewhere, and in the compiled mode, torch's ops do. Where
+the linear layers run the native kernel too, core.decoder_kernel runs the whole loop in one native call
+(the same kernels in the same order: the same bits, without ~300 Python-level calls a forward).
 
 Supported: model types whose layers are exactly the Llama recipe (llama, mistral and qwen2 without a
 sliding window). Anything else keeps the stock forward: `install` says why not.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specviz.core import attention_kernel, layer_kernel
+from specviz.core import attention_kernel, decoder_kernel, layer_kernel
 
 SUPPORTED = ("llama", "mistral", "qwen2")
 
@@ -100,7 +102,17 @@ class LeanDecoder:
         self.before_attention, self.after_attention = self._before_attention, self._after_attention
         self.native_attention = True  # core.attention_kernel where it runs (False: always ATen's)
         self.native_glue = True  # core.layer_kernel where it runs (False: torch's ops; the compiled mode)
+        self.native_layers = True  # core.decoder_kernel where it runs (False: the loop below, call by call)
         self.glue = None  # per forward: core.layer_kernel's library, or None for torch's ops
+        self._native = None  # core.decoder_kernel.NativeDecoder, built on first use ("no": it cannot run here)
+
+    def native_decoder(self):
+        """core.decoder_kernel's NativeDecoder for this model, or None where it cannot run (or is off)."""
+        if not (self.native_layers and self.native_glue and self.native_attention):
+            return None
+        if self._native is None:
+            self._native = decoder_kernel.for_decoder(self) or "no"
+        return None if self._native == "no" else self._native
 
     def _rmsnorm(self, h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if self.glue is not None:
@@ -158,6 +170,9 @@ class LeanDecoder:
         model dtype; the cache grows by n entries per layer."""
         h = self.inner.embed_tokens(input_ids)
         cos, sin = self.inner.rotary_emb(h, position_ids)
+        native = self.native_decoder()
+        if native is not None and native.cache_ready(cache, len(self.layers)):
+            return native.forward(h, cos, sin, mask, cache)
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
         groups = self.heads // self.kv_heads
         kernel = attention_kernel.usable(h.dtype, h.device, self.head_dim) if self.native_attention else None

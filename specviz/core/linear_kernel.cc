@@ -3,7 +3,7 @@
 // ((N / (16 kTiles), K, 16 kTiles), zero past column N): one group is one sequential stream, and at each
 // input index k its kTiles vectors hold the weights of the group's outputs.
 //
-// A block of up to kRows rows x one group keeps its sums in registers; every weight vector loaded serves
+// A block of up to kBlockRows rows x one group keeps its sums in registers; every weight vector loaded serves
 // each row of the block, so a tree of a few tokens reads the weights once, as one token does. Each output
 // is summed over k in order, one fused multiply-add at a time, whatever the block: a row's result never
 // depends on how many rows share the call (what keeps a tree's root row bitwise the one-token step's).
@@ -23,11 +23,11 @@
 namespace {
 
 #if defined(__AVX512F__)
-constexpr int kRows = 8;   // 8 x 3 sums, 3 weight vectors and a broadcast: 28 of the 32 vector registers
+constexpr int kBlockRows = 8;   // 8 x 3 sums, 3 weight vectors and a broadcast: 28 of the 32 vector registers
 constexpr int kTiles = 3;
 inline vf fmadd(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
 #else
-constexpr int kRows = 2;   // fewer, wider-than-native registers elsewhere (AVX2, NEON)
+constexpr int kBlockRows = 2;   // fewer, wider-than-native registers elsewhere (AVX2, NEON)
 constexpr int kTiles = 2;
 inline vf fmadd(vf a, vf b, vf c) { return a * b + c; }
 #endif
@@ -68,7 +68,7 @@ void block(const float* x, int64_t K, const float* group, const float* bias, flo
     }
 }
 
-template <int R = kRows>
+template <int R = kBlockRows>
 void rows_block(int rows, const float* x, int64_t K, const float* group, const float* bias, float* y, int64_t N,
                 int64_t n0) {
     if constexpr (R > 1) {
@@ -90,7 +90,7 @@ int linear_kernel_group_columns() { return kGroup; }
 void linear_kernel_forward(const float* x, int64_t M, int64_t K, const float* groups, int64_t N, const float* bias,
                            float* y, int threads) {
     const int64_t count = (N + kGroup - 1) / kGroup;
-    const int64_t chunks = (M + kRows - 1) / kRows;  // row chunks of as even a size as can be (7 rows: 4 + 3)
+    const int64_t chunks = (M + kBlockRows - 1) / kBlockRows;  // row chunks of as even a size as can be (7 rows: 4 + 3)
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t g = 0; g < count; g++) {
         for (int64_t c = 0; c < chunks; c++) {

@@ -1,9 +1,10 @@
 """Building the engine's small C++ kernels (accept/logit_kernel.cc, core/attention_kernel.cc,
-core/layer_kernel.cc) once per machine.
+core/layer_kernel.cc, core/linear_kernel.cc, core/decoder_kernel.cc) once per machine.
 
 Each is compiled with the machine's C++ compiler (`CXX`, else g++, else c++) into the cache
-(`cache_root()/native`), keyed by its source, the shared header vector_math.h, the flags, the compiler and
-the processor (-march=native); a new build removes that kernel's older builds. Built with -fopenmp where the
+(`cache_root()/native`), keyed by its source and every local file it includes (the shared header
+vector_math.h; decoder_kernel.cc includes three kernels), the flags, the compiler and the processor
+(-march=native); a new build removes that kernel's older builds. Built with -fopenmp where the
 compiler can, else single-threaded. SPECVIZ_NATIVE=0 turns every kernel off (torch paths instead).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -45,10 +47,23 @@ def compiler() -> str | None:
     return None
 
 
+def with_includes(source: Path, seen: set[Path] | None = None) -> list[Path]:
+    """The source and, in order, every file it includes with #include "..." (beside it), each once."""
+    seen = set() if seen is None else seen
+    if source in seen:
+        return []
+    seen.add(source)
+    files = [source]
+    for name in re.findall(r'^#include "([^"]+)"', source.read_text(), flags=re.MULTILINE):
+        files += with_includes(source.parent / name, seen) if (source.parent / name).exists() \
+            else with_includes(HEADER.parent / name, seen)
+    return files
+
+
 def build(source: Path, compiler_path: str) -> Path:
     """The shared library of one kernel source, compiled now unless the cache has this very build."""
     from specviz.core.models import cache_root
-    text = source.read_bytes() + HEADER.read_bytes()
+    text = b"".join(path.read_bytes() for path in with_includes(source))
     key = hashlib.sha256(text + " ".join(FLAGS).encode() + compiler_path.encode() + processor().encode()).hexdigest()[:16]
     folder = cache_root() / "native"
     target = folder / f"{source.stem}-{key}.so"
