@@ -57,11 +57,9 @@ inline bool any_lane(vi lanes) {
     return std::memcmp(&lanes, &none, sizeof none) != 0;
 }
 
-// dot products of kRows<kDim> query rows (q: rows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles,
-// d x 16)
-template <int kDim, int kChunks>
+// dot products of `rows` query rows (q: rows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles, d x 16)
+template <int kDim, int kChunks, int rows>
 inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[][2]) {
-    constexpr int rows = kRows<kDim>;
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < kChunks; c++) dots[r][c] = vf{};
     for (int d = 0; d < kDim; d++) {
@@ -81,24 +79,24 @@ struct Rows {
     int64_t at(int64_t r) const { return (r % n) * token_stride + (r / n) * head_stride; }
 };
 
-// rows r0 .. r0 + nrows - 1 of one kv head; s: scratch of kRows<kDim> x padded floats, 64-byte aligned
-template <int kDim>
-void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const float* kt, int64_t padded,
-                  const float* v, int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* s) {
-    constexpr int rows = kRows<kDim>;
+// rows r0 .. r0 + rows - 1 of one kv head; s: scratch of kRows<kDim> x padded floats, 64-byte aligned. Each
+// row's arithmetic is the same whatever `rows` is: a block's size only sets how many rows share each read.
+template <int kDim, int rows>
+void attend_block(const float* q, Rows q_rows, int64_t r0, const float* kt, int64_t padded, const float* v,
+                  int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* s) {
     const float inf = std::numeric_limits<float>::infinity();
     const int64_t n = q_rows.n;
-    alignas(64) float qb[rows * kDim] = {};
-    for (int r = 0; r < nrows; r++) std::memcpy(qb + r * kDim, q + q_rows.at(r0 + r), kDim * sizeof(float));
+    alignas(64) float qb[rows * kDim];
+    for (int r = 0; r < rows; r++) std::memcpy(qb + r * kDim, q + q_rows.at(r0 + r), kDim * sizeof(float));
     // scores: s[r][j] = q_r . k_j * scale + mask, and each row's largest
     vf best[rows];
     for (int r = 0; r < rows; r++) best[r] = splat(-inf);
     for (int64_t j0 = 0; j0 < padded;) {
         vf dots[rows][2];
         const int chunks = j0 + 2 * kLanes <= padded ? 2 : 1;
-        if (chunks == 2) dot_chunks<kDim, 2>(qb, kt, j0, dots);
-        else dot_chunks<kDim, 1>(qb, kt, j0, dots);
-        for (int r = 0; r < nrows; r++) {
+        if (chunks == 2) dot_chunks<kDim, 2, rows>(qb, kt, j0, dots);
+        else dot_chunks<kDim, 1, rows>(qb, kt, j0, dots);
+        for (int r = 0; r < rows; r++) {
             const float* row_mask = mask + ((r0 + r) % n) * keys;
             for (int c = 0; c < chunks; c++) {
                 const int64_t j = j0 + c * kLanes;
@@ -119,10 +117,6 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
     // weights: s[r][j] = exp(score - row's largest), exactly 0 for a masked key
     for (int r = 0; r < rows; r++) {
         float* row = s + r * padded;
-        if (r >= nrows) {  // no such row: weights 0, so the block's products below stay branch-free
-            for (int64_t j = 0; j < padded; j += kLanes) store(row + j, vf{});
-            continue;
-        }
         const float top = hmax(best[r]);
         for (int64_t j = 0; j < padded; j += kLanes) {
             const vf score = load(row + j);
@@ -139,7 +133,7 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
     }
     for (int64_t j0 = 0; j0 < padded; j0 += kLanes) {
         vi weighted{};
-        for (int r = 0; r < nrows; r++) weighted |= load(s + r * padded + j0) != 0.0f;
+        for (int r = 0; r < rows; r++) weighted |= load(s + r * padded + j0) != 0.0f;
         if (!any_lane(weighted)) continue;
         const int64_t end = j0 + kLanes < keys ? j0 + kLanes : keys;
         for (int64_t j = j0; j < end; j++) {
@@ -151,8 +145,19 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, int nrows, const floa
             for (int r = 0; r < rows; r++) sum[r] += s[r * padded + j];
         }
     }
-    for (int r = 0; r < nrows; r++)
+    for (int r = 0; r < rows; r++)
         for (int c = 0; c < kDim / kLanes; c++) store(out + out_rows.at(r0 + r) + c * kLanes, acc[r][c] / sum[r]);
+}
+
+// attend_block for a block of `count` rows (1 .. kRows<kDim>)
+template <int kDim, int R = kRows<kDim>>
+void attend_rows(int count, const float* q, Rows q_rows, int64_t r0, const float* kt, int64_t padded, const float* v,
+                 int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* s) {
+    if constexpr (R > 1) {
+        if (count < R) return attend_rows<kDim, R - 1>(count, q, q_rows, r0, kt, padded, v, keys, mask, scale, out,
+                                                       out_rows, s);
+    }
+    attend_block<kDim, R>(q, q_rows, r0, kt, padded, v, keys, mask, scale, out, out_rows, s);
 }
 
 // Transposes keys [from, keys) of every kv head into 16-key tiles (the tile that holds `from` whole, zero past
@@ -162,9 +167,9 @@ template <int kDim>
 void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const float* v, int64_t kv_stride,
             int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows, float* kt,
             int64_t kt_stride, int64_t from) {
-    constexpr int block_rows = kRows<kDim>;
     const int64_t rows = groups * q_rows.n;
-    const int64_t blocks = (rows + block_rows - 1) / block_rows, tiles = (keys + kLanes - 1) / kLanes;
+    // blocks of as even a size as can be (7 rows: 4 + 3, not 6 + 1)
+    const int64_t blocks = (rows + kRows<kDim> - 1) / kRows<kDim>, tiles = (keys + kLanes - 1) / kLanes;
     const int64_t padded = tiles * kLanes, first_tile = from / kLanes, new_tiles = tiles - first_tile;
 #pragma omp parallel
     {
@@ -185,11 +190,11 @@ void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const f
         }
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < kv_heads * blocks; unit++) {
-            const int64_t h = unit / blocks, r0 = (unit % blocks) * block_rows;
-            attend_block<kDim>(q + h * groups * q_rows.head_stride, q_rows, r0,
-                               rows - r0 < block_rows ? int(rows - r0) : block_rows, kt + h * kt_stride,
-                               padded, v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride,
-                               out_rows, aligned(scratch.data()));
+            const int64_t h = unit / blocks, b = unit % blocks;
+            const int64_t r0 = rows * b / blocks, count = rows * (b + 1) / blocks - r0;
+            attend_rows<kDim>(int(count), q + h * groups * q_rows.head_stride, q_rows, r0, kt + h * kt_stride, padded,
+                              v + h * kv_stride, keys, mask, scale, out + h * groups * out_rows.head_stride, out_rows,
+                              aligned(scratch.data()));
         }
     }
 }
