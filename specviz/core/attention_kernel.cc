@@ -6,9 +6,9 @@
 // token t), so each key is read once for all of them; q and the output are read and written in the
 // forward's own (token, head, d) layout. Per kv head the keys are first transposed into tiles of 16
 // (d x 16), so a score is a plain FMA chain over d, 16 keys per vector, without horizontal sums. Then per
-// block of kRows rows: scores + mask, the row's max, exponentials (vector_math.h), and out = sum p_j v_j /
-// sum p_j with j in key order, a masked key contributing exactly 0. The buffers the kernel fills are
-// 64-byte aligned.
+// block of up to kRows rows (blocks of even size): scores + mask, the row's max, exponentials
+// (vector_math.h), and out = sum p_j v_j / sum p_j with j in key order, a masked key contributing exactly
+// 0. The buffers the kernel fills are 64-byte aligned.
 //
 // Every row's result therefore depends only on the keys it may see, in their order, never on where they
 // sit or on how many rows share the call: a row's attention in a tree is bitwise what it is alone.
