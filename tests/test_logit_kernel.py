@@ -39,7 +39,7 @@ def test_the_kernel_builds_where_a_compiler_is_found():
 
 def test_native_top_k_and_normalisers_equal_torch(native):
     logits = awkward_logits(9, seed=0)
-    values, ids, norms = logit_kernel.summarise(native, logits, TOP_K)
+    values, ids, norms = (torch.from_numpy(array) for array in logit_kernel.summarise(native, logits, TOP_K))
     expected_values = logits.topk(TOP_K, dim=-1).values
     assert torch.equal(values, expected_values)
     # equal values come lowest id first, so the argmax is torch's (its first largest)
@@ -85,14 +85,14 @@ def test_native_results_do_not_depend_on_the_thread_count_or_tree_size(native, m
     results = []
     for threads in (1, 2, 3):  # each thread summarises a run of rows and prefetches the next one in its run
         monkeypatch.setattr(logit_kernel.torch, "get_num_threads", lambda threads=threads: threads)
-        results.append(logit_kernel.summarise(native, logits, TOP_K, tree.parents[1:], tree.tokens[1:]))
+        results.append(logit_kernel.summarise(native, logits, TOP_K, tree.parents[1:], tree.tokens[1:], entropies=True))
     for other in results[1:]:
         assert all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True) for a, b in zip(results[0], other))
     assert results[0][4][0] == -1 and (results[0][4][1:] >= 0).all()
     # a root-only tree (every `ar` step): no node to rank, the root's rank is -1
-    values, ids, norms, token_logits, ranks, probs = logit_kernel.summarise(native, logits[:1], TOP_K, [], [])
+    values, ids, norms, token_logits, ranks, probs, _ = logit_kernel.summarise(native, logits[:1], TOP_K, [], [])
     assert ranks.tolist() == [-1] and len(token_logits) == 1 and np.isnan(probs).all()
-    assert torch.equal(values, results[0][0][:1]) and torch.equal(norms, results[0][2][:1])
+    assert np.array_equal(values, results[0][0][:1]) and np.array_equal(norms, results[0][2][:1])
 
 
 def test_native_rejects_nodes_outside_the_logits(native):
@@ -132,3 +132,25 @@ def test_without_a_working_compiler_the_torch_path_gives_the_same_verification(t
         assert logit_kernel.status() == "torch (turned off (SPECVIZ_NATIVE=0))"
     finally:
         logit_kernel.reset()
+
+
+def test_native_entropies_equal_torch_where_asked(native):
+    from specviz.drafters.entropy_trigger import entropies
+
+    logits = awkward_logits(8, seed=6)
+    logits[6, :100] = float("-inf")                  # tokens the model rules out: p log p = 0, not nan
+    logits[7] = torch.linspace(-5, 5, VOCAB)
+    tree = DraftTree(0)
+    for node in range(1, 8):
+        tree.add(node - 1, node * 13, "logits")
+    plain = LogitTop.of(logits, tree)
+    top = LogitTop.of(logits, tree, entropies=True)
+    assert plain.entropies is None and top.entropies.shape == (8,)
+    finite = [r for r in range(8) if r != 6]
+    assert np.allclose(top.entropies[finite], np.asarray(entropies(logits))[finite], rtol=1e-5, atol=1e-5)
+    # torch's p log p gives nan for a -inf logit; the pass gives the entropy over the tokens left
+    assert top.entropies[6] == pytest.approx(entropies(logits[6:7, 100:])[0], rel=1e-5)
+    assert top.entropies[2] == pytest.approx(np.log(VOCAB), abs=1e-4) and abs(top.entropies[1]) < 1e-5
+    # the entropy comes from the same pass: everything else is bitwise what the pass without it gives
+    assert np.array_equal(top.values_np, plain.values_np) and np.array_equal(top.ids_np, plain.ids_np)
+    assert np.array_equal(top.log_norms_np, plain.log_norms_np) and np.array_equal(top.token_ranks, plain.token_ranks)

@@ -66,6 +66,22 @@ def test_logits_tree_is_breadth_first_with_decreasing_breadth():
     assert depths == sorted(depths)
 
 
+def test_best_first_order_is_the_frontier_walk_by_score():
+    import random
+
+    rng = random.Random(3)
+    for trial in range(40):
+        tree = DraftTree(1)
+        while len(tree) < 30:
+            tree.add(rng.randrange(len(tree)), rng.randrange(50), "logits")
+        scores = [1.0]
+        for node in range(1, len(tree)):  # a child at most its parent (the planner's chances), ties included
+            scores.append(scores[tree.parents[node]] * rng.choice([1.0, 0.5, 0.25]))
+        if trial % 2:  # a child that outscores its parent (a better-calibrated source): the walk decides
+            scores[rng.randrange(2, len(tree))] = 2.0
+        assert tree.best_first(scores) == tree.expansion_order(key=lambda n: (-scores[n], n))
+
+
 def test_logits_stage_grows_the_tree_as_merging_its_own_proposal_would():
     drafter = CopyLogitDrafter(max_breadth=4)
     context = list(range(20))
@@ -123,7 +139,7 @@ def test_rows_from_a_verified_step_equal_rows_read_off_the_logits():
     order = [1, 2, 3, 4, 5, 0]
     tokens = [tree.tokens[n] for n in order]
     from_step, from_logits = CopyLogitTable(width=8), CopyLogitTable(width=8)
-    from_step.store(tokens, logits, verification.log_norms, (verification.top.values, verification.top.ids), order)
+    from_step.store(tokens, logits, verification.log_norms, (verification.top.values_np, verification.top.ids_np), order)
     from_logits.store(tokens, logits.index_select(0, torch.tensor(order)))
     assert set(from_step.rows) == set(from_logits.rows) == set(tokens)
     for token in tokens:

@@ -8,9 +8,10 @@ from specviz.accept.verification import LogitTop, Verification, make_verificatio
 from specviz.core.tree import ROOT, DraftTree
 
 
-def greedy_accept(tree: DraftTree, logits: torch.Tensor) -> Verification:
-    """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes."""
-    top = LogitTop.of(logits, tree)
+def greedy_accept(tree: DraftTree, logits: torch.Tensor, entropies: bool = False) -> Verification:
+    """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes.
+    entropies: have the native pass give each row's entropy too (verification.top.entropies)."""
+    top = LogitTop.of(logits, tree, entropies)
     argmax = top.argmax
     path, node = [], ROOT
     compared: set[int] = set()

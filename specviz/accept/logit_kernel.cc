@@ -1,6 +1,6 @@
 // One pass over each row of a verify forward's logits: its top-k (values and ids, best first, equal
-// values by lower id), its log-normaliser (logsumexp), and, per draft node, its token's logit and rank
-// under its parent's row. specviz/accept/logit_kernel.py compiles this once per machine and falls back to
+// values by lower id), its log-normaliser (logsumexp), where asked its entropy, and, per draft node, its
+// token's logit and rank under its parent's row. specviz/accept/logit_kernel.py compiles this once per machine and falls back to
 // torch where it cannot. GCC's vector extensions keep it portable (AVX-512, AVX2 or NEON: whatever
 // -march=native offers). Rows are shared out with OpenMP: built with -fopenmp, this library binds to the
 // libgomp torch has already loaded (the same soname), so it runs on torch's own worker threads, which
@@ -39,8 +39,11 @@ inline void offer(float value, Id id, float* values, Id* ids, int& held, int k) 
 
 // next: the row this thread summarises after this one (nullptr: none). While this row's exponentials are
 // computed (from cache) that row is prefetched, so memory is read during the arithmetic, not only before it.
+// kEntropy: also the softmax's entropy, log S - W / S with S = sum e^(x - max), W = sum e^(x - max) (x - max),
+// in the same loop (a logit of -inf contributes 0 to W, as p log p does, not 0 x -inf).
+template <bool kEntropy>
 void summarise_row(const float* row, int64_t vocab, int k, float* top_values, int64_t* top_ids, float* log_norm,
-                   const float* next) {
+                   float* entropy, const float* next) {
     const int64_t blocks = vocab / kBlock;
     float block_max[kMaxBlocks];
     vf row_max = splat(-INFINITY);
@@ -71,19 +74,31 @@ void summarise_row(const float* row, int64_t vocab, int k, float* top_values, in
         for (int j = 0; j < kBlock; j++) offer(p[j], best_blocks[i] * kBlock + j, top_values, top_ids, held, k);
     }
 
-    vf sum0 = splat(0.0f), sum1 = splat(0.0f);
-    const vf shift = splat(largest);
+    vf sum0 = splat(0.0f), sum1 = splat(0.0f), weighted0 = splat(0.0f), weighted1 = splat(0.0f);
+    const vf shift = splat(largest), floor = splat(-1e30f);
     const float* ahead = next != nullptr ? next : row;  // no next row: touch this one (cached) instead
     for (int64_t j = 0; j < vocab; j += 2 * kLanes) {
         __builtin_prefetch(ahead + j, 0, 2);
         __builtin_prefetch(ahead + j + kLanes, 0, 2);
-        sum0 += exp_nonpositive(load(row + j) - shift);
-        sum1 += exp_nonpositive(load(row + j + kLanes) - shift);
+        const vf d0 = load(row + j) - shift, d1 = load(row + j + kLanes) - shift;
+        const vf e0 = exp_nonpositive(d0), e1 = exp_nonpositive(d1);
+        sum0 += e0;
+        sum1 += e1;
+        if constexpr (kEntropy) {
+            weighted0 += e0 * vmax(d0, floor);
+            weighted1 += e1 * vmax(d1, floor);
+        }
     }
     sum0 += sum1;
     float sum = 0.0f;
     for (int l = 0; l < kLanes; l++) sum += sum0[l];
     *log_norm = largest + std::log(sum);
+    if constexpr (kEntropy) {
+        weighted0 += weighted1;
+        float weighted = 0.0f;
+        for (int l = 0; l < kLanes; l++) weighted += weighted0[l];
+        *entropy = std::log(sum) - weighted / sum;
+    }
 }
 
 // A node's token logit under its parent's row, and its rank there: its place in the row's top-k when
@@ -115,14 +130,15 @@ int logit_kernel_unsupported(int64_t vocab, int k) {
     return vocab % (2 * kBlock) != 0 || vocab / kBlock > kMaxBlocks || k < 1 || k > kMaxK || vocab / kBlock < k;
 }
 
-// Every row's top-k and logsumexp; with parents and tokens (per node of a tree whose node i is row i: its
+// Every row's top-k and logsumexp (and its entropy where entropies is not null); with parents and tokens (per node of a tree whose node i is row i: its
 // parent's row and its token; node 0, the root, has neither) also each draft node's token logit, rank and
 // probability (exp(logit - the row's logsumexp), in double), computed while its parent's row is in cache.
 // tokens, token_logits, ranks and token_probs are indexed by node; the caller checks that every parent and
 // token lies inside the logits.
 void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, int k, float* top_values,
                             int64_t* top_ids, float* log_norms, int threads, const int64_t* parents,
-                            const int64_t* tokens, float* token_logits, int64_t* ranks, double* token_probs) {
+                            const int64_t* tokens, float* token_logits, int64_t* ranks, double* token_probs,
+                            float* entropies) {
     // the draft nodes grouped by parent row (a counting sort): row r's children are
     // child_nodes[child_start[r] .. child_start[r + 1])
     std::vector<int64_t> child_start, child_nodes;
@@ -145,8 +161,11 @@ void logit_kernel_summarise(const float* logits, int64_t rows, int64_t vocab, in
 #endif
         for (int64_t r = first; r < last; r++) {
             const float* row = logits + r * vocab;
-            summarise_row(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r,
-                          r + 1 < last ? row + vocab : nullptr);
+            const float* next = r + 1 < last ? row + vocab : nullptr;
+            if (entropies != nullptr)
+                summarise_row<true>(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r, entropies + r, next);
+            else
+                summarise_row<false>(row, vocab, k, top_values + r * k, top_ids + r * k, log_norms + r, nullptr, next);
             if (parents == nullptr) continue;
             for (int64_t i = child_start[r]; i < child_start[r + 1]; i++) {
                 const int64_t node = child_nodes[i];

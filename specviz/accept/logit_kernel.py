@@ -32,7 +32,7 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.logit_kernel_unsupported.argtypes = [i64, i32]
     lib.logit_kernel_unsupported.restype = i32
     lib.logit_kernel_summarise.argtypes = [f32p, i64, i64, i32, f32p, i64p, f32p, i32, i64p, i64p, f32p, i64p,
-                                           ctypes.c_void_p]
+                                           ctypes.c_void_p, f32p]
     lib.logit_kernel_summarise.restype = None
     return lib
 
@@ -40,7 +40,7 @@ def _load(path: Path) -> ctypes.CDLL:
 def _self_check(lib: ctypes.CDLL) -> None:
     """The compiled kernel against torch on one random block of logits, before anything relies on it."""
     logits = torch.randn(5, 4096, generator=torch.Generator().manual_seed(0)) * 4
-    values, ids, norms = summarise(lib, logits, 16)
+    values, ids, norms = (torch.from_numpy(array) for array in summarise(lib, logits, 16))
     want_values, want_ids = logits.topk(16, dim=-1)
     if not (torch.equal(values, want_values) and torch.equal(ids, want_ids)
             and torch.allclose(norms, torch.logsumexp(logits, -1), atol=1e-4)):
@@ -60,43 +60,56 @@ def usable(logits: torch.Tensor, k: int) -> ctypes.CDLL | None:
     if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.dim() != 2 or not logits.is_contiguous():
         return None
     lib = library()
-    if lib is None or lib.logit_kernel_unsupported(logits.shape[1], k):
+    if lib is None:
         return None
-    return lib
+    key = (lib, logits.shape[1], k)
+    supported = _supported.get(key)
+    if supported is None:  # asked once per shape (a ctypes call costs ~10 us from cold caches)
+        supported = _supported[key] = not lib.logit_kernel_unsupported(logits.shape[1], k)
+    return lib if supported else None
+
+
+_supported: dict[tuple, bool] = {}  # (library, vocab, k): whether the kernel takes that shape
 
 
 def summarise(lib: ctypes.CDLL, logits: torch.Tensor, k: int, parents: list[int] | None = None,
-              tokens: list[int] | None = None) -> tuple:
+              tokens: list[int] | None = None, entropies: bool = False) -> tuple:
     """Each row's k largest logits and their ids (best first; equal values by lower id) and its logsumexp;
     lib: what usable(logits, k) gave. With the draft nodes' parents and tokens (nodes 1..q-1 of a tree
     whose node i is row i) also, per node, its token's logit under its parent's row, its rank there (its
-    place in the row's top-k when it is there, else the count of larger logits) and its probability there
-    (float64; the root: 0, -1 and nan): (values, ids, log_norms, token_logits, ranks, probs)."""
+    place in the row's top-k when it is there, else the count of larger logits), its probability there
+    (float64; the root: 0, -1 and nan) and, where asked, each row's entropy (nats; else None):
+    (values, ids, log_norms, token_logits, ranks, probs, row_entropies). All numpy arrays: right after a
+    forward every call runs from cold caches, and a torch allocation costs several times a numpy one there."""
     rows, vocab = logits.shape
-    values = torch.empty(rows, k)
-    ids = torch.empty(rows, k, dtype=torch.int64)
-    norms = torch.empty(rows)
+    values = np.empty((rows, k), dtype=np.float32)
+    ids = np.empty((rows, k), dtype=np.int64)
+    norms = np.empty(rows, dtype=np.float32)
+    row_entropies = np.empty(rows, dtype=np.float32) if entropies else None
+    entropy_address = _address(row_entropies) if entropies else None
     threads = torch.get_num_threads()
     if parents is not None and (len(parents) != rows - 1 or len(tokens) != rows - 1):
         raise ValueError(f"{len(parents)} draft nodes for {rows} logits rows (one row per node, root first)")
     if parents is None or rows == 1:
-        lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(),
-                                   norms.data_ptr(), threads, None, None, None, None, None)
+        lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, _address(values), _address(ids),
+                                   _address(norms), threads, None, None, None, None, None, entropy_address)
         if parents is None:
             return values, ids, norms
         return (values, ids, norms, np.zeros(1, dtype=np.float32), np.full(1, -1, dtype=np.int64),
-                np.full(1, np.nan))
+                np.full(1, np.nan), row_entropies)
     if not (min(parents) >= 0 and max(parents) < rows and min(tokens) >= 0 and max(tokens) < vocab):
         raise ValueError("a node's token or parent lies outside the logits")
-    # parents and tokens by node, in one ctypes array (the kernel groups the nodes by parent itself): right
-    # after a forward every call runs from cold caches, and numpy's preparation took 150 us there even for
-    # an `ar` step's one-row tree (the kernel: 30)
+    # parents and tokens by node, in one ctypes array (the kernel groups the nodes by parent itself): numpy's
+    # preparation took 150 us from cold caches even for an `ar` step's one-row tree (the kernel: 30)
     tables = (ctypes.c_int64 * (2 * rows))(-1, *parents, 0, *tokens)
     base = ctypes.addressof(tables)
-    node_logits, node_ranks, node_probs = torch.empty(rows), torch.empty(rows, dtype=torch.int64), np.empty(rows)
-    lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, values.data_ptr(), ids.data_ptr(), norms.data_ptr(),
-                               threads, base, base + rows * ctypes.sizeof(ctypes.c_int64), node_logits.data_ptr(),
-                               node_ranks.data_ptr(), node_probs.ctypes.data)
-    token_logits, ranks = node_logits.numpy(), node_ranks.numpy()
-    token_logits[0], ranks[0], node_probs[0] = 0.0, -1, np.nan  # the root has no parent row
-    return values, ids, norms, token_logits, ranks, node_probs
+    token_logits, ranks, probs = np.empty(rows, dtype=np.float32), np.empty(rows, dtype=np.int64), np.empty(rows)
+    lib.logit_kernel_summarise(logits.data_ptr(), rows, vocab, k, _address(values), _address(ids), _address(norms),
+                               threads, base, base + rows * ctypes.sizeof(ctypes.c_int64), _address(token_logits),
+                               _address(ranks), _address(probs), entropy_address)
+    token_logits[0], ranks[0], probs[0] = 0.0, -1, np.nan  # the root has no parent row
+    return values, ids, norms, token_logits, ranks, probs, row_entropies
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]

@@ -21,9 +21,10 @@ from specviz.accept.verification import LogitTop, Verification, make_verificatio
 
 
 class _Relaxer:
-    def __init__(self, tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int):
+    def __init__(self, tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int,
+                 entropies: bool = False):
         self.tree, self.min_greedy = tree, min_greedy
-        self.logit_top = LogitTop.of(logits, tree)
+        self.logit_top = LogitTop.of(logits, tree, entropies)
         self.argmax = self.logit_top.argmax
         top = self.logit_top.values[:, 0]
         self.ok = [False] * len(tree)  # per node: passes the relaxed check under its parent's logits
@@ -80,11 +81,12 @@ class _Relaxer:
 
 
 def relaxed_accept(tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int,
-                   max_attempts: int) -> Verification:
-    """Greedy verification with ReSpec's relaxed look-ahead for retrieval nodes (see the module doc)."""
+                   max_attempts: int, entropies: bool = False) -> Verification:
+    """Greedy verification with ReSpec's relaxed look-ahead for retrieval nodes (see the module doc).
+    entropies: have the native pass give each row's entropy too (verification.top.entropies)."""
     if tau <= 0 or max_attempts <= 0:
-        return greedy_accept(tree, logits)
-    relaxer = _Relaxer(tree, logits, top_k, tau, min_greedy)
+        return greedy_accept(tree, logits, entropies)
+    relaxer = _Relaxer(tree, logits, top_k, tau, min_greedy, entropies)
     path = relaxer.extend(ROOT, max_attempts)
     relaxed = {n for n in path if tree.tokens[n] != relaxer.argmax[tree.parents[n]]}
     compared = set(tree.children(ROOT))

@@ -24,7 +24,7 @@ class Verification:
     statuses: list[str]              # per node, root included
     target_probs: np.ndarray         # p_target(node token | its parent's context), per node (root: nan)
     target_ranks: np.ndarray         # rank of the node token in that distribution (0 = argmax; root: -1)
-    log_norms: torch.Tensor | None = None  # logsumexp of every node's logits (q,), for log-probabilities
+    log_norms: np.ndarray | None = None  # logsumexp of every node's logits (q,), for log-probabilities
     top: "LogitTop | None" = None     # every node's top-TOP_K logits (make_verification always sets it)
     charts: dict | None = None        # sampling: per visited node, the top tokens of p (and q, p_hat, output)
     empty_residuals: int = 0          # sampling: bonus draws whose residual was empty (drawn from p instead)
@@ -54,30 +54,56 @@ def blockwise_topk(logits: torch.Tensor, k: int, block: int) -> tuple[torch.Tens
     return values, best_blocks.gather(1, at // block) * block + at % block
 
 
-@dataclass
 class LogitTop:
     """Each row's TOP_K largest logits and their token ids, best first, and its logsumexp: one pass over
     (q, vocab) logits serves the argmax, the nodes' ranks and probabilities, the top-2 margins and the
-    copy-logit table (accept.logit_kernel's native pass where it runs, else torch)."""
-    values: torch.Tensor     # (q, TOP_K)
-    ids: torch.Tensor        # (q, TOP_K)
-    argmax: list[int]        # each row's best id (ids[:, 0]) as Python ints
-    log_norms: torch.Tensor  # (q,)
-    tree: DraftTree | None = None          # the tree whose nodes the native pass also ranked, if any
-    token_logits: np.ndarray | None = None  # (q,) per node of that tree: its token's logit under its parent
-    token_ranks: np.ndarray | None = None   # (q,) and its rank there
-    token_probs: np.ndarray | None = None   # (q,) and its probability there (float64; the root: nan)
+    copy-logit table (accept.logit_kernel's native pass where it runs, else torch).
+
+    The native pass writes numpy arrays, torch's path gives tensors (on the logits' device); each form is
+    made from the other only when asked for (`values` / `values_np` ...). Inside a step everything that
+    reads these is numpy, and right after a forward each torch call costs tens of microseconds."""
+
+    def __init__(self, values, ids, log_norms, tree: DraftTree | None = None, token_logits: np.ndarray | None = None,
+                 token_ranks: np.ndarray | None = None, token_probs: np.ndarray | None = None,
+                 entropies: np.ndarray | None = None):
+        """values (q, TOP_K), ids (q, TOP_K), log_norms (q,): all numpy or all torch. tree: the tree whose
+        nodes the native pass also ranked, if any; token_logits, token_ranks, token_probs (q,): per node of
+        that tree, its token's logit under its parent's row, its rank there and its probability there
+        (float64; the root: nan); entropies (q,): each row's softmax entropy in nats, where the native pass
+        was asked for it (else None)."""
+        self._numpy = isinstance(values, np.ndarray)
+        self._arrays = {"values": values, "ids": ids, "log_norms": log_norms}
+        self._other: dict[str, np.ndarray | torch.Tensor] = {}
+        self.argmax: list[int] = ids[:, 0].tolist()  # each row's best id as Python ints
+        self.tree, self.token_logits, self.token_ranks, self.token_probs = tree, token_logits, token_ranks, token_probs
+        self.entropies = entropies
+
+    def _as(self, name: str, numpy: bool):
+        if numpy == self._numpy:
+            return self._arrays[name]
+        other = self._other.get(name)
+        if other is None:
+            array = self._arrays[name]
+            other = self._other[name] = array.cpu().numpy() if numpy else torch.from_numpy(array)
+        return other
+
+    values = property(lambda self: self._as("values", False), doc="(q, TOP_K) tensor")
+    ids = property(lambda self: self._as("ids", False), doc="(q, TOP_K) tensor")
+    log_norms = property(lambda self: self._as("log_norms", False), doc="(q,) tensor")
+    values_np = property(lambda self: self._as("values", True), doc="(q, TOP_K) float32 array")
+    ids_np = property(lambda self: self._as("ids", True), doc="(q, TOP_K) int64 array")
+    log_norms_np = property(lambda self: self._as("log_norms", True), doc="(q,) float32 array")
 
     @classmethod
-    def of(cls, logits: torch.Tensor, tree: DraftTree | None = None) -> "LogitTop":
-        """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too."""
+    def of(cls, logits: torch.Tensor, tree: DraftTree | None = None, entropies: bool = False) -> "LogitTop":
+        """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too,
+        and with entropies=True also gives each row's entropy (in the same pass)."""
         if tree is not None and len(tree) == logits.shape[0] \
                 and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
-            values, ids, log_norms, token_logits, ranks, probs = logit_kernel.summarise(
-                lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:])
-            return cls(values, ids, ids[:, 0].tolist(), log_norms, tree, token_logits, ranks, probs)
-        values, ids, log_norms = top_logits(logits, TOP_K)
-        return cls(values, ids, ids[:, 0].tolist(), log_norms)
+            values, ids, log_norms, token_logits, ranks, probs, row_entropies = logit_kernel.summarise(
+                lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:], entropies)
+            return cls(values, ids, log_norms, tree, token_logits, ranks, probs, row_entropies)
+        return cls(*top_logits(logits, TOP_K))
 
 
 def log_normalisers(logits: torch.Tensor, top_values: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:
@@ -96,7 +122,7 @@ def top_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     k equal values make the cut; norms agree to ~1e-6)."""
     vocab = logits.shape[1]
     if (lib := logit_kernel.usable(logits, k)) is not None:
-        return logit_kernel.summarise(lib, logits, k)
+        return tuple(torch.from_numpy(array) for array in logit_kernel.summarise(lib, logits, k))
     if logits.device.type == "cpu" and vocab % TOP_BLOCK == 0 and vocab >= 4 * k * TOP_BLOCK:
         values, ids = blockwise_topk(logits, k, TOP_BLOCK)
     else:
@@ -109,12 +135,12 @@ def top_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def node_target_stats(tree: DraftTree, logits: torch.Tensor,
-                      top: LogitTop) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+                      top: LogitTop) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Target probability and rank of every draft node's token under its parent's logits, and the
     logsumexp of every node's logits. The native pass ranked the nodes already where it ran; else a token
     in its parent's top-K takes its logit and rank from there, and only the nodes outside it read their
     parent's whole row (a rank count). Probabilities in float64 (the root: nan; its rank: -1)."""
-    log_norms = top.log_norms
+    log_norms = top.log_norms_np
     if top.tree is tree:  # the native pass computed all three while each parent's row was in cache
         return top.token_probs, top.token_ranks, log_norms
     n = len(tree)
@@ -122,7 +148,7 @@ def node_target_stats(tree: DraftTree, logits: torch.Tensor,
     ranks = np.full(n, -1, dtype=np.int64)
     if n > 1:
         token_logits, ranks[1:] = _node_ranks_torch(tree, logits, top)
-        parent_norms = log_norms.cpu().numpy()[tree.parents[1:]]
+        parent_norms = log_norms[tree.parents[1:]]
         probs[1:] = np.exp(token_logits.astype(np.float64) - parent_norms)
     return probs, ranks, log_norms
 
@@ -131,7 +157,7 @@ def _node_ranks_torch(tree: DraftTree, logits: torch.Tensor, top: LogitTop) -> t
     """For nodes 1..n-1: the token's logit under its parent's row and its rank there (the native pass's
     numbers, in torch)."""
     n = len(tree)
-    top_values, top_ids = top.values.cpu().numpy(), top.ids.tolist()
+    top_values, top_ids = top.values_np, top.ids_np.tolist()
     token_logits = np.empty(n - 1, dtype=np.float32)
     ranks = np.empty(n - 1, dtype=np.int64)
     outside = []

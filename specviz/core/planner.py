@@ -38,6 +38,7 @@ burst of load are tried again instead of being refused for the rest of the sessi
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import deque
 
@@ -66,19 +67,20 @@ CALIBRATION_MAX = 1.5
 def node_key(tree: DraftTree, node: int) -> tuple:
     """(sources, depth, position among siblings, drafter buckets): a drafter may tag its nodes with a
     'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart."""
+    return node_key_and_prior(tree, node)[0]
+
+
+def node_key_and_prior(tree: DraftTree, node: int) -> tuple[tuple, float | None]:
+    """node_key, and the drafter's own estimate of the node's chance (meta 'prior') if any source gave one."""
     node_meta = tree.meta[node]
     if len(node_meta) == 1:  # one source (most nodes): no joins to sort
         (source, meta), = node_meta.items()
-        sources, buckets = source, str(meta["bucket"]) if "bucket" in meta else ""
-    else:
-        sources = "+".join(sorted(tree.sources[node]))
-        buckets = "+".join(sorted(str(m["bucket"]) for m in node_meta.values() if "bucket" in m))
-    return sources, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY), buckets
-
-
-def node_prior(tree: DraftTree, node: int) -> float | None:
-    """The drafter's own estimate of the node's chance (meta 'prior'), if any source gave one."""
-    return max((m["prior"] for m in tree.meta[node].values() if "prior" in m), default=None)
+        return (source, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY),
+                str(meta["bucket"]) if "bucket" in meta else ""), meta.get("prior")
+    sources = "+".join(sorted(tree.sources[node]))
+    buckets = "+".join(sorted(str(m["bucket"]) for m in node_meta.values() if "bucket" in m))
+    key = sources, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY), buckets
+    return key, max((m["prior"] for m in node_meta.values() if "prior" in m), default=None)
 
 
 class AcceptanceModel:
@@ -97,7 +99,8 @@ class AcceptanceModel:
     def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
         """Unconditional chances times the best calibration among each node's sources (root: 1)."""
         factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])}
-        return [1.0] + [chances[n] * max(factors[s] for s in tree.sources[n]) for n in range(1, len(tree))]
+        factor_of, sources = factors.__getitem__, tree.sources
+        return [1.0] + [chances[n] * max(map(factor_of, sources[n])) for n in range(1, len(tree))]
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[str]) -> None:
         """chances: the verified tree's uncalibrated node chances; accepted nodes are the ones delivered."""
@@ -126,7 +129,7 @@ class AcceptanceModel:
         is (accepted + the estimate it shrinks towards x prior_weight) / (compared + prior_weight)."""
         prior = self.prior if prior is None else min(0.95, max(0.05, prior))
         accepted, compared, weight = self.accepted, self.compared, self.prior_weight
-        coarse = self.coarse(key)
+        coarse = key[:2] + key[3:]  # self.coarse(key), without the call (once per node, every step)
         coarse_estimate = (accepted.get(coarse, 0.0) + prior * weight) / (compared.get(coarse, 0.0) + weight)
         return (accepted.get(key, 0.0) + coarse_estimate * weight) / (compared.get(key, 0.0) + weight)
 
@@ -134,12 +137,18 @@ class AcceptanceModel:
         """Unconditional acceptance chance of every node (root: 1); children are visited in sibling
         order and each gets at most what its earlier siblings leave of its parent's chance."""
         chances = [1.0] * len(tree)
+        conditional = self.conditional
         for parent in range(len(tree)):
-            left = 1.0
-            for child in tree.children(parent):
-                share = min(self.conditional(node_key(tree, child), node_prior(tree, child)), left)
+            children = tree.children(parent)
+            if not children:
+                continue
+            left, reach = 1.0, chances[parent]
+            for child in children:
+                share = conditional(*node_key_and_prior(tree, child))
+                if share > left:
+                    share = left
                 left -= share
-                chances[child] = chances[parent] * share
+                chances[child] = reach * share
         return chances
 
     def checkpoint(self):
@@ -232,13 +241,13 @@ class OnlineCost:
 
 
 def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
-               chances: list[float] | None = None) -> tuple[list[int], np.ndarray]:
+               chances: list[float] | None = None) -> tuple[list[int], list[float]]:
     """The tree's nodes best-first by calibrated chance (a parent before its children), at most max_nodes,
     and the expected accepted drafts of keeping the first k of them (index k = 0..len(order)).
     chances: acceptance.node_chances(tree), where the caller has them already."""
     chances = acceptance.calibrated(tree, chances if chances is not None else acceptance.node_chances(tree))
-    order = tree.expansion_order(key=lambda n: (-chances[n], n))[:max_nodes]
-    return order, np.concatenate([[0.0], np.cumsum([chances[n] for n in order])])
+    order = tree.best_first(chances)[:max_nodes]
+    return order, [0.0, *itertools.accumulate(chances[n] for n in order)]
 
 
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
@@ -253,17 +262,18 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
         return [], {"offered": tree.num_drafted, "kept": 0, "expected_accepted": 0.0, "draft_ms": round(draft_ms, 2),
                     "expected_tokens_per_s": round(1000 * rate, 2), "expected_curve": [0.0]}
     order, expected = best_first(tree, acceptance, max_nodes, chances)
-    costs = cost.costs_ms(1 + len(order))
-    # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin
-    rates = (1.0 + expected) / (draft_ms + costs)
+    # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin.
+    # Python lists, not numpy: 65 numbers, and right after a forward each numpy call costs tens of us
+    costs = cost.costs_ms(1 + len(order)).tolist()
+    rates = [(1.0 + e) / (draft_ms + c) for e, c in zip(expected, costs)]
     best_keep = 0
     if len(order):
-        candidate = int(np.argmax(rates[1:])) + 1
+        candidate = max(range(1, len(rates)), key=rates.__getitem__)  # the first best, as np.argmax
         if rates[candidate] > margin * rates[0]:
             best_keep = candidate
-    expected_kept = float(expected[best_keep])
-    rate = float(rates[best_keep])
+    expected_kept = expected[best_keep]
+    rate = rates[best_keep]
     return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
                                "expected_accepted": round(expected_kept, 3), "draft_ms": round(draft_ms, 2),
                                "expected_tokens_per_s": round(1000 * rate, 2),
-                               "expected_curve": [round(float(e), 3) for e in expected]}
+                               "expected_curve": [round(e, 3) for e in expected]}

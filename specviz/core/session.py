@@ -260,7 +260,7 @@ class Session:
         self.context.extend(committed)
         # the target's top-2 logit margin where each committed token was chosen (the step's shared top-k)
         rows = [0] + verification.path[:len(committed) - 1]
-        best = verification.top.values.cpu().numpy()[rows]
+        best = verification.top.values_np[rows]
         self.margins.extend((best[:, 0] - best[:, 1]).tolist())
         forward_ms = (t_forward - t1) * 1000
         # how loaded the machine was in this step, where a curve is at hand (budget=auto loads one)

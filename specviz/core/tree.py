@@ -182,6 +182,20 @@ class DraftTree:
                 heapq.heappush(frontier, (key(child), child))
         return order
 
+    def best_first(self, scores: list[float]) -> list[int]:
+        """expansion_order(key=lambda n: (-scores[n], n)) (scores per node, root included): when every
+        node's score is at most its parent's, that is all nodes sorted by it, which a sort does in C."""
+        negated = [-score for score in scores]
+        order = sorted(range(1, len(self.tokens)), key=negated.__getitem__)  # stable: ties lowest index first
+        placed = [False] * len(self.tokens)
+        placed[ROOT] = True
+        parents = self.parents
+        for node in order:
+            if not placed[parents[node]]:  # a child outscored its parent: the frontier walk decides
+                return self.expansion_order(key=lambda n: (-scores[n], n))
+            placed[node] = True
+        return order
+
     def truncate(self, budget: int, order: list[int] | None = None) -> "DraftTree":
         """Keep at most budget draft nodes, taken in expansion order (breadth-first by default)."""
         if budget >= self.num_drafted:

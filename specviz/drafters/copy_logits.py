@@ -62,21 +62,20 @@ class CopyLogitTable:
         self.rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.vocab: int | None = base.seen.shape[0] if base is not None else None
 
-    def store(self, tokens: list[int], logits: torch.Tensor, log_norms: torch.Tensor | None = None,
-              top=None, logit_rows: list[int] | None = None) -> None:
+    def store(self, tokens: list[int], logits: torch.Tensor, log_norms: np.ndarray | None = None,
+              top: tuple[np.ndarray, np.ndarray] | None = None, logit_rows: list[int] | None = None) -> None:
         """logits[logit_rows[i]] (default: logits[i]) is the target's prediction after tokens[i]; a token
         listed twice keeps its last row. log_norms and top ((values, ids) of each row's top-k, k >= width)
-        are per logits row, where the caller has them already."""
+        are per logits row, as numpy arrays, where the caller has them already."""
         self.vocab = logits.shape[-1]
         last = {int(token): i for i, token in enumerate(tokens)}  # a token listed twice keeps its last row
-        rows = np.fromiter(last.values(), dtype=np.int64, count=len(last))
-        picked = rows if logit_rows is None else np.asarray(logit_rows, dtype=np.int64)[rows]
+        picked = list(last.values()) if logit_rows is None else [logit_rows[i] for i in last.values()]
         if top is not None and log_norms is not None and top[0].shape[-1] >= self.width:
             # a verified step's rows: a few small arrays (numpy indexing costs a tenth of torch's per call)
-            top_tokens = top[1].cpu().numpy()[picked, :self.width]
-            top_probs = np.exp(top[0].cpu().numpy()[picked, :self.width] - log_norms.cpu().numpy()[picked, None])
+            top_tokens = top[1][picked, :self.width]
+            top_probs = np.exp(top[0][picked, :self.width] - log_norms[picked, None])
         else:
-            picked_logits = logits.index_select(0, torch.from_numpy(picked).to(logits.device))
+            picked_logits = logits.index_select(0, torch.tensor(picked, dtype=torch.long, device=logits.device))
             values, indices, norms = top_logits(picked_logits, min(self.width, logits.shape[-1]))
             top_tokens = indices.cpu().numpy()
             top_probs = (values - norms[:, None]).exp().cpu().numpy()
@@ -151,7 +150,7 @@ class CopyLogitDrafter(Drafter):
         norms, top = outcome.verification.log_norms, outcome.verification.top
         tokens = [tree.tokens[n] for n in order]
         self._undo = (self.table.saved_rows(tokens),)
-        self.table.store(tokens, outcome.logits, norms, (top.values, top.ids), order)
+        self.table.store(tokens, outcome.logits, norms, (top.values_np, top.ids_np), order)
 
     def checkpoint(self):
         self._undo = None

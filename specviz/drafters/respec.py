@@ -61,8 +61,12 @@ class ReSpecDrafter(Drafter):
     def observe(self, outcome: StepOutcome) -> None:
         committed = len(outcome.context) - len(self.trigger.history)
         rows = [ROOT] + outcome.verification.path[:committed - 1]
-        self.trigger.record(entropies(outcome.logits.index_select(
-            0, torch.tensor(rows, device=outcome.logits.device))))
+        top = outcome.verification.top
+        if top is not None and top.entropies is not None:  # the native logits pass computed them
+            self.trigger.record(top.entropies[rows].tolist())
+        else:
+            self.trigger.record(entropies(outcome.logits.index_select(
+                0, torch.tensor(rows, device=outcome.logits.device))))
         if self.proposed and self.used == "retrieval":
             self.retriever.feedback(outcome.tree, outcome.verification.accepted_draft_tokens)
         elif self.proposed:

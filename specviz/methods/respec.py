@@ -66,4 +66,6 @@ class ReSpec(Method):
     def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator):
         if not sampling.greedy:
             return super().accept(tree, logits, sampling, generator)
-        return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"])
+        # the entropy trigger reads the committed rows' entropies: the native pass gives them for free
+        return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"],
+                              entropies=True)
