@@ -1,5 +1,6 @@
 """RACER's pieces: the copy-logit table and logits tree, the retrieval drafter, the merged tree."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +65,29 @@ def test_logits_tree_is_breadth_first_with_decreasing_breadth():
     assert drafter.propose([0], budget=6).num_drafted == 6
     depths = [tree.depths[n] for n in tree.expansion_order()]
     assert depths == sorted(depths)
+
+
+def test_the_offer_leaves_out_exactly_the_nodes_below_the_least_path_probability():
+    context = list(range(40))
+    logits = peaked_logits([[t + k for k in range(1, 5)] for t in context])
+    full, cut = CopyLogitDrafter(max_breadth=4), CopyLogitDrafter(max_breadth=4, min_path_prob=0.05)
+    for drafter in (full, cut):
+        drafter.prefill_chunk(context, 0, logits)
+
+    def paths(tree):  # every node as its tokens from the root, with its path probability
+        return {tuple(tree.tokens[m] for m in tree.path_to(n)):
+                float(np.prod([tree.meta[m]["logits"]["prior"] for m in tree.path_to(n)])) for n in range(1, len(tree))}
+
+    for budget in (3, 6, 12, 25, 100):  # the left-out nodes keep their places in the budget
+        whole, offered = paths(full.propose([0], budget)), paths(cut.propose([0], budget))
+        assert offered == {path: p for path, p in whole.items() if p >= 0.05}
+        assert len(offered) < len(whole) or budget == 3
+    # a node the tree holds already (another source's) is merged whatever its path probability
+    tree = DraftTree(0)
+    low = tree.add(ROOT, 4, "retrieval")  # the row's fourth token (~0.03)
+    tree, proposed = cut.extend([0], tree, 100)
+    assert tree.sources[low] == {"retrieval", "logits"} and not tree.children(low)
+    assert proposed == len(tree) - 1
 
 
 def test_best_first_order_is_the_frontier_walk_by_score():
@@ -164,8 +188,8 @@ def test_bad_racer_settings_are_clear(lm, params, message):
 
 
 def test_ablations_have_their_own_parameters():
-    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth", "warm_table"}
-    assert not {"max_breadth", "warm_table"} & {p.name for p in get_method("racer-retrieval").params}
+    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth", "min_path_prob", "warm_table"}
+    assert not {"max_breadth", "min_path_prob", "warm_table"} & {p.name for p in get_method("racer-retrieval").params}
     with pytest.raises(SpecvizError, match="has no parameter"):
         get_method("racer-logits").resolve_params({"capacity": 100})
 

@@ -27,7 +27,7 @@ class ReSpecDrafter(Drafter):
         self.index = MatchPositions(p["lookback"])
         self.retriever = ScoredRetriever(p["alpha"], p["theta_score"], branches=3, branch_len=p["branch_len"])
         self.chooser = FallbackChooser(p["fallback"], setting)
-        self.fallbacks: dict[str, Drafter] = {"logits": logits or CopyLogitDrafter(p["max_breadth"])}
+        self.fallbacks: dict[str, Drafter] = {"logits": logits or CopyLogitDrafter(p["max_breadth"], None, p["min_path_prob"])}
         if model is not None:
             self.fallbacks["model"] = model
         self.decision = None

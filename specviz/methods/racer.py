@@ -11,6 +11,10 @@ from specviz.methods.base import Method
 
 LOGITS_PARAMS = [
     Param("max_breadth", 8, 1, 16, int, "logits tree: children of the root (b_0); deeper nodes get b_i / 2^(j+1)"),
+    Param("min_path_prob", 0.01, 0.0, 1.0, float, "logits tree: a node whose path probability (the copy-logit "
+                                                  "probabilities from the root down to it, multiplied) is below "
+                                                  "this is left out of the offer; it still takes its place in "
+                                                  "the budget (0 = offer every node)"),
     Param("warm_table", 1, 0, 1, int, "logits tree: 1 = start each prompt from the model's warm copy-logit "
                                       "table (read once from the datastore corpus); 0 = a cold table per "
                                       "prompt (the paper's setting)"),
@@ -33,7 +37,8 @@ def copy_logit_drafter(lm, p: dict) -> CopyLogitDrafter:
     """The logits-tree drafter, warm (a copy of the model's seed table) or cold, as p['warm_table'] says."""
     from specviz.core.resources import shared_copy_logit_seed
 
-    return CopyLogitDrafter(p["max_breadth"], shared_copy_logit_seed(lm) if p["warm_table"] else None)
+    return CopyLogitDrafter(p["max_breadth"], shared_copy_logit_seed(lm) if p["warm_table"] else None,
+                            p["min_path_prob"])
 
 
 def automaton_drafter(p: dict) -> AutomatonDrafter:
