@@ -129,7 +129,7 @@ class AcceptanceModel:
         is (accepted + the estimate it shrinks towards x prior_weight) / (compared + prior_weight)."""
         prior = self.prior if prior is None else min(0.95, max(0.05, prior))
         accepted, compared, weight = self.accepted, self.compared, self.prior_weight
-        coarse = key[:2] + key[3:]  # self.coarse(key), without the call (once per node, every step)
+        coarse = self.coarse(key)
         coarse_estimate = (accepted.get(coarse, 0.0) + prior * weight) / (compared.get(coarse, 0.0) + weight)
         return (accepted.get(key, 0.0) + coarse_estimate * weight) / (compared.get(key, 0.0) + weight)
 
