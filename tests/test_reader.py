@@ -12,7 +12,7 @@ from specviz.core.layer_skip import self_skip_model
 from specviz.core.resources import shared_datastore, shared_draft
 from specviz.core.session import Session
 from specviz.core.tree import DraftTree
-from specviz.drafters.search_path import DeepenDrafter
+from specviz.drafters.search_path import DeepenDrafter, SearchIndexes
 from specviz.errors import SpecvizError
 from specviz.index.datastore import Datastore, build
 from specviz.index.ngram_trie import NgramTrie
@@ -87,6 +87,60 @@ def test_extending_a_match_equals_matching_from_scratch(seed):
                 assert (in_array.lo, in_array.hi, in_array.length) == (fresh.lo, fresh.hi, fresh.length)
             in_trie = trie.extend(in_trie, token, tail) if in_trie else trie.match(tail)
             assert in_trie == trie.match(tail)
+
+
+def brute_search(streams, query, depth, key_len, min_path_share=0.0):
+    """SearchPath by brute force: per level, each index's counts after its longest matching suffix; the
+    longest match wins, equal lengths add; the top token (ties: lowest id) goes on; stop below the cut."""
+    path, query, reach = [], list(query), 1.0
+    for _ in range(depth):
+        found = []  # (length, counts, name)
+        for name, stream in streams:
+            for length in range(min(len(query), key_len), 0, -1):
+                counts = brute_counts(stream, query[-length:])
+                if counts:
+                    found.append((length, counts, name))
+                    break
+        if not found:
+            break
+        longest = max(length for length, _, _ in found)
+        merged = {}
+        for length, counts, _ in found:
+            if length == longest:
+                for token, count in counts.items():
+                    merged[token] = merged.get(token, 0) + count
+        token = min(merged, key=lambda t: (-merged[t], t))
+        share = merged[token] / sum(merged.values())
+        reach *= share
+        if reach < min_path_share:
+            break
+        names = "+".join(sorted({name for length, _, name in found if length == longest}))
+        path.append((token, share, longest, names))
+        query.append(token)
+    return path
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_search_path_equals_brute_force_and_stops_at_the_path_share(seed):
+    """The search counts only the indexes with the longest match, and a branch stops before the token that
+    would bring the product of its shares below min_path_share."""
+    rng = random.Random(seed)
+    corpus = [rng.choice([-1, 0, 1, 2, 3, 4]) for _ in range(500)]   # -1: document separators
+    context = [rng.randint(0, 4) for _ in range(rng.randint(20, 120))]
+    indexes = SearchIndexes(key_len=4, datastore=Datastore(SuffixArray(np.array(corpus))))
+    indexes.sync(context)
+    streams = [("datastore", corpus), ("trie", context)]
+    cut_short = 0
+    for _ in range(30):
+        query = context + [rng.randint(0, 4) for _ in range(rng.randint(0, 3))]
+        full = indexes.search(query, 10)
+        assert full == brute_search(streams, query, 10, key_len=4)
+        for share in (0.05, 0.3):
+            cut = indexes.search(query, 10, min_path_share=share)
+            assert cut == brute_search(streams, query, 10, key_len=4, min_path_share=share)
+            assert cut == full[:len(cut)]
+            cut_short += len(cut) < len(full)
+    assert cut_short > 0  # the cut was exercised
 
 
 def test_longest_suffix_is_tried_first_then_shorter_ones():

@@ -276,7 +276,7 @@ def test_a_cost_band_measured_during_a_burst_expires_and_is_priced_from_the_band
     assert cost.cost_ms(8) == 24.0 * 1.1 and cost.costs_ms(8)[7] == 24.0 * 1.1  # the one-token band's correction
     assert cost.cost_ms(32) == 40.0 * 1.1
     cost.rollback(saved)
-    assert cost.cost_ms(8) == 96.0 and cost.checkpoint() == saved
+    assert cost.cost_ms(8) == 96.0 and cost.costs_ms(8)[7] == 96.0 and cost.checkpoint() == saved
 
 
 def test_a_cost_curve_measured_during_a_burst_of_load_is_measured_again_and_never_stored(tiny_models, tmp_path,

@@ -185,6 +185,7 @@ class OnlineCost:
         self.last_seen: dict[int, int] = {}  # per band: self.forwards at its latest sample
         self._curve: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per largest: the curve's costs, bands
         self._band_ratios: np.ndarray | None = None  # per COST_BANDS entry; None: to be read again
+        self._costs: dict[int, np.ndarray] = {}  # per largest: costs_ms(largest) under _band_ratios
 
     @staticmethod
     def band(q: int) -> int:
@@ -194,8 +195,8 @@ class OnlineCost:
         return self.curve.cost_ms(q) * self._ratio(self.band(q))
 
     def costs_ms(self, largest: int) -> np.ndarray:
-        """cost_ms(q) for q = 1..largest in one call (index q - 1). The planner asks every step: the curve's
-        part is kept per size, the correction's only until it changes."""
+        """cost_ms(q) for q = 1..largest in one call (index q - 1), read-only. The planner asks every step:
+        the curve's part is kept per size, the product with the correction until the correction changes."""
         curve = self._curve.get(largest)
         if curve is None:
             q = np.arange(1, largest + 1)
@@ -203,8 +204,13 @@ class OnlineCost:
                                             np.searchsorted(COST_BANDS, q, side="right") - 1)
         if self._band_ratios is None:
             self._band_ratios = np.array([self._ratio(band) for band in COST_BANDS])
-        costs, bands = curve
-        return costs * self._band_ratios[bands]
+            self._costs = {}
+        costs = self._costs.get(largest)
+        if costs is None:  # most steps: the correction has not changed, so neither have the costs
+            curve_ms, bands = curve
+            costs = self._costs[largest] = curve_ms * self._band_ratios[bands]
+            costs.flags.writeable = False  # shared by the steps until the correction changes
+        return costs
 
     def _ratio(self, band: int) -> float:
         ratio = self.ratio.get(band)

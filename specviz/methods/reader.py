@@ -14,6 +14,9 @@ from specviz.methods.respec import DRAFT_MODEL_PARAMS, draft_model_drafter
 SEARCH_PARAMS = [
     Param("d_search", 12, 1, 64, int, "reader: depth of the widening branch searched at the root"),
     Param("d_deep", 6, 1, 64, int, "reader: depth of the deepening branch below the draft model's best prefix"),
+    Param("min_path_share", 0.02, 0.0, 1.0, float, "reader: a searched branch stops before a token whose path "
+                                                   "share (the shares of its tokens from the branch's top, "
+                                                   "multiplied) would fall below this (0 = always full depth)"),
     Param("deepen", 1, 0, 1, int, "reader: 1 = deepen (seed a search with the draft model's prefix), 0 = off"),
     Param("key_len", 8, 1, 16, int, "reader: longest context suffix the trie and datastore are searched with"),
     Param("datastore", 1, 0, 1, int, "reader: 1 = search the long-term datastore too, 0 = the trie alone"),
@@ -41,9 +44,10 @@ class Reader(Method):
 
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
-        stages = [draft_model_drafter(lm, p, draft), SearchDrafter(self.indexes, p["d_search"])]
+        stages = [draft_model_drafter(lm, p, draft), SearchDrafter(self.indexes, p["d_search"], p["min_path_share"])]
         if p["deepen"]:
-            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
+            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"]),
+                                        min_path_share=p["min_path_share"]))
         return stages
 
     @property

@@ -37,9 +37,10 @@ class Unified(Method):
         # came behind retrieval siblings that took the planner's share of their parent. The copy-logit
         # tree fills whatever budget it is offered, so it drafts last. With the stage off, the other
         # stages draft as before.
-        stages = [model, automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"])]
+        stages = [model, automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"], p["min_path_share"])]
         if p["deepen"]:
-            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"])))
+            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"]),
+                                        min_path_share=p["min_path_share"]))
         stages.append(copy_logit_drafter(lm, p))
         return stages
 
