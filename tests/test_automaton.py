@@ -81,6 +81,26 @@ def test_twenty_thousand_token_prompt_stays_within_capacity():
     assert_structure(automaton)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_recency_order_is_every_ngrams_last_touch(seed):
+    """Below capacity the recency order is a plain LRU over the n-grams: at each token, the n-grams ending
+    there, shortest first, each touched with its prefixes after it (longest first, the root last)."""
+    rng = random.Random(seed)
+    stream = [rng.randrange(4) for _ in range(150)]
+    automaton = NgramAutomaton(max_ngram=5, capacity=10_000)
+    for start in range(0, len(stream), 37):  # fed in chunks, as steps do
+        automaton.feed(stream[start:start + 37])
+    order = [()]
+    for end in range(1, len(stream) + 1):
+        for n in range(1, min(5, end) + 1):
+            for prefix in range(n, -1, -1):
+                ngram = tuple(stream[end - n:end - n + prefix])
+                if ngram in order:
+                    order.remove(ngram)
+                order.append(ngram)
+    assert [automaton.ngram(node) for node in automaton.recency] == order
+
+
 def test_recent_ngrams_survive_eviction():
     """LRU: after a long stream, the n-grams of its tail are still counted."""
     rng = random.Random(11)

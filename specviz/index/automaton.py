@@ -109,13 +109,16 @@ class NgramAutomaton:
         return True
 
     def _child(self, node: int, token: int) -> int | None:
-        """node's child for token, made (after evicting a leaf when full) if missing; None if no room."""
+        """node's child for token, made (after evicting a leaf when full) if missing; None if no room. The
+        caller touches the child's path next, which leaves the recency order as if node's path had been
+        touched first."""
         child = self.children[node].get(token)
         if child is not None:
             return child
-        self._touch_path(node)  # node and its ancestors must survive the eviction that makes room
-        if len(self.token) >= self.capacity and not self._evict_one(keep=node):
-            return None
+        if len(self.token) >= self.capacity:
+            self._touch_path(node)  # node and its ancestors must survive the eviction that makes room
+            if not self._evict_one(keep=node):
+                return None
         child = self._next_id
         self._next_id += 1
         self.token[child], self.parent[child] = token, node
