@@ -89,9 +89,10 @@ class FallbackChooser:
                 self.samples[kind].extend(samples)
 
     def report(self) -> dict:
-        report = {"mode": self.mode, "tokens_per_s": {k: None if self.rate(k) is None else round(1000 * self.rate(k), 2)
-                                                      for k in self.kinds}}
+        rates = {k: self.rate(k) for k in self.kinds}  # once each: the report is written every step
+        report = {"mode": self.mode, "tokens_per_s": {k: None if rate is None else round(1000 * rate, 2)
+                                                      for k, rate in rates.items()}}
         if self.mode == "auto" and all(len(self.samples[k]) >= self.first_tries for k in self.kinds):
-            best = max(self.kinds, key=lambda k: self.rate(k))
+            best = max(self.kinds, key=rates.__getitem__)
             report["explore_every"] = self.explore_interval(best, next(k for k in self.kinds if k != best))
         return report
