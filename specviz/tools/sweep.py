@@ -30,7 +30,6 @@ RUN_SETTINGS = ("budget", "temperature", "top_p", "seed")
 SAMPLING_AXES = ("temperature", "top_p", "seed")
 METRICS = {"mat": "MAT (tokens per step)", "tokens_per_s": "tokens/s", "speedup": "speedup vs ar",
            "differing_fraction": "share of tokens differing from greedy ar"}
-WARMUP_TOKENS = 4
 BASELINE = "ar"              # as tools.bench: the plain greedy reference, and the speed baseline
 GREEDY_KEY = (0.0, 1.0, 0)   # every greedy setting shares plain greedy ar (top_p and seed change nothing)
 
@@ -259,6 +258,7 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
     from specviz.core.divergence import tie_threshold
     from specviz.core.prompts import PromptText, encode
     from specviz.methods import get_method
+    from specviz.tools.bench import warm_up
 
     max_new_tokens = Param("max_new_tokens", 64, 1, 100_000, int).coerce(max_new_tokens)
     items = [_item(p, n) for n, p in enumerate(prompts or [], start=1)]
@@ -271,11 +271,12 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
     encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context), PromptText.of(item["messages"]))
                for item in items]  # a prompt too long for the context is refused here, before any run
 
-    # untimed warm-up, so that first-call costs land on no prompt
+    # untimed warm-ups, every point's own: a measured choice's first tries are shared by the process's later
+    # sessions of one setting, so they would land on the first point of that setting and slow only it
     first_ids, first_prompt = encoded[0][1], encoded[0][2]
-    _run(lm, BASELINE, first_ids, first_prompt, WARMUP_TOKENS, {}, "auto", greedy, draft)
-    _run(lm, method, first_ids, first_prompt, WARMUP_TOKENS, points[0]["params"], points[0]["budget"],
-         points[0]["sampling"], draft)
+    warm_up(lm, BASELINE, first_ids, {}, "auto", draft, greedy, first_prompt)
+    for point in points:
+        warm_up(lm, method, first_ids, point["params"], point["budget"], draft, point["sampling"], first_prompt)
 
     total, done = len(items) * (1 + len(keys) + len(points)), 0
     rows, baselines = [], []
