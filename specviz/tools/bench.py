@@ -50,12 +50,18 @@ def warm_up(lm: LoadedModel, method: str, prompt_ids: list[int], params: dict, b
     if method in PEER_METHODS:
         run_once(lm, method, prompt_ids, 8, params, budget, draft, sampling, prompt)
         return
+    session = _started_session(lm, method, prompt_ids, params, budget, draft, sampling, prompt)
+    while not session.finished and len(session.records) < WARMUP_STEPS:
+        session.step()
+
+
+def _started_session(lm: LoadedModel, method: str, prompt_ids: list[int], params: dict, budget,
+                     draft: LoadedModel | None, sampling: SamplingSettings, prompt: PromptText | None) -> Session:
+    """A session of one of our methods with the shared settings, prefilled with the prompt."""
     own_draft = draft if get_method(method).uses_draft_model else None
     session = Session(lm, method, params_for(method, params), budget=budget, draft=own_draft,
                       temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
-    session.start_ids(prompt_ids, prompt)
-    while not session.finished and len(session.records) < WARMUP_STEPS:
-        session.step()
+    return session.start_ids(prompt_ids, prompt)
 
 
 def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens: int, params: dict,
@@ -68,10 +74,7 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
             raise SpecvizError(f"{method} runs greedy only here; leave it out of a sampled benchmark.")
         from specviz.tools.peers import hf_generate
         return hf_generate(lm, prompt_ids, method, max_new_tokens, draft)
-    own_draft = draft if get_method(method).uses_draft_model else None
-    session = Session(lm, method, params_for(method, params), budget=budget, draft=own_draft,
-                      temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
-    session.start_ids(prompt_ids, prompt)
+    session = _started_session(lm, method, prompt_ids, params, budget, draft, sampling, prompt)
     session.run(max_new_tokens)
     stats = session.stats()
     # the planner's predicted accepted drafts against the measured ones, step by step
