@@ -14,11 +14,11 @@ import gradio as gr  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.index import datastore
 from specviz.ui.lab import Lab, shared_model
-from specviz.tools.suite import example_prompts, load_suite
+from specviz.engine.suite import example_prompts, load_suite
 from specviz.accept.sampling import SamplingSettings
-from specviz.core.resources import shared_draft
+from specviz.runtime.shared import shared_draft
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
-from specviz.core.models import DEFAULT_MODEL
+from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
 from specviz.ui import visitors
 from specviz.ui.compare import Compare
@@ -26,7 +26,7 @@ from specviz.ui.presets import BY_NAME as PRESETS
 from specviz.ui.recording import shipped_traces
 from specviz.ui.share import query_from_settings, settings_from_query
 from specviz.ui.slides import write_tree_svg
-from specviz.core.trace import MAX_TRACE_BYTES
+from specviz.records.trace import MAX_TRACE_BYTES
 
 MAX_TRACE_MB = MAX_TRACE_BYTES // 2**20
 
@@ -167,7 +167,7 @@ def on_load_model(name, mode=""):
         lm = shared_model(name, mode)
     except SpecvizError as error:
         return f"⚠️ {error}"
-    from specviz.core.modes import parse_mode
+    from specviz.runtime.modes import parse_mode
 
     notes = "".join(f" ⚠️ {note}" for note in [*parse_mode(mode).notes, *lm.notes])
     return (f"Loaded **{lm.name}** on {lm.device}, mode **{lm.mode}** (linear kernel {lm.linear}{' with packed weights' if lm.packed and lm.linear == 'onednn' else ''}, "

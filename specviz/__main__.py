@@ -1,7 +1,7 @@
-"""`python -m specviz`: the command line (specviz/tools/cli.py)."""
+"""`python -m specviz`: the command line (specviz/cli.py)."""
 
 import sys
 
-from specviz.tools.cli import main
+from specviz.cli import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specviz.core.resources import shared_model
+from specviz.runtime.shared import shared_model
 
 
 def pytest_configure(config):
@@ -48,7 +48,7 @@ def tiny_models(lm, tmp_path_factory):
     yield folders
     # a warm copy-logit table is cached per model under the user's cache folder: theirs are keyed by these
     # temporary folders, so every test run would leave 6 MB more behind
-    from specviz.core.models import cache_root
+    from specviz.runtime.cache_dir import cache_root
 
     for stale in (cache_root() / "copy_logits").glob(f"*{root.parent.name}_{root.name}_*"):
         stale.unlink()
@@ -66,15 +66,15 @@ def native_library_or_skip(kernel, what: str):
 def tree_logits_native_and_not(lm, switch: str, prompt: str):
     """The lean forward's logits for one draft tree after `prompt`, with its native kernel `switch`
     ('native_attention' or 'native_glue') on and then off: (on, off)."""
-    from specviz.core.forward import tree_forward
-    from specviz.core.kv import new_cache
-    from specviz.core.tree import DraftTree
+    from specviz.engine.tree_forward import tree_forward
+    from specviz.runtime.kv import new_cache
+    from specviz.tree.draft_tree import DraftTree
 
     ids = lm.tokenizer(prompt, return_tensors="pt").input_ids[0].tolist()
     tree = DraftTree(ids[-1])
     tree.add_path([11, 12, 13, 14], "retrieval")
     tree.add_path([15, 16], "logits")
-    decoder = lm.model._specviz_lean
+    decoder = lm.decoder
     results = []
     try:
         for native in (True, False):
@@ -82,7 +82,7 @@ def tree_logits_native_and_not(lm, switch: str, prompt: str):
             cache = new_cache(lm.model.config)
             with torch.inference_mode():
                 lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=cache, use_cache=True)
-            results.append(tree_forward(lm.model, cache, tree, len(ids) - 1))
+            results.append(tree_forward(lm, cache, tree, len(ids) - 1))
     finally:
         setattr(decoder, switch, True)
     return results[0], results[1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.core.trace import NodeRecord, StepRecord
+from specviz.records.trace import NodeRecord, StepRecord
 from specviz.ui import accounting
 
 

@@ -284,7 +284,7 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
 
     from gradio_client import Client, handle_file
 
-    from specviz.core.trace import Trace
+    from specviz.records.trace import Trace
 
     client = Client(url, verbose=False)
     out = client.predict("racer-code-rename", api_name="/replay")
@@ -346,8 +346,8 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
 
     from gradio_client import Client
 
-    from specviz.core.session import Session
-    from specviz.tools.app_load import text_of
+    from specviz.engine.session import Session
+    from specviz.ui.app_load import text_of
 
     prompts = [f"Count from {n} to {n + 6} in words, then say which is largest." for n in range(1, 9)]
     expected = []
@@ -380,7 +380,7 @@ def test_abandoned_sessions_are_freed(lm):
 
     from gradio_client import Client
 
-    from specviz.core.session import Session
+    from specviz.engine.session import Session
 
     def holding_caches() -> list[weakref.ref]:
         gc.collect()
@@ -422,7 +422,7 @@ def test_abandoned_sessions_are_freed(lm):
 def test_browser_timeline_play_pause_and_token_link(url):
     from playwright.sync_api import sync_playwright
 
-    from specviz.core.trace import Trace
+    from specviz.records.trace import Trace
 
     last = len(Trace.load(app.TRACES[app.FIRST_TRACE]).steps) - 1
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,11 @@
-"""The native tree attention (core/attention_kernel.cc): ATen's numbers, rows independent of the tree
+"""The native tree attention (runtime/native/attention_kernel.cc): ATen's numbers, rows independent of the tree
 around them, and ATen's path wherever it cannot run."""
 
 import pytest
 import torch
 
 from conftest import native_library_or_skip, tree_logits_native_and_not
-from specviz.core import attention_kernel
+from specviz.runtime.native import attention_kernel
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The lean forward in one native call (core/decoder_kernel.cc): bitwise the per-call forward's logits and
+"""The lean forward in one native call (runtime/native/decoder_kernel.cc): bitwise the per-call forward's logits and
 cache, the transposed keys it keeps right across compaction and crops, and the per-call forward wherever
 it cannot run."""
 
@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from conftest import native_library_or_skip
-from specviz.core import decoder_kernel
-from specviz.core.forward import tree_forward
-from specviz.core.kv import keep_accepted, new_cache
-from specviz.core.tree import DraftTree
+from specviz.runtime.native import decoder_kernel
+from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.kv import keep_accepted, new_cache
+from specviz.tree.draft_tree import DraftTree
 
 
 @pytest.fixture
 def kernel(lm):
     native_library_or_skip(decoder_kernel, "native decoder kernel")
-    if lm.model._specviz_lean.native_decoder() is None:
+    if lm.decoder.native_decoder() is None:
         pytest.skip(f"the default model does not run the native decoder here (linear={lm.linear})")
 
 
@@ -36,13 +36,13 @@ def _tree(root: int, paths: list[list[int]]) -> DraftTree:
 def _steps(lm, native: bool, ids, steps):
     """Runs trees one after another as the engine does (forward, keep the accepted block positions);
     returns every step's logits and the cache."""
-    decoder = lm.model._specviz_lean
+    decoder = lm.decoder
     decoder.native_layers = native
     try:
         cache = _prefilled(lm, ids[:-1])
         past, logits = len(ids) - 1, []
         for tree, kept in steps:
-            logits.append(tree_forward(lm.model, cache, tree, past))
+            logits.append(tree_forward(lm, cache, tree, past))
             keep_accepted(cache, past, kept)
             past += len(kept)
         return logits, cache
@@ -72,17 +72,17 @@ def test_logits_and_cache_are_bitwise_the_per_call_forwards(lm, kernel):
 
 def test_a_cropped_cache_transposes_the_keys_that_replace_the_dropped_ones(lm, kernel):
     ids = lm.tokenizer("Crop, then verify again from the same place.", return_tensors="pt").input_ids[0].tolist()
-    decoder = lm.model._specviz_lean
+    decoder = lm.decoder
     cache = _prefilled(lm, ids[:-1])
     past = len(ids) - 1
-    tree_forward(lm.model, cache, _tree(ids[-1], [[100, 101, 102, 103, 104]]), past)
+    tree_forward(lm, cache, _tree(ids[-1], [[100, 101, 102, 103, 104]]), past)
     cache.crop(-6)
     assert {layer.transposed_length for layer in cache.layers} == {past}
-    again = tree_forward(lm.model, cache, _tree(ids[-1], [[200, 201]]), past)
+    again = tree_forward(lm, cache, _tree(ids[-1], [[200, 201]]), past)
     decoder.native_layers = False
     try:
         fresh = _prefilled(lm, ids[:-1])
-        want = tree_forward(lm.model, fresh, _tree(ids[-1], [[200, 201]]), past)
+        want = tree_forward(lm, fresh, _tree(ids[-1], [[200, 201]]), past)
     finally:
         decoder.native_layers = True
     assert torch.equal(again, want)
@@ -94,19 +94,19 @@ def test_a_growing_cache_gets_new_buffers_and_stays_right(lm, kernel):
     cache = _prefilled(lm, ids[:-1])
     capacity = cache.layers[0]._keys.shape[-2]
     chain = [[1000 + i for i in range(capacity)]]
-    native = tree_forward(lm.model, cache, _tree(ids[-1], chain), len(ids) - 1)
+    native = tree_forward(lm, cache, _tree(ids[-1], chain), len(ids) - 1)
     assert cache.layers[0]._keys.shape[-2] > capacity and cache.layers[0]._keys.shape[-2] % 16 == 0
-    decoder = lm.model._specviz_lean
+    decoder = lm.decoder
     decoder.native_layers = False
     try:
-        want = tree_forward(lm.model, _prefilled(lm, ids[:-1]), _tree(ids[-1], chain), len(ids) - 1)
+        want = tree_forward(lm, _prefilled(lm, ids[:-1]), _tree(ids[-1], chain), len(ids) - 1)
     finally:
         decoder.native_layers = True
     assert torch.equal(native, want)
 
 
 def test_where_it_cannot_run_the_per_call_forward_does(lm, kernel):
-    decoder = lm.model._specviz_lean
+    decoder = lm.decoder
     assert decoder_kernel.NativeDecoder.cache_ready(None, len(decoder.layers)) is False
     from transformers.cache_utils import DynamicCache
 
@@ -115,8 +115,8 @@ def test_where_it_cannot_run_the_per_call_forward_does(lm, kernel):
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([ids[:-1]]), past_key_values=stock, use_cache=True)
     assert decoder_kernel.NativeDecoder.cache_ready(stock, len(decoder.layers)) is False
-    want = tree_forward(lm.model, _prefilled(lm, ids[:-1]), _tree(ids[-1], [[5, 6]]), len(ids) - 1)
-    assert torch.equal(tree_forward(lm.model, stock, _tree(ids[-1], [[5, 6]]), len(ids) - 1), want)
+    want = tree_forward(lm, _prefilled(lm, ids[:-1]), _tree(ids[-1], [[5, 6]]), len(ids) - 1)
+    assert torch.equal(tree_forward(lm, stock, _tree(ids[-1], [[5, 6]]), len(ids) - 1), want)
     for switch in ("native_layers", "native_glue", "native_attention"):
         setattr(decoder, switch, False)
         try:

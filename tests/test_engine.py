@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz.tools.suite import load_suite
-from specviz.core.costmodel import CostModel
-from specviz.core.session import Session
+from specviz.engine.suite import load_suite
+from specviz.engine.costmodel import CostModel
+from specviz.engine.session import Session
 from specviz.errors import SpecvizError
-from specviz.core.trace import Trace
+from specviz.records.trace import Trace
 
 # the long-context items (2K-7K token documents) have their own, shorter checks in test_rapid
 SUITE = [i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl") if i["category"] != "long-context"]

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from specviz.core import resources, sources
-from specviz.core.session import Session
-from specviz.core.tree import DraftTree
+from specviz.runtime import shared as resources
+from specviz.tree import sources
+from specviz.engine.session import Session
+from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter
 from specviz.methods import METHODS, get_method
 
@@ -62,7 +63,7 @@ def test_a_failing_step_leaves_everything_as_it_was(lm, method, phase):
 
 
 def test_a_failing_forward_leaves_the_cache_as_it_was(lm, monkeypatch):
-    import specviz.core.session as session_module
+    import specviz.engine.session as session_module
 
     session = Session(lm, "racer", budget=16).start(PROMPT)
     session.step()
@@ -145,7 +146,7 @@ def test_loading_one_resource_never_blocks_another():
 
 
 def test_token_texts_are_the_tokenizer_decoding_shared_by_sessions(lm):
-    from specviz.core.session import TokenTexts
+    from specviz.engine.session import TokenTexts
     tokenizer = lm.tokenizer
     first, second = Session(lm, "ar").token_text, Session(lm, "ar").token_text
     ids = list(range(0, len(tokenizer), 211)) + list(tokenizer.all_special_ids) + [len(tokenizer) - 1]

@@ -1,4 +1,4 @@
-"""The lean forward's native elementwise work (core/layer_kernel.cc): torch's numbers, in the layouts the
+"""The lean forward's native elementwise work (runtime/native/layer_kernel.cc): torch's numbers, in the layouts the
 forward hands it, and torch's ops wherever it cannot run."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import native_library_or_skip, tree_logits_native_and_not
-from specviz.core import layer_kernel
+from specviz.runtime.native import layer_kernel
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The lean forward's native linear layers (core/linear_kernel.cc): F.linear's numbers, a row's result
+"""The lean forward's native linear layers (runtime/native/linear_kernel.cc): F.linear's numbers, a row's result
 independent of the rows beside it (through the whole forward too), and a clear fall back where it cannot run."""
 
 import pytest
@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import native_library_or_skip
-from specviz.core import linear_kernel
-from specviz.core.forward import tree_forward
-from specviz.core.kv import new_cache
-from specviz.core.models import load_model, pick_linear
-from specviz.core.tree import DraftTree
+from specviz.runtime.native import linear_kernel
+from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.kv import new_cache
+from specviz.runtime.loading import load_model, pick_linear
+from specviz.tree.draft_tree import DraftTree
 from specviz.errors import SpecvizError
 
 
@@ -58,12 +58,12 @@ def test_a_trees_root_row_is_bitwise_the_one_token_forward(lm, kernel):
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([past[:-1]]), past_key_values=cache, use_cache=True)
     root = DraftTree(past[-1])
-    one = tree_forward(lm.model, cache, root, len(past) - 1)
+    one = tree_forward(lm, cache, root, len(past) - 1)
     cache.crop(-1)
     tree = DraftTree(past[-1])
     for token in (11, 12, 13):
         tree.add_path([token, token + 1, token + 2], "logits")
-    many = tree_forward(lm.model, cache, tree, len(past) - 1)
+    many = tree_forward(lm, cache, tree, len(past) - 1)
     assert len(tree) == 10 and torch.equal(many[0], one[0])
 
 

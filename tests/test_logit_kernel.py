@@ -1,4 +1,4 @@
-"""The native pass over the verify logits (accept.logit_kernel) against torch, and its fall-back."""
+"""The native pass over the verify logits (runtime.native.logit_kernel) against torch, and its fall-back."""
 
 import shutil
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from conftest import native_library_or_skip
-from specviz.accept import logit_kernel
-from specviz.core import native as native_build
+from specviz.runtime.native import logit_kernel
+from specviz.runtime.native import build as native_build
 from specviz.accept.verification import TOP_K, LogitTop, _node_ranks_torch, blockwise_topk, node_target_stats
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 
 VOCAB = 128 * 64
 

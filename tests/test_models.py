@@ -1,6 +1,7 @@
 import pytest
 
-from specviz.core import models
+from specviz.runtime import cache_dir
+from specviz.runtime import loading as models
 from specviz.errors import SpecvizError
 
 
@@ -12,7 +13,7 @@ def test_default_model_reloads_from_cache_without_gguf(lm, monkeypatch):
     again = models.load_model()
     assert again.vocab_size == lm.vocab_size == 49152
     assert again.dtype.is_floating_point and str(again.device) == "cpu"
-    assert (models.cache_root() / "models").is_dir()
+    assert (cache_dir.cache_root() / "models").is_dir()
 
 
 def test_missing_paths_and_models_are_clear(tmp_path):

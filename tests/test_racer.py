@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.tools.suite import load_suite
+from specviz.engine.suite import load_suite
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child_breadth
-from specviz.core.session import Session
+from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 VOCAB = 50
 

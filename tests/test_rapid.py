@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.core.session import Session
+from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import chunk_document, retrieve
 from specviz.methods import METHODS
-from specviz.tools.suite import long_context_prompt
+from specviz.engine.suite import long_context_prompt
 from test_sampling import chi_square_p
 
 DOCS = Path(__file__).parent.parent / "assets" / "documents"
@@ -90,7 +90,7 @@ def test_bad_input_gets_a_clear_message(lm):
 
 
 def test_rapid_drafts_with_the_layer_skip_drafter(lm):
-    from specviz.core.resources import shared_draft
+    from specviz.runtime.shared import shared_draft
 
     prompt = long_context_prompt(FERRY[:3000], FERRY_QUESTIONS[0]["question"])
     reference = Session(lm, "ar").start(prompt)
@@ -142,7 +142,7 @@ def target_joint(lm, prompt_ids: list[int], firsts: int = 24, seconds: int = 8) 
 
 
 def joint_p_value(lm, method: str, runs: int) -> float:
-    from specviz.core.prompts import encode
+    from specviz.runtime.prompts import encode
 
     prompt_ids = encode(lm.tokenizer, STAT_PROMPT, lm.max_context)
     joint = target_joint(lm, prompt_ids)

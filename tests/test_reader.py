@@ -7,18 +7,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specviz.core.costmodel import CostModel
-from specviz.core.layer_skip import self_skip_model
-from specviz.core.resources import shared_datastore, shared_draft
-from specviz.core.session import Session
-from specviz.core.tree import DraftTree
+from specviz.engine.costmodel import CostModel
+from specviz.runtime.layer_skip import self_skip_model
+from specviz.index.datastore import shared_datastore
+from specviz.runtime.shared import shared_draft
+from specviz.engine.session import Session
+from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.search_path import DeepenDrafter, SearchIndexes
 from specviz.errors import SpecvizError
 from specviz.index.datastore import Datastore, build
 from specviz.index.ngram_trie import NgramTrie
 from specviz.index.suffix_array import SuffixArray, build_suffix_array
 from specviz.tools.self_repetition import self_repetition
-from specviz.tools.suite import load_suite
+from specviz.engine.suite import load_suite
 
 ASSETS = Path(__file__).parent.parent / "assets"
 SUITE = [i for i in load_suite(ASSETS / "suite.jsonl") if i["category"] != "long-context"]  # see test_rapid
@@ -269,12 +270,12 @@ def test_self_skip_drafts_with_the_first_layers(lm, prefix_ids):
     import torch
     from transformers import DynamicCache
 
-    from specviz.core.forward import masked_forward
+    from specviz.runtime.block_forward import masked_forward
 
     skip = self_skip_model(lm, 4)
     cache = DynamicCache(config=skip.model.config)
     visible = torch.ones((len(prefix_ids), len(prefix_ids)), dtype=torch.bool).tril()
-    logits = masked_forward(skip.model, cache, prefix_ids, list(range(len(prefix_ids))), visible)
+    logits = masked_forward(skip, cache, prefix_ids, list(range(len(prefix_ids))), visible)
     out = lm.model(input_ids=torch.tensor([prefix_ids]), output_hidden_states=True)
     inner = lm.model.model
     expected = lm.model.lm_head(inner.norm(out.hidden_states[4]))[0]
@@ -283,12 +284,10 @@ def test_self_skip_drafts_with_the_first_layers(lm, prefix_ids):
 
 
 def test_missing_datastore_turns_the_branch_off_and_says_so(lm, monkeypatch, tmp_path):
-    from specviz.core import resources
-
-    monkeypatch.setattr(resources, "shared_datastore",
-                        lambda lm: (_ for _ in ()).throw(SpecvizError("No datastore at 'x': rebuild it")))
     import specviz.methods.reader as reader_module
-    monkeypatch.setattr(reader_module, "shared_datastore", resources.shared_datastore)
+
+    monkeypatch.setattr(reader_module, "shared_datastore",
+                        lambda lm: (_ for _ in ()).throw(SpecvizError("No datastore at 'x': rebuild it")))
     session = Session(lm, "reader", budget=16).start("Say hello.")
     assert any("Datastore branch off" in w for w in session.method.warnings)
     session.run(4)

@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.tools.suite import load_suite
+from specviz.engine.suite import load_suite
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.scored_retrieval import ScoredRetriever
-from specviz.core.session import Session
+from specviz.engine.session import Session
 from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.errors import SpecvizError
 from specviz.index.match_positions import MatchPositions
-from specviz.core.models import load_model
+from specviz.runtime.loading import load_model
 from specviz.accept.relaxed import relaxed_accept
-from specviz.core.token_diff import token_diff
-from specviz.core.trace import Trace
-from specviz.core.tree import ROOT, DraftTree
+from specviz.engine.token_diff import token_diff
+from specviz.records.trace import Trace
+from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.accept.greedy import greedy_accept
 
 SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}

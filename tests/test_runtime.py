@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specviz.core import memory_release
-from specviz.core.gc_pauses import collect_everything, freeze_long_lived
-from specviz.core.session import Session
+from specviz.runtime import memory_release
+from specviz.runtime.gc_pauses import collect_everything, freeze_long_lived
+from specviz.engine.session import Session
 from specviz.drafters import measured_choice
 from specviz.drafters.measured_choice import EXPLORE_SHARE, FallbackChooser
 

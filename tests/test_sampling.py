@@ -7,7 +7,7 @@ import torch
 
 from specviz.accept.sampling import (SamplingSettings, _draw, augmented_target, output_distribution,
                                      sampling_accept, sampling_probs)
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 from specviz.errors import SpecvizError
 
 SETTINGS = SamplingSettings(temperature=1.0)

@@ -2,7 +2,7 @@
 
 import xml.etree.ElementTree as ET
 
-from specviz.core.trace import NodeRecord, StepRecord
+from specviz.records.trace import NodeRecord, StepRecord
 from specviz.ui.slides import tree_svg, write_tree_svg
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -8,13 +8,13 @@ import torch
 
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.verification import TOP_K, LogitTop
-from specviz.core import modes
-from specviz.core.divergence import classify, recompute_margin, tie_threshold
-from specviz.core.forward import tree_forward
-from specviz.core.kv import new_cache
-from specviz.core.models import load_model
-from specviz.core.session import Session
-from specviz.core.tree import DraftTree
+from specviz.runtime import modes
+from specviz.engine.divergence import classify, recompute_margin, tie_threshold
+from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.kv import new_cache
+from specviz.runtime.loading import load_model
+from specviz.engine.session import Session
+from specviz.tree.draft_tree import DraftTree
 from specviz.tools.random_model import describe, materialise
 from test_cli import cli
 
@@ -38,13 +38,13 @@ def _stock_path_logits(model, ids):
 
 def test_lean_forward_is_installed_and_matches_stock_on_grouped_heads(tiny_models):
     lm = load_model(tiny_models["same"])  # 4 query heads over 2 key/value heads
-    assert lm.lean and getattr(lm.model, "_specviz_lean", None) is not None
+    assert lm.lean and lm.decoder is not None
     past = [11, 12, 13, 14, 15]
     cache = new_cache(lm.model.config)
     with torch.inference_mode():
         lm.model(input_ids=torch.tensor([past]), past_key_values=cache, use_cache=True)
     tree = _tree(16)
-    logits = tree_forward(lm.model, cache, tree, len(past))
+    logits = tree_forward(lm, cache, tree, len(past))
     assert cache.get_seq_length() == len(past) + len(tree)
     for path in tree.paths():
         stock = _stock_path_logits(lm.model, past + [tree.tokens[n] for n in path])[len(past):]
@@ -55,7 +55,7 @@ def test_packed_onednn_weights_give_a_row_the_same_result_whatever_the_row_count
     """oneDNN runs every linear module from a packed copy of its weight (the stock path keeps the dense
     one; with the native kernel the modules still run the prefill), and a row's output does not depend on
     how many rows share the call."""
-    from specviz.core import fast_linear
+    from specviz.runtime import fast_linear
 
     if lm.linear not in ("native", "onednn"):
         pytest.skip(f"this machine runs the {lm.linear} linear kernel")
@@ -73,7 +73,7 @@ def test_packed_onednn_weights_give_a_row_the_same_result_whatever_the_row_count
 
 
 def test_too_little_memory_to_pack_runs_dense_onednn_and_says_so(tiny_models, monkeypatch):
-    from specviz.core import fast_linear
+    from specviz.runtime import fast_linear
 
     monkeypatch.setattr(fast_linear, "_available_memory_bytes", lambda: 1024)
     lm = load_model(tiny_models["same"], linear="onednn")
@@ -89,7 +89,7 @@ def test_too_little_memory_to_pack_runs_dense_onednn_and_says_so(tiny_models, mo
 def test_stock_forward_when_asked(tiny_models, monkeypatch):
     monkeypatch.setenv("SPECVIZ_FORWARD", "stock")
     lm = load_model(tiny_models["same"])
-    assert not lm.lean and getattr(lm.model, "_specviz_lean", None) is None
+    assert not lm.lean and lm.decoder is None
 
 
 # ---- modes -------------------------------------------------------------------------------------------
@@ -237,8 +237,8 @@ def test_random_twin_has_the_config_and_tokenizer_not_the_weights(tiny_models, t
 
 def test_planner_answers_an_empty_tree_as_its_general_path_would():
     """No draft node (a silent source, no budget left): plain decoding, priced from the curve directly."""
-    from specviz.core.costmodel import CostModel
-    from specviz.core.planner import AcceptanceModel, OnlineCost, best_first, plan
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
 
     cost = OnlineCost(CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m",
                                 device="cpu", dtype="float32", threads=2))
@@ -257,8 +257,8 @@ def test_planner_answers_an_empty_tree_as_its_general_path_would():
 
 
 def test_a_cost_band_measured_during_a_burst_expires_and_is_priced_from_the_bands_still_measured():
-    from specviz.core.costmodel import CostModel
-    from specviz.core.planner import STALE_AFTER, OnlineCost
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import STALE_AFTER, OnlineCost
 
     curve = CostModel(sizes=[1, 2, 8, 32], ms=[10.0, 12.0, 24.0, 40.0], context_len=512, model="m",
                       device="cpu", dtype="float32", threads=2)
@@ -284,7 +284,7 @@ def test_a_cost_curve_measured_during_a_burst_of_load_is_measured_again_and_neve
     """The curve a burst of load left here once (2 tokens dearer than 4, 48 dearer than 64): it was saved
     and shaped every planner decision since. Now such a curve is measured again, and one that stays so is
     used for the session but not stored; a stored one is not read."""
-    from specviz.core import costmodel
+    from specviz.engine import costmodel
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     lm = load_model(tiny_models["same"])
@@ -308,7 +308,7 @@ def test_a_cost_curve_measured_during_a_burst_of_load_is_measured_again_and_neve
 
 def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch):
     """Sizes take turns, so a burst lands in one round of each size; the medians leave it out."""
-    from specviz.core import costmodel
+    from specviz.engine import costmodel
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     lm = load_model(tiny_models["same"])
@@ -326,7 +326,7 @@ def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch
 
 def test_the_planner_drafts_again_after_trees_were_measured_during_a_burst(lm):
     """Trees measured 20x dearer than the curve: the planner refuses them, until their bands expire."""
-    from specviz.core.planner import COST_BANDS, STALE_AFTER
+    from specviz.engine.planner import COST_BANDS, STALE_AFTER
 
     session = Session(lm, "racer")
     cost = session.online_cost
@@ -343,8 +343,8 @@ def test_the_planner_drafts_again_after_trees_were_measured_during_a_burst(lm):
 
 # ---- per-source calibration of the planner --------------------------------------------------------
 def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
-    from specviz.core.costmodel import CostModel
-    from specviz.core.planner import AcceptanceModel, plan
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import AcceptanceModel, plan
 
     def tree():
         t = DraftTree(1)

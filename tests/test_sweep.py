@@ -10,7 +10,7 @@ import pytest
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError
-from specviz.tools.suite import load_suite
+from specviz.engine.suite import load_suite
 from specviz.tools.sweep import (MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, format_grid, grid_csv, grid_figure, grid_points,
                                  grid_rows_csv, parse_axes, run_grid)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.core.trace import FORMAT_VERSION, MAX_TRACE_BYTES, Trace
+from specviz.records.trace import FORMAT_VERSION, MAX_TRACE_BYTES, Trace
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS
 from specviz.ui.compare import Compare, parse_overrides, side_settings
@@ -23,7 +23,7 @@ PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha 
 # ---- traces --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_trace_round_trips_through_json(lm, method, tmp_path):
-    from specviz.core.session import Session
+    from specviz.engine.session import Session
 
     temperature = 0.8 if method == "rapid" else 0.0
     session = Session(lm, method, {"eta": 5.0} if method == "rapid" else {}, budget=8, temperature=temperature)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 
 
 def build():

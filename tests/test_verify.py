@@ -2,11 +2,11 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specviz.core.kv import keep_accepted
-from specviz.core.tree import DraftTree
+from specviz.runtime.kv import keep_accepted
+from specviz.tree.draft_tree import DraftTree
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.sampling import SamplingSettings, sampling_accept
-from specviz.core.forward import tree_forward
+from specviz.engine.tree_forward import tree_forward
 
 
 def prefill(lm, ids):
@@ -29,7 +29,7 @@ def test_tree_forward_equals_per_path_forwards(lm, prefix_ids):
     tree.add_path([1100, 200], "logits", parent=a[1])
     tree.add_path([600, 700, 800], "model")
     tree.add_path([42], "logits", parent=a[0])
-    logits = tree_forward(lm.model, cache, tree, len(past))
+    logits = tree_forward(lm, cache, tree, len(past))
     assert cache.get_seq_length() == len(past) + len(tree)
     for path in tree.paths():
         sequential = full_logits(lm, past + [tree.tokens[n] for n in path])[len(past):]
@@ -43,7 +43,7 @@ def test_keep_accepted_equals_fresh_prefill(lm, prefix_ids):
     tree = DraftTree(prefix_ids[-1])
     tree.add_path([100, 200, 300], "retrieval")
     scattered = tree.add_path([600, 700, 800], "model")  # not at the front of the block: needs a gather
-    tree_forward(lm.model, cache, tree, len(past))
+    tree_forward(lm, cache, tree, len(past))
     keep_accepted(cache, len(past), [0] + scattered[:2])
     fresh = prefill(lm, past + [prefix_ids[-1], 600, 700])
     assert cache.get_seq_length() == fresh.get_seq_length()
@@ -58,7 +58,7 @@ def test_keep_accepted_front_path_just_crops(lm, prefix_ids):
     tree = DraftTree(prefix_ids[-1])
     chain = tree.add_path([100, 200, 300], "retrieval")
     tree.add_path([600], "model")
-    tree_forward(lm.model, cache, tree, len(past))
+    tree_forward(lm, cache, tree, len(past))
     keep_accepted(cache, len(past), [0] + chain[:1])
     fresh = prefill(lm, past + [prefix_ids[-1], 100])
     for mine, theirs in zip(cache.layers, fresh.layers):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from specviz.accept.verification import LogitTop, Verification, make_verification
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 
 def greedy_accept(tree: DraftTree, logits: torch.Tensor, entropies: bool = False) -> Verification:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.verification import LogitTop, Verification, make_verification
 

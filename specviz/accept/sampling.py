@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.accept.verification import Verification, make_verification
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.errors import SpecvizError
 
 TAIL_FRACTION = 0.1   # RAPID: p_hat entries below this fraction of its maximum keep the target's value

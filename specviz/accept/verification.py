@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specviz.accept import logit_kernel
-from specviz.core.tree import DraftTree
+from specviz.runtime.native import logit_kernel
+from specviz.tree.draft_tree import DraftTree
 
 ACCEPTED, REJECTED, UNREACHED, RELAXED, ROOT_STATUS = "accepted", "rejected", "unreached", "relaxed", "root"
 TRANSFERRED = "transferred"   # accepted under RAPID's p_hat where p alone would have refused it (same coin)
@@ -57,7 +57,7 @@ def blockwise_topk(logits: torch.Tensor, k: int, block: int) -> tuple[torch.Tens
 class LogitTop:
     """Each row's TOP_K largest logits and their token ids, best first, and its logsumexp: one pass over
     (q, vocab) logits serves the argmax, the nodes' ranks and probabilities, the top-2 margins and the
-    copy-logit table (accept.logit_kernel's native pass where it runs, else torch).
+    copy-logit table (runtime.native.logit_kernel's native pass where it runs, else torch).
 
     The native pass writes numpy arrays, torch's path gives tensors (on the logits' device); each form is
     made from the other only when asked for (`values` / `values_np` ...). Inside a step everything that

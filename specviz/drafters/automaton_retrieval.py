@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specviz.index.automaton import NgramAutomaton
 from specviz.drafters.base import Drafter
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 MATCH_BUCKETS = (1, 2, 3, 5, 8)  # matched-suffix lengths the acceptance model tells apart
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.accept.verification import Verification
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 
 
 @dataclass

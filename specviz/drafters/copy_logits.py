@@ -20,7 +20,7 @@ import torch
 
 from specviz.accept.verification import top_logits
 from specviz.drafters.base import Drafter, StepOutcome
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 
 PROB_BANDS = (0.8, 0.5, 0.2, 0.05, 0.0)  # copy-logit probability bands the acceptance model tells apart

@@ -24,10 +24,10 @@ import torch
 
 from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
-from specviz.core.kv import keep_accepted, new_cache
-from specviz.core.models import LoadedModel
-from specviz.core.tree import ROOT, DraftTree
-from specviz.core.forward import masked_forward
+from specviz.runtime.kv import keep_accepted, new_cache
+from specviz.runtime.loading import LoadedModel
+from specviz.tree.draft_tree import ROOT, DraftTree
+from specviz.runtime.block_forward import masked_forward
 
 FEED_CHUNK = 512
 
@@ -57,7 +57,7 @@ class DraftModelDrafter(Drafter):
             past = self.cache.get_seq_length()
             # an explicit causal mask takes the grouped attention path that reads the cache in place
             visible = torch.ones((len(chunk), past + len(chunk)), dtype=torch.bool).tril(past)
-            logits = masked_forward(self.lm.model, self.cache, chunk, list(range(past, past + len(chunk))),
+            logits = masked_forward(self.lm, self.cache, chunk, list(range(past, past + len(chunk))),
                                     visible)[-1]
             self.forwards += 1
         return logits[:self.vocab_size]
@@ -133,7 +133,7 @@ class DraftModelDrafter(Drafter):
             self.slot[node] = start + i
         positions = [self.cached - 1 + tree.depths[n] for n in nodes]
         self.forwards += 1
-        return masked_forward(self.lm.model, self.cache, [tree.tokens[n] for n in nodes], positions,
+        return masked_forward(self.lm, self.cache, [tree.tokens[n] for n in nodes], positions,
                               visible)[:, :self.vocab_size]
 
     def checkpoint(self):

@@ -4,7 +4,7 @@ CPU a draft forward costs about as much as the verify forward, and the measureme
 
 from __future__ import annotations
 
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.measured_choice import FallbackChooser
 

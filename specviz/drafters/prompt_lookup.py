@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from specviz.drafters.base import Drafter
-from specviz.core.tree import DraftTree
+from specviz.tree.draft_tree import DraftTree
 
 
 def lookup_continuation(context: list[int], max_ngram: int, min_ngram: int, length: int) -> tuple[list[int], int]:

@@ -15,7 +15,7 @@ from specviz.drafters.scored_retrieval import ScoredRetriever
 from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.drafters.measured_choice import FallbackChooser
 from specviz.index.match_positions import MatchPositions
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 
 class ReSpecDrafter(Drafter):

@@ -14,7 +14,7 @@ import heapq
 from dataclasses import asdict, dataclass
 
 from specviz.index.match_positions import MatchPositions
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 
 INITIAL_SCORE = 0.5
 

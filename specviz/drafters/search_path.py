@@ -20,7 +20,7 @@ seeds a second search (context + that prefix) whose branch of d_deep tokens hang
 
 from __future__ import annotations
 
-from specviz.core.tree import ROOT, DraftTree
+from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.drafters.base import Drafter
 from specviz.index.ngram_trie import NgramTrie
 

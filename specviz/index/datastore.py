@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specviz.core.models import cache_root
+from specviz.runtime.cache_dir import cache_root
+from specviz.runtime.shared import shared
 from specviz.errors import SpecvizError
 from specviz.index.suffix_array import SEPARATOR, RangeMatch, SuffixArray
 
@@ -163,3 +164,10 @@ def measure(lm, path: Path | None = None, lookups: int = 2000, key_len: int = 4)
 
 
 __all__ = ["Datastore", "RangeMatch", "build", "datastore_path", "measure", "tokenizer_name"]
+
+
+def shared_datastore(lm) -> "Datastore":
+    """READER's long-term datastore for the target's tokenizer, loaded once per process (SpecvizError when
+    missing or corrupt)."""
+    path = datastore_path(tokenizer_name(lm))
+    return shared(("datastore", str(path)), lambda: Datastore.load(path))

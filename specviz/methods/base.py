@@ -11,9 +11,9 @@ import torch
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.sampling import SamplingSettings, sampling_accept
 from specviz.accept.verification import Verification
-from specviz.core.params import Param, resolve
-from specviz.core.prompts import PromptText
-from specviz.core.tree import DraftTree
+from specviz.params import Param, resolve
+from specviz.runtime.prompts import PromptText
+from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 
 BUDGET_MAX = 256          # largest fixed tree (draft nodes) a user may ask for

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.core.params import Param
+from specviz.params import Param
 from specviz.drafters.prompt_lookup import PromptLookupDrafter
 from specviz.errors import SpecvizError
 from specviz.methods.base import Method

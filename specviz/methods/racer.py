@@ -3,7 +3,7 @@ copy-logit logits tree the rest, merged by trie union."""
 
 from __future__ import annotations
 
-from specviz.core.params import Param
+from specviz.params import Param
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.copy_logits import CopyLogitDrafter
 from specviz.errors import SpecvizError
@@ -35,7 +35,7 @@ def check_retrieval(values: dict) -> None:
 
 def copy_logit_drafter(lm, p: dict) -> CopyLogitDrafter:
     """The logits-tree drafter, warm (a copy of the model's seed table) or cold, as p['warm_table'] says."""
-    from specviz.core.resources import shared_copy_logit_seed
+    from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
 
     return CopyLogitDrafter(p["max_breadth"], shared_copy_logit_seed(lm) if p["warm_table"] else None,
                             p["min_path_prob"])

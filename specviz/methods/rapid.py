@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 
 from specviz.accept.sampling import SamplingSettings, sampling_accept
-from specviz.core.params import Param
-from specviz.core.prompts import encode
-from specviz.core.resources import shared_embedder
+from specviz.params import Param
+from specviz.runtime.prompts import encode
+from specviz.index.embedder import shared_embedder
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import Retrieval, retrieve

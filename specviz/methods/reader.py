@@ -4,8 +4,8 @@ verified strictly (lossless)."""
 
 from __future__ import annotations
 
-from specviz.core.params import Param
-from specviz.core.resources import shared_datastore
+from specviz.params import Param
+from specviz.index.datastore import shared_datastore
 from specviz.drafters.search_path import DeepenDrafter, SearchDrafter, SearchIndexes
 from specviz.errors import SpecvizError
 from specviz.methods.base import Method

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from specviz.accept.relaxed import relaxed_accept
-from specviz.core.params import Param
+from specviz.params import Param
 from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method

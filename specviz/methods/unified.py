@@ -5,7 +5,7 @@ in the budget left; the cost-optimal planner keeps the nodes that pay. Strict ve
 
 from __future__ import annotations
 
-from specviz.core.params import Param
+from specviz.params import Param
 from specviz.drafters.gated import GatedDrafter
 from specviz.drafters.search_path import DeepenDrafter, SearchDrafter
 from specviz.methods.base import Method

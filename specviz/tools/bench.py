@@ -5,12 +5,12 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
-from specviz.core.divergence import classify, first_difference, recompute_margin, tie_threshold
-from specviz.core.session import Session
+from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
+from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS, PEER_METHODS, get_method
-from specviz.core.models import LoadedModel
-from specviz.core.prompts import PromptText, encode
+from specviz.runtime.loading import LoadedModel
+from specviz.runtime.prompts import PromptText, encode
 from specviz.accept.sampling import SamplingSettings
 
 BASELINE = "ar"
@@ -92,7 +92,7 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
 
 
 def compare(lm: LoadedModel, prompt_ids: list[int], reference: dict, run: dict, sampled: bool = False) -> str:
-    """yes / tie@k / MISMATCH / lossy@k of one run against ar's (see core.divergence); 'sampled' when the
+    """yes / tie@k / MISMATCH / lossy@k of one run against ar's (see engine.divergence); 'sampled' when the
     runs sample (their tokens differ by design: losslessness is a property of distributions there)."""
     if sampled:
         return "sampled"
@@ -126,7 +126,7 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
     encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context)) for item in suite]
     for method in methods:
         warm_up(lm, method, encoded[0][1], params, budget, draft, sampling, PromptText.of(suite[0]["messages"]))
-    from specviz.core.resources import shared_datastore
+    from specviz.index.datastore import shared_datastore
     from specviz.tools.self_repetition import self_repetition
 
     try:

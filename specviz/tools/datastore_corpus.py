@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from specviz.core.models import LoadedModel
-from specviz.core.prompts import encode
+from specviz.runtime.loading import LoadedModel
+from specviz.runtime.prompts import encode
 from specviz.errors import SpecvizError
 
 

@@ -14,25 +14,25 @@ import time
 
 import torch
 
-from specviz.core.forward import masked_forward
-from specviz.core.kv import new_cache
-from specviz.core.prompts import encode
-from specviz.core.session import Session
+from specviz.runtime.block_forward import masked_forward
+from specviz.runtime.kv import new_cache
+from specviz.runtime.prompts import encode
+from specviz.engine.session import Session
 
 
-def _feed(model, cache, tokens: list[int], start: int) -> torch.Tensor:
+def _feed(drafter, cache, tokens: list[int], start: int) -> torch.Tensor:
     """Causal forward of tokens at positions start.. on the cache; logits of the last one."""
     past = start
     visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool)
     visible[:, past:] = torch.tril(torch.ones((len(tokens), len(tokens)), dtype=torch.bool))
-    return masked_forward(model, cache, tokens, list(range(past, past + len(tokens))), visible)[-1]
+    return masked_forward(drafter, cache, tokens, list(range(past, past + len(tokens))), visible)[-1]
 
 
 @torch.inference_mode()
 def chain_acceptance(lm, drafter_model, prompt_ids: list[int], continuation: list[int], depth: int):
     """Per position: how many levels of the drafted chain match the continuation; and level times (ms)."""
     ids = list(prompt_ids) + list(continuation)
-    cache = new_cache(drafter_model.config)
+    cache = new_cache(drafter_model.model.config)
     _feed(drafter_model, cache, ids[:len(prompt_ids) - 1], 0)
     accepted, level_ms = [], []
     for t in range(len(continuation)):
@@ -51,7 +51,7 @@ def chain_acceptance(lm, drafter_model, prompt_ids: list[int], continuation: lis
 
 
 def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_tokens: int = 32) -> dict:
-    """drafters: label -> model (the target itself for the full self-draft, a FirstLayersModel...)."""
+    """drafters: label -> LoadedModel (the target itself for the full self-draft, its self-skip:K...)."""
     per_label = {label: ([], []) for label in drafters}
     for item in suite:
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)

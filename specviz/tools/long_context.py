@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from specviz.accept.sampling import SamplingSettings
-from specviz.core.prompts import PromptText, encode
+from specviz.runtime.prompts import PromptText, encode
 from specviz.index.chunk_retrieval import retrieve
 from specviz.tools.bench import run_once
 
@@ -105,7 +105,7 @@ def rss_mb() -> float:
 
 
 def run_retrieval(lm, documents_dir: Path, chunk_tokens=512, budgets=(512, 1024)) -> dict:
-    from specviz.core.resources import shared_embedder
+    from specviz.index.embedder import shared_embedder
 
     rss_before = rss_mb()
     embedder = shared_embedder()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specviz.core.models import LoadedModel
-from specviz.core.session import Session
+from specviz.runtime.loading import LoadedModel
+from specviz.engine.session import Session
 from specviz.methods import get_method
 from specviz.tools.bench import params_for
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from specviz.accept import logit_kernel
-from specviz.core.models import LoadedModel
-from specviz.core.session import Session
+from specviz.runtime.native import logit_kernel
+from specviz.runtime.loading import LoadedModel
+from specviz.engine.session import Session
 
 
 def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_new_tokens: int,

@@ -8,8 +8,8 @@ import time
 import torch
 
 from specviz.errors import SpecvizError
-from specviz.core import fast_linear
-from specviz.core.models import LoadedModel
+from specviz.runtime import fast_linear
+from specviz.runtime.loading import LoadedModel
 
 
 @torch.inference_mode()

@@ -5,7 +5,7 @@ For q tree tokens over a cache of `context_len` entries, three medians:
   the linear layers, the head);
 - `linear_ms`: every linear layer of the model applied once to q rows, with the kernel and weights the
   forward runs (the native kernel or oneDNN, q/k/v fused; else stock) and called as the forward calls
-  them (one native call where core.decoder_kernel runs the forward): the part no change outside the
+  them (one native call where runtime.native.decoder_kernel runs the forward): the part no change outside the
   linear layers can remove;
 - the median of their ratio, forward and linear-only timed in turn (issue target: at most 1.25);
 - `stock_linear_ms` and `stock_ratio`: the same against the issue's own yardstick, PyTorch's stock
@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from specviz.core.forward import tree_forward
-from specviz.core.kv import new_cache
-from specviz.core.tree import DraftTree
+from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.kv import new_cache
+from specviz.tree.draft_tree import DraftTree
 
 
 def _sync(device: torch.device) -> None:
@@ -45,7 +45,7 @@ class LinearOnly:
 
     def __init__(self, lm, rows: int, stock: bool = False):
         self.lm, self.stock = lm, stock
-        lean = getattr(lm.model, "_specviz_lean", None)
+        lean = lm.decoder
         native = lean.native_decoder() if lean is not None and not stock else None
         if native is not None:  # the forward is one native call: its linear layers alone are one too
             self.calls, self.inputs = [(lambda _: native.linear_only(rows), 0)], {0: None}
@@ -95,7 +95,7 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     for _ in range(repeats + 1):
         _sync(lm.device)
         started = time.perf_counter()
-        tree_forward(lm.model, cache, tree, context_len - 1)
+        tree_forward(lm, cache, tree, context_len - 1)
         _sync(lm.device)
         times.append((time.perf_counter() - started) * 1000)
         cache.crop(-q)
@@ -107,7 +107,7 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if lm.device.type == "cuda" else [])
         with torch_profile(activities=activities) as prof:
-            tree_forward(lm.model, cache, tree, context_len - 1)
+            tree_forward(lm, cache, tree, context_len - 1)
             _sync(lm.device)
         cache.crop(-q)
         averages = prof.key_averages()

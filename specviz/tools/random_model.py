@@ -21,7 +21,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 def describe(source: str, out: str) -> Path:
     """Copy the config, generation config and tokenizer files of `source` (a folder or the default
     model) into `out`, without weights."""
-    from specviz.core.models import resolve_model_source
+    from specviz.runtime.loading import resolve_model_source
 
     folder = Path(resolve_model_source(source))
     if not folder.is_dir():

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from specviz.core.models import LoadedModel
-from specviz.core.prompts import PromptText, encode
-from specviz.core.resources import shared_draft
-from specviz.core.session import Session
+from specviz.runtime.loading import LoadedModel
+from specviz.runtime.prompts import PromptText, encode
+from specviz.runtime.shared import shared_draft
+from specviz.engine.session import Session
 from specviz.methods import METHODS
-from specviz.tools.suite import load_suite
+from specviz.engine.suite import load_suite
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 COPY_PROMPT = "code-rename"       # copied code: every drafting source has something to show

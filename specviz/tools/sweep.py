@@ -4,7 +4,7 @@ points, `ar` at the same sampling settings (the speed baseline).
 
 Per point and prompt: new tokens, steps, MAT, wall seconds, tokens/s, speedup against `ar` at the same
 sampling, the share of output tokens that differ from greedy `ar`'s output and where the first one is,
-and for greedy points the verdict of core.divergence (yes / tie@k / lossy@k / MISMATCH). Every value and
+and for greedy points the verdict of engine.divergence (yes / tie@k / lossy@k / MISMATCH). Every value and
 every combination is checked before anything runs, and the grid's size is capped (grid points, and
 points x prompts) before any model is needed: this module imports the model side (torch) only where it
 runs."""
@@ -16,12 +16,12 @@ import io
 import math
 from typing import TYPE_CHECKING, Callable
 
-from specviz.core.params import Param
+from specviz.params import Param
 from specviz.errors import SpecvizError
 
 if TYPE_CHECKING:
     from specviz.accept.sampling import SamplingSettings
-    from specviz.core.models import LoadedModel
+    from specviz.runtime.loading import LoadedModel
 
 MAX_SWEEP_POINTS = 64    # grid points (the product of the axes' value counts)
 MAX_SWEEP_RUNS = 400     # grid points x prompts (the ar references and baselines come on top)
@@ -190,7 +190,7 @@ def _baseline_label(key: tuple) -> str:
 
 
 def _item(prompt, number: int) -> dict:
-    from specviz.core.prompts import as_messages
+    from specviz.runtime.prompts import as_messages
 
     if isinstance(prompt, str):
         return {"id": f"prompt-{number}", "category": "prompt", "messages": as_messages(prompt)}
@@ -204,7 +204,7 @@ def _item(prompt, number: int) -> dict:
 # ---- running it ------------------------------------------------------------------------------------
 def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dict, budget, sampling,
          draft) -> dict:
-    from specviz.core.session import Session
+    from specviz.engine.session import Session
     from specviz.methods import get_method
 
     spec = get_method(method)
@@ -225,8 +225,8 @@ def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dic
 
 def _row(item: dict, run: dict, reference: dict, threshold: float, greedy: bool) -> dict:
     """One run against greedy ar's output: the token diff, where it first differs, and (greedy) the verdict."""
-    from specviz.core.divergence import classify, first_difference
-    from specviz.core.token_diff import token_diff
+    from specviz.engine.divergence import classify, first_difference
+    from specviz.engine.token_diff import token_diff
 
     diff = token_diff(reference["output_ids"], run["output_ids"])
     verdict = (classify(reference["output_ids"], reference["margins"], run["output_ids"], run["margins"],
@@ -255,8 +255,8 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
     per prompt, "categories": {category, ..., "ALL": {"ar" (and "ar@..." per sampled setting) and each
     point's label: the same totals}}}."""
     from specviz.accept.sampling import SamplingSettings
-    from specviz.core.divergence import tie_threshold
-    from specviz.core.prompts import PromptText, encode
+    from specviz.engine.divergence import tie_threshold
+    from specviz.runtime.prompts import PromptText, encode
     from specviz.methods import get_method
     from specviz.tools.bench import warm_up
 

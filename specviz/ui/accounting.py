@@ -8,8 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.core import sources
-from specviz.core.trace import StepRecord
+from specviz.tree import sources
+from specviz.records.trace import StepRecord
 from specviz.ui.viz import MARK_COLOURS
 
 ACCEPTED_STATUSES = ("accepted", "relaxed")  # a transferred node is status "accepted" with a mark

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specviz.core.token_diff import token_diff
+from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.ui.lab import Lab

@@ -9,19 +9,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from specviz.core.divergence import classify, tie_threshold
-from specviz.core.gc_pauses import collect_everything
-from specviz.core.memory_release import give_back_freed_memory
-from specviz.core.modes import parse_mode
-from specviz.core.session import Session
+from specviz.engine.divergence import classify, tie_threshold
+from specviz.runtime.gc_pauses import collect_everything
+from specviz.runtime.memory_release import give_back_freed_memory
+from specviz.runtime.modes import parse_mode
+from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
-from specviz.core.resources import mode_key, model_key, shared_draft, shared_model
-from specviz.core.prompts import validate_messages
-from specviz.core.token_diff import token_diff
-from specviz.tools.suite import long_context_prompt
+from specviz.runtime.shared import mode_key, model_key, shared_draft, shared_model
+from specviz.runtime.prompts import validate_messages
+from specviz.engine.token_diff import token_diff
+from specviz.engine.suite import long_context_prompt
 from specviz.accept.sampling import SamplingSettings
-from specviz.core.trace import Trace
+from specviz.records.trace import Trace
 from specviz.ui import accounting
 from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
@@ -56,7 +56,7 @@ class Settings:
     budget: int | str
     params: tuple           # sorted (name, value) pairs of the method's own parameters
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
-    mode: str = ""          # run mode (core.modes): "" = the device default (fp32 on CPU)
+    mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
     sampling: SamplingSettings = SamplingSettings()
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from specviz.core.trace import StepRecord, Trace
+from specviz.records.trace import StepRecord, Trace
 
 TRACES = Path(__file__).resolve().parents[2] / "assets" / "traces"
 

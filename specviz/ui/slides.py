@@ -10,7 +10,7 @@ import math
 import unicodedata
 from pathlib import Path
 
-from specviz.core.trace import NodeRecord, StepRecord
+from specviz.records.trace import NodeRecord, StepRecord
 from specviz.ui.viz import (ACCEPTED_MARKS, MARK_COLOURS, STATUS_SYMBOLS, group_colours, source_group,
                             tidy_layout, visible_token)
 

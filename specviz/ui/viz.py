@@ -6,8 +6,8 @@ import html
 
 import plotly.graph_objects as go
 
-from specviz.core import sources
-from specviz.core.trace import StepRecord
+from specviz.tree import sources
+from specviz.records.trace import StepRecord
 
 # the registered sources' colours, then the marks that are not sources
 MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200",

@@ -1,0 +1,344 @@
+"""Session: prefill, then one verified draft tree per step(), with the full history kept."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import weakref
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from specviz.engine import costmodel
+from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.block_forward import causal_forward
+from specviz.runtime.kv import cache_length, keep_accepted, new_cache
+from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.loading import check_same_vocabulary
+from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
+from specviz.accept.sampling import SamplingSettings
+from specviz.runtime.prompts import PromptText, encode
+from specviz.records.trace import NodeRecord, StepRecord, Trace
+from specviz.tree.draft_tree import DraftTree
+from specviz.drafters.base import StepOutcome
+from specviz.errors import SpecvizError
+from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
+
+PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
+
+
+def machine_label(lm: LoadedModel) -> str:
+    """Where a run was recorded: processor, device, precision and threads (shown beside replayed traces)."""
+    processor = platform.processor() or platform.machine()
+    if lm.device.type == "cuda":
+        processor = torch.cuda.get_device_name(lm.device)
+    return (f"{processor} ({os.cpu_count()} cores), {lm.device.type}, mode {lm.mode}, "
+            f"{torch.get_num_threads()} threads, torch {torch.__version__}")
+
+
+_vocabulary_texts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per tokenizer: every id's text
+
+
+class TokenTexts:
+    """Decoded text of single tokens. The whole vocabulary is decoded once per tokenizer (49,152 tokens:
+    about 0.1 s) and shared by every session: a step records up to a few hundred tokens, and decoding each
+    new one as it came cost about 0.1 ms a step (the first prompts meet many new ones)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.texts = _vocabulary_texts.get(tokenizer)
+        if self.texts is None:  # decoded when the first session is made, not inside its first step
+            self.texts = _vocabulary_texts.setdefault(
+                tokenizer, tokenizer.batch_decode([[token_id] for token_id in range(len(tokenizer))]))
+
+    def __call__(self, token: int) -> str:
+        texts = self.texts
+        return texts[token] if 0 <= token < len(texts) else self.tokenizer.decode([token])
+
+
+class Session:
+    def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
+                 temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None,
+                 draft: LoadedModel | None = None, top_p: float = 1.0):
+        self.lm = lm
+        self.method_class = get_method(method)
+        self.params = self.method_class.resolve_params(params)
+        self.method = None  # the method's drafters for one generation, built by start_ids
+        if draft is not None and draft is not lm:
+            check_same_vocabulary(lm, draft)
+        self.draft = draft  # None: a model drafter drafts with the target's own weights
+        self.budget = parse_budget(budget)
+        self.sampling = SamplingSettings.checked(temperature, top_p, seed)
+        self.method_class.check_sampling(self.params, self.sampling)
+        self.generator = torch.Generator(device="cpu").manual_seed(self.sampling.seed)
+        self._cost_model = cost_model
+        self._online_cost: OnlineCost | None = None
+        self.token_text = TokenTexts(lm.tokenizer)
+        self.prompt_ids: list[int] = []
+        self.context: list[int] = []
+        self.records: list[StepRecord] = []
+        self.finish_reason: str | None = None
+        self.prefill_s = 0.0
+        self.step_s = 0.0
+        self.cache = None
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    @property
+    def cost_model(self) -> costmodel.CostModel:
+        if self._cost_model is None:
+            self._cost_model = costmodel.load_or_calibrate(self.lm)
+        return self._cost_model
+
+    @property
+    def online_cost(self) -> OnlineCost:
+        """The calibrated curve, corrected by the forward times this session measures."""
+        if self._online_cost is None:
+            self._online_cost = OnlineCost(self.cost_model)
+        return self._online_cost
+
+    def start(self, prompt) -> "Session":
+        """Encode a text or chat prompt (one user message for plain text) and prefill."""
+        return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context), PromptText.of(prompt))
+
+    @torch.inference_mode()
+    def start_ids(self, prompt_ids: list[int], prompt: PromptText | None = None) -> "Session":
+        """Prefill every prompt token but the last: that one is the first step's root. prompt: the text
+        the ids encode, for a method that builds its own context from it."""
+        if not prompt_ids:
+            raise SpecvizError("The prompt is empty: write something for the model to answer.")
+        if len(prompt_ids) >= self.lm.max_context:
+            raise SpecvizError(f"The prompt is {len(prompt_ids)} tokens long; the context holds {self.lm.max_context}.")
+        started = time.perf_counter()
+        self.prompt_ids = list(prompt_ids)
+        self.context = list(prompt_ids)
+        self.records, self.finish_reason, self._finish_reported = [], None, False
+        self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
+        self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
+        prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
+        self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
+        self.acceptance = AcceptanceModel()
+        self.cache = new_cache(self.lm.model.config)
+        for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
+            chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
+            self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
+        self.prefill_s = time.perf_counter() - started
+        self.step_s = 0.0
+        return self
+
+    # ---- reading --------------------------------------------------------------------------------
+    @property
+    def output_ids(self) -> list[int]:
+        return self.context[len(self.prompt_ids):]
+
+    @property
+    def text(self) -> str:
+        return self.lm.tokenizer.decode(self.output_ids, skip_special_tokens=True)
+
+    @property
+    def name(self) -> str:
+        return self.method_class.name
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
+
+    @property
+    def lossless(self) -> bool:
+        """What the method promises for its parameters at this temperature (the app's diff view reads it)."""
+        return self.method_class.lossless(self.params, self.temperature)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def started(self) -> bool:
+        return bool(self.prompt_ids)
+
+    def stats(self) -> dict:
+        new_tokens = len(self.output_ids)
+        steps = len(self.records)
+        wall_s = self.prefill_s + self.step_s
+        return {"new_tokens": new_tokens, "steps": steps,
+                "mean_accepted": round(new_tokens / steps, 4) if steps else 0.0,
+                "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
+
+    def trace(self) -> Trace:
+        return Trace(model=self.lm.name, method=self.name,
+                     params={**self.params, "budget": self.budget, "temperature": self.temperature,
+                             "top_p": self.sampling.top_p, "seed": self.sampling.seed,
+                             **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
+                                if self.method_class.uses_draft_model else {})},
+                     prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
+                     finish_reason=self.finish_reason or "length", steps=list(self.records),
+                     token_texts={str(t): self.token_text(t) for t in dict.fromkeys(
+                         [*self.output_ids, *(n.token_id for r in self.records for n in r.nodes)])},
+                     prompt_text=self.lm.tokenizer.decode(self.prompt_ids), recorded_on=machine_label(self.lm),
+                     prefill_ms=round(self.prefill_s * 1000, 3), lossless=self.lossless,
+                     cost_curve=({"sizes": list(self._cost_model.sizes), "ms": list(self._cost_model.ms)}
+                                 if self._cost_model is not None else None))
+
+    # ---- one step -------------------------------------------------------------------------------
+    def _draft(self, room: int) -> tuple:
+        """The tree to verify, the budget it was held to, how that was decided, and the tree's node chances
+        (acceptance.node_chances) where the planner computed them for this very tree (else None)."""
+        started = time.perf_counter()
+        if not self.method.stages:
+            return DraftTree(self.context[-1]), 0, {}, None
+        limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
+        offered, split = self.method.draft(self.context, limit)
+        notes = {"split": split}
+        if offered.draft_dists:
+            # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
+            # own probability would bias the sampled output (accept.sampling)
+            return offered, limit, notes, None
+        draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
+        chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
+        if self.budget == "auto":
+            order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms,
+                                                   chances=chances)
+            notes["expected_curve"] = notes["budget_decision"].pop("expected_curve")
+            kept = offered.truncate(len(order), order)
+            return kept, len(order), notes, chances if kept is offered else None
+        # a fixed budget keeps the drafters' own order; the curve still shows what a smaller tree would expect
+        notes["expected_curve"] = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit, chances)[1]]
+        kept = offered.truncate(limit)
+        return kept, limit, notes, chances if kept is offered else None
+
+    @torch.inference_mode()
+    def step(self, max_new_tokens: int | None = None) -> StepRecord:
+        """One verified draft tree. All or nothing: if anything inside fails, the KV cache, the context,
+        the planner's estimates and every drafter are left as they were before the step."""
+        if not self.started:
+            raise SpecvizError("No prompt yet: start a session with a prompt first.")
+        if self.finished:
+            raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
+        past_len = len(self.context) - 1
+        saved = (self.method.checkpoint(), self.acceptance.checkpoint(),
+                 self._online_cost.checkpoint() if self._online_cost else None, self.generator.get_state())
+        try:
+            return self._step(past_len, max_new_tokens)
+        except BaseException:
+            del self.context[past_len + 1:]
+            del self.margins[len(self.output_ids):]
+            surplus = cache_length(self.cache) - past_len
+            if surplus > 0:  # entries the verify forward appended (compaction only moves entries after past_len)
+                self.cache.crop(-surplus)
+            self.finish_reason = None
+            self.method.rollback(saved[0])
+            self.acceptance.rollback(saved[1])
+            if saved[2] is not None:
+                self._online_cost.rollback(saved[2])
+            self.generator.set_state(saved[3])
+            raise
+
+    def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
+        t0 = time.perf_counter()
+        room = self.lm.max_context - len(self.context)  # positions left for draft nodes
+        tree, budget, draft_notes, chances = self._draft(room)
+        if chances is None:
+            chances = self.acceptance.node_chances(tree)
+        predicted = sum(self.acceptance.calibrated(tree, chances)[1:])
+        t1 = time.perf_counter()
+        logits = tree_forward(self.lm, self.cache, tree, past_len)
+        if self.lm.device.type == "cuda":
+            torch.cuda.synchronize()
+        t_forward = time.perf_counter()
+        verification = self.method.accept(tree, logits, self.sampling, self.generator)
+        t2 = time.perf_counter()
+
+        committed = verification.accepted_tokens
+        if max_new_tokens is not None:
+            committed = committed[:max(1, max_new_tokens - len(self.output_ids))]
+        eos_at = next((i for i, t in enumerate(committed) if t in self.lm.eos_ids), None)
+        if eos_at is not None:
+            committed = committed[:eos_at + 1]
+        # the cache keeps the root and the accepted nodes whose successors were committed too
+        keep_accepted(self.cache, past_len, [0] + verification.path[:len(committed) - 1])
+        self.context.extend(committed)
+        # the target's top-2 logit margin where each committed token was chosen (the step's shared top-k)
+        rows = [0] + verification.path[:len(committed) - 1]
+        best = verification.top.values_np[rows]
+        self.margins.extend((best[:, 0] - best[:, 1]).tolist())
+        forward_ms = (t_forward - t1) * 1000
+        # how loaded the machine was in this step, where a curve is at hand (budget=auto loads one)
+        load = forward_ms / self._cost_model.cost_ms(len(tree)) if self._cost_model is not None else 1.0
+        outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
+                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load)
+        self.method.observe(outcome)
+        draft_notes.update(self.method.step_notes())
+        draft_notes["predicted_accepted"] = round(predicted, 3)
+        if verification.charts is not None:  # sampling: p (q, p_hat) at the visited nodes, for the app's chart
+            draft_notes["sampling"] = {"charts": {str(n): c for n, c in verification.charts.items()},
+                                       "empty_residuals": verification.empty_residuals}
+        self.acceptance.update(tree, verification.statuses)
+        self.acceptance.observe_step(tree, chances, verification.statuses)
+        if self.budget == "auto":
+            self.online_cost.observe(len(tree), forward_ms)
+        # reaching max_new_tokens is no finish: a later run with a higher limit carries on
+        if eos_at is not None:
+            self.finish_reason = "eos"
+        elif len(self.context) >= self.lm.max_context:
+            self.finish_reason = "context"
+        timings_ms: dict[str, float] = {}
+        record = self._record(tree, verification, committed, past_len, budget, draft_notes, timings_ms)
+        t3 = time.perf_counter()  # the step record is part of the step's cost (update includes it)
+        timings_ms.update({k: round(v * 1000, 3) for k, v in {
+            "draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1, "update": t3 - t2, "total": t3 - t0}.items()})
+        self.records.append(record)
+        self.step_s += t3 - t0
+        return record
+
+    def _record(self, tree, verification, committed, past_len, budget, notes, timings_ms: dict) -> StepRecord:
+        # per-node numbers as Python lists first: one conversion per array, not per node
+        probs = [round(p, 6) for p in verification.target_probs.tolist()]
+        ranks = verification.target_ranks.tolist()
+        token_text, statuses = self.token_text, verification.statuses
+        nodes = [NodeRecord(id=0, parent=tree.parents[0], depth=tree.depths[0], token_id=tree.tokens[0],
+                            text=token_text(tree.tokens[0]), sources=sorted(tree.sources[0]), status=statuses[0],
+                            meta=tree.meta[0])]  # the root: no target statistics, no score
+        for n in range(1, len(tree)):
+            node_meta, status = tree.meta[n], statuses[n]
+            nodes.append(NodeRecord(
+                id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
+                text=token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
+                # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
+                status="accepted" if status == "transferred" else status,
+                mark="transferred" if status == "transferred" else None,
+                target_prob=probs[n], target_rank=ranks[n],
+                draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
+                score=round(tree.score(n), 6), meta=node_meta))
+        marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
+        origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
+                   for n in verification.path[:len(committed) - 1]]
+        origins += ["bonus"] * (len(committed) - len(origins))
+        return StepRecord(
+            step=len(self.records), prefix_len=past_len + 1, budget=budget,
+            budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
+            accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
+            timings_ms=timings_ms,
+            entropy=notes.pop("trigger", None), notes=notes)
+
+    # ---- many steps -----------------------------------------------------------------------------
+    def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,
+            on_step: Callable[[StepRecord], None] | None = None) -> list[StepRecord]:
+        """Step until max_new_tokens output tokens, EOS, the context limit or should_stop()."""
+        new_records = []
+        while not self.finished and len(self.output_ids) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                break
+            record = self.step(max_new_tokens)
+            new_records.append(record)
+            if on_step is not None:
+                on_step(record)
+        if self.finished or len(self.output_ids) >= max_new_tokens:
+            self.report_finish()
+        return new_records
+
+    def report_finish(self) -> None:
+        """Tell the method (once per generation) that its answer is complete, e.g. to grow a datastore."""
+        if self.method is not None and not self._finish_reported and self.output_ids:
+            self._finish_reported = True
+            self.method.finish(self.output_ids)

@@ -1,0 +1,22 @@
+"""The verify forward: a draft tree through the target in one pass with tree attention."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.runtime.block_forward import masked_forward
+from specviz.runtime.loaded_model import LoadedModel
+from specviz.tree.draft_tree import DraftTree
+
+
+def tree_visibility(tree: DraftTree, past_len: int) -> torch.Tensor:
+    """(q, past + q) bool: every node sees the whole cache and its own ancestors (tree attention)."""
+    visible = torch.ones((len(tree), past_len + len(tree)), dtype=torch.bool)
+    visible[:, past_len:] = torch.from_numpy(tree.ancestor_mask())
+    return visible
+
+
+def tree_forward(lm: LoadedModel, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
+    """Logits (q, vocab) for every tree node, root first; the cache grows by q entries."""
+    return masked_forward(lm, cache, tree.tokens, [past_len + d for d in tree.depths],
+                          tree_visibility(tree, past_len))

@@ -1,0 +1,41 @@
+"""A block of tokens through a loaded model in one pass: each token at its own position, attending to
+the cache and to the block's tokens its row of a visibility mask allows (a draft tree, a chain, a prompt)."""
+
+from __future__ import annotations
+
+import torch
+
+from specviz.runtime.loaded_model import LoadedModel
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(q, kv) bool visibility (True = attend) as the additive 4D mask (1, 1, q, kv) every attention
+    backend accepts: 0 / finfo.min in the model dtype (a 0/1 float mask would be silently wrong)."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.view(1, 1, *visible.shape)
+
+
+@torch.inference_mode()
+def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[int],
+                   visible: torch.Tensor) -> torch.Tensor:
+    """Logits (q, vocab) in fp32 of q tokens at the given positions, each attending to the cache entries
+    and new tokens its row of visible (q, cache + q) allows; the cache grows by q entries. Runs the
+    model's lean decoder where it has one, else transformers' forward."""
+    device = lm.device
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    position_ids = torch.tensor([positions], dtype=torch.long, device=device)
+    mask = additive_mask(visible.to(device), lm.dtype)
+    if lm.decoder is not None:
+        return lm.decoder(input_ids, position_ids, mask[0, 0], cache)
+    out = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                   past_key_values=cache, use_cache=True)
+    return out.logits[0].float()
+
+
+@torch.inference_mode()
+def causal_forward(lm: LoadedModel, cache, tokens: list[int]) -> torch.Tensor:
+    """Logits (q, vocab) in fp32 of q tokens appended to the cache in order, each seeing all before it
+    (a prefill chunk), through transformers' forward (the model's own causal mask)."""
+    ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
+    return lm.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0].float()

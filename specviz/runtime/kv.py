@@ -1,0 +1,107 @@
+"""KV cache compaction: after verification only the committed prefix and the accepted path stay."""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+
+def cache_length(cache) -> int:
+    return int(cache.get_seq_length()) if cache is not None else 0
+
+
+@torch.inference_mode()
+def keep_accepted(cache, past_len: int, kept_block_positions: list[int]) -> None:
+    """The verify forward appended a block of q tree nodes after past_len entries. Keep, in order, the
+    block positions listed (the root and the accepted nodes) and drop the rest of the block."""
+    keep = len(kept_block_positions)
+    if kept_block_positions != list(range(keep)):
+        # the accepted path is scattered through the block: move its entries to the front of the block
+        source = torch.tensor(kept_block_positions, dtype=torch.long) + past_len
+        for layer in cache.layers:
+            index = source.to(layer.keys.device)
+            layer.keys[:, :, past_len:past_len + keep] = layer.keys.index_select(-2, index)
+            layer.values[:, :, past_len:past_len + keep] = layer.values.index_select(-2, index)
+            if isinstance(layer, GrowingLayer):
+                layer.transposed_length = min(layer.transposed_length, past_len)
+    # when the path already sits at the front of the block (chains, first-child paths) no copy is needed
+    surplus = cache_length(cache) - (past_len + keep)
+    if surplus > 0:
+        cache.crop(-surplus)
+
+
+class GrowingLayer(DynamicLayer):
+    """A DynamicLayer that appends into a preallocated buffer (capacity doubles when full) instead of
+    torch.cat-ing the whole cache on every forward: at a 512-token cache the copies took 6 ms of a 32 ms
+    one-token forward and 20 ms of a 52 ms 16-token one. `keys` / `values` are views of the filled part,
+    so crop is a length change and keep_accepted writes into the buffer in place.
+
+    For runtime.native.decoder_kernel it also keeps the keys transposed into the attention's 16-key tiles
+    (`transposed`, the buffer's shape; None until that kernel runs): the first `transposed_length` keys are
+    there as they are in the cache, so a forward transposes only the rest. Whatever rewrites or drops cache
+    entries lowers it (crop, keep_accepted, a new buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        self._keys = self._values = None
+        self.length = 0
+        self.transposed, self.transposed_length = None, 0
+
+    @property
+    def keys(self):
+        return None if self._keys is None else self._keys[..., :self.length, :]
+
+    @keys.setter
+    def keys(self, tensor):  # DynamicLayer's own methods assign whole tensors (reset, batch ops)
+        self._keys = tensor
+        self.length = 0 if tensor is None or tensor.dim() < 2 else tensor.shape[-2]
+        self.transposed, self.transposed_length = None, 0
+
+    @property
+    def values(self):
+        return None if self._values is None else self._values[..., :self.length, :]
+
+    @values.setter
+    def values(self, tensor):
+        self._values = tensor
+
+    def reserve(self, new_length: int, keys_like: torch.Tensor, values_like: torch.Tensor) -> None:
+        """Room for new_length entries (a new buffer when full: twice that, a multiple of 16 entries);
+        keys_like, values_like: (batch, kv_heads, any, head_dim) tensors of the entries' shape and dtype."""
+        if self._keys is None or self._keys.dim() < 4 or new_length > self._keys.shape[-2]:
+            capacity = max(256, -(-2 * new_length // 16) * 16)
+            keys = keys_like.new_empty((*keys_like.shape[:-2], capacity, keys_like.shape[-1]))
+            values = values_like.new_empty((*values_like.shape[:-2], capacity, values_like.shape[-1]))
+            if self.length:
+                keys[..., :self.length, :] = self._keys[..., :self.length, :]
+                values[..., :self.length, :] = self._values[..., :self.length, :]
+            self._keys, self._values = keys, values
+            self.transposed, self.transposed_length = None, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new_length = self.length + key_states.shape[-2]
+        self.reserve(new_length, key_states, value_states)
+        self._keys[..., self.length:new_length, :] = key_states
+        self._values[..., self.length:new_length, :] = value_states
+        self.length = new_length
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count of tokens to remove")
+        if self.is_initialized:
+            self.length = max(0, self.length + tokens_to_remove)
+            self.transposed_length = min(self.transposed_length, self.length)
+
+
+def new_cache(config) -> DynamicCache:
+    """transformers' DynamicCache for this model with every plain full-attention layer a GrowingLayer
+    (sliding-window and other special layers stay as transformers made them)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache

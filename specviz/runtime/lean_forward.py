@@ -1,0 +1,196 @@
+"""A lean decoder forward for Llama-shaped models: the verify forward without transformers' module stack.
+
+On a 2-core CPU the stock forward of SmolLM2-135M spends about 6 ms per call outside the arithmetic
+(30 layers x ~25 module calls, keyword plumbing, mask and cache bookkeeping), a fifth of a one-token
+step. Here one flat loop runs the same arithmetic, gpt-fast style:
+
+    h = embed(ids)
+    per layer:  x = rmsnorm(h); q, k, v = x W_qkv (one matmul); rotary(q, k); cache.append(k, v)
+                h += attention(q, cache, mask) W_o;  x = rmsnorm(h);  g, u = x W_gate_up (one matmul)
+                h += (silu(x W_gate) * x W_up) W_down
+    logits = rmsnorm(h) W_head
+
+q/k/v run as one matmul: the fused matrix is built once and the modules' own weights become views into
+it (no second copy; the stock forward, the prefill and transformers' generate use the same numbers).
+Measured with oneDNN here (30 layers): q/k/v 2.0 -> 1.0 ms at 1 row, 9.4 -> 10.8 at 64; gate/up fused
+gained nothing (2.3 -> 2.2 at 1 row) and lost 3 ms at 64, so they stay two matmuls. Used for every tree forward of every method, `ar` included, so
+greedy tree verification stays token-identical to one-token decoding.
+
+On a CPU in fp32, attention runs in runtime.native.attention_kernel and the norms, rotary and gated activation in
+runtime.native.layer_kernel (native code, one call each); elsewhere, and in the compiled mode, torch's ops do. Where
+the linear layers run the native kernel too, runtime.native.decoder_kernel runs the whole loop in one native call
+(the same kernels in the same order: the same bits, without ~300 Python-level calls a forward).
+
+Supported: model types whose layers are exactly the Llama recipe (llama, mistral and qwen2 without a
+sliding window). Anything else keeps the stock forward: `install` says why not.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specviz.runtime.native import attention_kernel, decoder_kernel, layer_kernel
+
+SUPPORTED = ("llama", "mistral", "qwen2")
+
+
+def why_not(model) -> str | None:
+    config = model.config
+    if getattr(config, "model_type", None) not in SUPPORTED:
+        return f"model type {getattr(config, 'model_type', '?')!r} is not Llama-shaped"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) \
+            and config.model_type != "llama":
+        return "sliding-window attention"
+    if getattr(config, "rope_scaling", None) and (config.rope_scaling or {}).get("rope_type", "default") not in (
+            "default", "llama3", "linear", "dynamic"):
+        return "an unusual rotary scaling"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or getattr(model, "lm_head", None) is None:
+        return "no model.layers / lm_head"
+    layer = inner.layers[0]
+    if not all(hasattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) \
+            or not all(hasattr(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+        return "layers are not q/k/v/o + gate/up/down"
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False) \
+            or getattr(config, "attention_bias", False) and config.model_type == "llama":
+        return "an activation or biases other than Llama's"
+    return None
+
+
+def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One (sum of outs, in) weight whose row blocks the modules' weights become views of."""
+    weight = torch.cat([m.weight.data for m in modules], dim=0).contiguous()
+    biases = [m.bias for m in modules]
+    bias = torch.cat([b.data for b in biases], dim=0) if all(b is not None for b in biases) else None
+    row = 0
+    for m in modules:
+        rows = m.weight.shape[0]
+        m.weight.data = weight[row:row + rows]
+        if bias is not None:
+            m.bias.data = bias[row:row + rows]
+        row += rows
+    return weight, bias
+
+
+def _as_is(weight: torch.Tensor, module=None) -> torch.Tensor:
+    return weight
+
+
+class LeanDecoder:
+    def __init__(self, model, linear, prepare=_as_is):
+        """linear(x, weight, bias) is the kernel the model runs (runtime.fast_linear or F.linear);
+        prepare(weight, module) gives a weight in the form that kernel takes (e.g. oneDNN's packed copy)."""
+        config, inner = model.config, model.model
+        self.model, self.inner, self.linear = model, inner, linear
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim ** -0.5
+        self.eps = [layer.input_layernorm.variance_epsilon for layer in inner.layers]
+        self.layers = []
+        for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+            self.layers.append((layer.input_layernorm.weight, prepare(qkv), qkv_bias,
+                                prepare(attn.o_proj.weight, attn.o_proj), attn.o_proj.bias,
+                                layer.post_attention_layernorm.weight, prepare(mlp.gate_proj.weight, mlp.gate_proj),
+                                prepare(mlp.up_proj.weight, mlp.up_proj), prepare(mlp.down_proj.weight, mlp.down_proj)))
+        self.head = prepare(model.lm_head.weight, model.lm_head)
+        # the two halves of a layer (runtime.modes' compile swaps in compiled versions: one graph each,
+        # weights as inputs, so every layer shares it)
+        self.before_attention, self.after_attention = self._before_attention, self._after_attention
+        self.native_attention = True  # runtime.native.attention_kernel where it runs (False: always ATen's)
+        self.native_glue = True  # runtime.native.layer_kernel where it runs (False: torch's ops; the compiled mode)
+        self.native_layers = True  # runtime.native.decoder_kernel where it runs (False: the loop below, call by call)
+        self.glue = None  # per forward: runtime.native.layer_kernel's library, or None for torch's ops
+        self._native = None  # runtime.native.decoder_kernel.NativeDecoder, built on first use ("no": it cannot run here)
+
+    def native_decoder(self):
+        """runtime.native.decoder_kernel's NativeDecoder for this model, or None where it cannot run (or is off)."""
+        if not (self.native_layers and self.native_glue and self.native_attention):
+            return None
+        if self._native is None:
+            self._native = decoder_kernel.for_decoder(self) or "no"
+        return None if self._native == "no" else self._native
+
+    def _rmsnorm(self, h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if self.glue is not None:
+            return layer_kernel.rmsnorm(self.glue, h, weight, eps)
+        return layer_kernel.torch_rmsnorm(h, weight, eps)
+
+    def _rotate(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """q and k heads (1, n, heads + kv_heads, d), a view of the fused q/k/v output, rotated (in place
+        by the native kernel)."""
+        if self.glue is not None:
+            return layer_kernel.rotary(self.glue, qk, qk.shape[2], cos, sin)
+        return layer_kernel.torch_rotary(qk, cos, sin)
+
+    def _gated(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        if self.glue is not None:
+            return layer_kernel.silu_mul(self.glue, gate, up)
+        return F.silu(gate) * up
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                   packed_mask: torch.Tensor | None, kernel) -> torch.Tensor:
+        """q (1, heads, n, d); k, v (1, kv_heads, past + n, d); mask (n, past + n) additive; packed_mask the
+        tree mask once per query head of a group (for ATen). Returns (1, n, heads * d). kernel:
+        runtime.native.attention_kernel's library where it runs here (fp32 on a CPU): it reads q and writes the output
+        in token-major layout, so neither is copied. Else ATen's scaled_dot_product_attention, the query
+        heads that share a key/value head stacked along the query axis so the cache is read in place."""
+        n, groups = q.shape[2], self.heads // self.kv_heads
+        if kernel is not None:
+            out = torch.empty(1, n, self.heads * self.head_dim)
+            attention_kernel.attend(kernel, q.transpose(1, 2), k, v, mask, self.scale,
+                                    out.view(1, n, self.heads, self.head_dim))
+            return out
+        packed = q.reshape(1, self.kv_heads, groups * n, self.head_dim)
+        out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
+        return out.reshape(1, self.heads, n, self.head_dim).transpose(1, 2).reshape(1, n, self.heads * self.head_dim)
+
+    def _before_attention(self, h, norm, qkv, qkv_bias, cos, sin, eps: float):
+        """rmsnorm, the fused q/k/v matmul and rotary: q (1, heads, n, d), k and v (1, kv_heads, n, d).
+        cos, sin (1, n, 1, d): q and k heads are rotated in one pass (the same numbers as one by one)."""
+        n = h.shape[1]
+        qk_heads = self.heads + self.kv_heads
+        fused = self.linear(self._rmsnorm(h, norm, eps), qkv, qkv_bias)
+        qk = self._rotate(fused[..., :qk_heads * self.head_dim].view(1, n, qk_heads, self.head_dim), cos, sin)
+        v = fused[..., qk_heads * self.head_dim:].view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        return qk[:, :, :self.heads].transpose(1, 2), qk[:, :, self.heads:].transpose(1, 2), v
+
+    def _after_attention(self, h, attended, w_o, b_o, norm, w_gate, w_up, w_down, eps: float):
+        """The output projection and residual, then rmsnorm, the gated MLP and its residual."""
+        h = h + self.linear(attended, w_o, b_o)
+        x = self._rmsnorm(h, norm, eps)
+        return h + self.linear(self._gated(self.linear(x, w_gate, None), self.linear(x, w_up, None)), w_down, None)
+
+    @torch.inference_mode()
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
+        """Logits (n, vocab) in fp32; input_ids, position_ids (1, n); mask (n, past + n) additive in the
+        model dtype; the cache grows by n entries per layer."""
+        h = self.inner.embed_tokens(input_ids)
+        cos, sin = self.inner.rotary_emb(h, position_ids)
+        native = self.native_decoder()
+        if native is not None and native.cache_ready(cache, len(self.layers)):
+            return native.forward(h, cos, sin, mask, cache)
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+        groups = self.heads // self.kv_heads
+        kernel = attention_kernel.usable(h.dtype, h.device, self.head_dim) if self.native_attention else None
+        self.glue = layer_kernel.usable(h.dtype, h.device, h.shape[-1], self.head_dim) if self.native_glue else None
+        packed_mask = None
+        if kernel is None:
+            packed_mask = mask.repeat(groups, 1) if groups > 1 else mask  # once, not once per layer
+        for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(self.layers):
+            q, k, v = self.before_attention(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i])
+            keys, values = cache.layers[i].update(k, v)
+            attended = self._attention(q, keys, values, mask, packed_mask, kernel)
+            h = self.after_attention(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i])
+        h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
+        return self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
+
+
+def build(model, linear, prepare=_as_is) -> tuple[LeanDecoder | None, str | None]:
+    """A LeanDecoder for the model, or None and why not where the model is not Llama-shaped. The model is
+    left as it is (apart from the fused q/k/v views): the LoadedModel holds the decoder."""
+    reason = why_not(model)
+    return (LeanDecoder(model, linear, prepare) if reason is None else None), reason

