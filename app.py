@@ -26,6 +26,7 @@ from specviz.ui.presets import BY_NAME as PRESETS
 from specviz.ui.recording import shipped_traces
 from specviz.ui.share import query_from_settings, settings_from_query
 from specviz.ui.slides import write_tree_svg
+from specviz.ui.views import AccountingView, CompareView, LabView
 from specviz.records.trace import MAX_TRACE_BYTES
 
 MAX_TRACE_MB = MAX_TRACE_BYTES // 2**20
@@ -36,7 +37,10 @@ EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
 PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
-MESSAGE_AT = 8   # index of the message among the outputs (see build_app)
+# the widgets that show a LabView, by field (steps and shown_step together set the timeline slider); the
+# outputs of every Lab event are [lab, *these widgets] in this order (build_app maps names to widgets)
+VIEW_WIDGETS = ("tree", "text_html", "counters", "budget_split", "method_step", "token_diff_html", "prediction",
+                "message", "document_html", "node_choices", "distribution", "timeline", "caption")
 TRACES = shipped_traces()
 FIRST_TRACE = (f"{DEFAULT_METHOD}-code-rename" if f"{DEFAULT_METHOD}-code-rename" in TRACES
                else next(iter(TRACES), None))
@@ -79,13 +83,21 @@ def _settings(lab: Lab | None, *settings) -> Lab:
     return lab
 
 
+def _widget_values(view: LabView) -> dict:
+    """Each VIEW_WIDGETS widget's value from the view's fields: the node list becomes the dropdown's
+    choices, steps and shown_step the timeline slider, every other field goes as it is."""
+    values = {name: getattr(view, name) for name in VIEW_WIDGETS if hasattr(view, name)}
+    choices = view.node_choices
+    values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
+    values["timeline"] = gr.update(maximum=max(view.steps - 1, 1), value=view.shown_step or 0,
+                                   interactive=view.steps > 1)
+    return values
+
+
 def _shown(lab: Lab):
-    """lab.view() as the page's outputs: the node list becomes the dropdown's choices, (steps, shown step)
-    the timeline slider."""
-    *head, choices, chart, (steps, shown), caption = lab.view()
-    timeline = gr.update(maximum=max(steps - 1, 1), value=shown or 0, interactive=steps > 1)
-    return (lab, *head, gr.update(choices=choices, value=choices[0][1] if choices else None), chart, timeline,
-            caption)
+    """lab.view() as the outputs of a Lab event: [lab, *VIEW_WIDGETS]."""
+    values = _widget_values(lab.view())
+    return (lab, *(values[name] for name in VIEW_WIDGETS))
 
 
 def eta_state(temperature):
@@ -125,9 +137,8 @@ def _visitor(request, obj):
 def _failed(lab: Lab | None, error: Exception):
     """Bad input: show the message, keep the session (and what it generated) as it was."""
     lab = lab or Lab()
-    shown = list(_shown(lab))
-    shown[MESSAGE_AT] = f"⚠️ {error}"
-    return tuple(shown)
+    lab.fail(error)
+    return _shown(lab)
 
 
 def on_step(request: gr.Request, lab, max_new_tokens, *settings):
@@ -195,18 +206,14 @@ def on_token(lab, evt: gr.EventData):
 
 def on_play(lab, pace):
     lab = lab or Lab()
-    if lab.playing:
-        lab.message = "Already playing: press Pause to stop."
+    if not lab.play():  # already playing: the timer runs on at its pace
         return (*_shown(lab), gr.Timer(active=True))
-    lab.playing, lab.message = True, ""
-    if lab.replay is not None and lab.shown_step() == len(lab.replay.steps) - 1:
-        lab.go_to(0)  # a replay shown at its end plays from the start
     return (*_shown(lab), gr.Timer(value=float(pace), active=True))
 
 
 def on_pause(lab):
     lab = lab or Lab()
-    lab.playing, lab.message = False, "Paused."
+    lab.pause()
     return (*_shown(lab), gr.Timer(active=False))
 
 
@@ -215,11 +222,10 @@ def on_tick(lab, max_new_tokens, *settings):
     if not lab.playing:
         return (*_shown(lab), gr.Timer(active=False))
     try:
-        if lab.replay is None and lab.at is None:
+        if lab.follows_live_run:
             lab = _settings(lab, *settings)  # a live step uses the page's settings, as Step does
         going = lab.tick(int(max_new_tokens))
     except SpecvizError as error:
-        lab.playing = False
         return (*_failed(lab, error), gr.Timer(active=False))
     return (*_shown(lab), gr.Timer(active=going))
 
@@ -284,7 +290,13 @@ def _download_folder() -> str:
 
 
 def on_accounting(lab):
-    return (lab or Lab()).accounting()
+    view = (lab or Lab()).accounting()
+    return tuple(getattr(view, name) for name in AccountingView.names())
+
+
+def _compare_shown(compare: Compare):
+    view = compare.view()
+    return (compare, *(getattr(view, name) for name in CompareView.names()))
 
 
 # ---- A/B, presets, URL ----------------------------------------------------------------------------------
@@ -294,8 +306,8 @@ def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, *se
         compare.apply(_base(*settings), side_a, side_b)
         compare.step(int(max_new_tokens))
     except SpecvizError as error:
-        compare.message = f"⚠️ {error}"
-    return (compare, *compare.view())
+        compare.fail(error)
+    return _compare_shown(compare)
 
 
 def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
@@ -303,16 +315,16 @@ def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, *set
     try:
         compare.apply(_base(*settings), side_a, side_b)
         for _ in compare.run(int(max_new_tokens)):
-            yield (compare, *compare.view())
+            yield _compare_shown(compare)
     except SpecvizError as error:
-        compare.message = f"⚠️ {error}"
-        yield (compare, *compare.view())
+        compare.fail(error)
+        yield _compare_shown(compare)
 
 
 def on_ab_reset(compare):
     compare = compare or Compare()
     compare.reset()
-    return (compare, *compare.view())
+    return _compare_shown(compare)
 
 
 def on_preset(name):
@@ -564,10 +576,18 @@ def build_app() -> gr.Blocks:
                 upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
             sweep_tab(settings, max_new_tokens)
 
-        outputs = [lab, tree, text, counters, split, method_step, diff, prediction, message, document, node,
-                   distribution, timeline, caption]
-        plots = [sources_plot, acceptance_plot, waste_plot, time_plot, lanes_plot, cost_plot]
-        ab_outputs = [compare, tree_a, tree_b, text_a, text_b, summary_a, summary_b, ab_diff, ab_message]
+        view_widgets = {"tree": tree, "text_html": text, "counters": counters, "budget_split": split,
+                        "method_step": method_step, "token_diff_html": diff, "prediction": prediction,
+                        "message": message, "document_html": document, "node_choices": node,
+                        "distribution": distribution, "timeline": timeline, "caption": caption}
+        outputs = [lab, *(view_widgets[name] for name in VIEW_WIDGETS)]
+        accounting_widgets = {"sources": sources_plot, "acceptance": acceptance_plot, "waste": waste_plot,
+                              "time_split": time_plot, "lanes": lanes_plot, "cost": cost_plot}
+        plots = [accounting_widgets[name] for name in AccountingView.names()]
+        compare_widgets = {"tree_a": tree_a, "tree_b": tree_b, "text_a": text_a, "text_b": text_b,
+                           "summary_a": summary_a, "summary_b": summary_b, "diff_html": ab_diff,
+                           "message": ab_message}
+        ab_outputs = [compare, *(compare_widgets[name] for name in CompareView.names())]
         model_events = dict(concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
         method.change(param_visibility, method, param_inputs)
         eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")

@@ -109,7 +109,7 @@ GLIBC = memory_release._libc is not None  # set on Linux with glibc only
 
 
 def test_the_heap_policy_is_applied_unless_told_not_to():
-    script = ("import sys; sys.path.insert(0, {root!r}); from specviz.core import memory_release; "
+    script = ("import sys; sys.path.insert(0, {root!r}); from specviz.runtime import memory_release; "
               "print(memory_release.keep_freed_memory())").format(root=str(Path(__file__).resolve().parents[1]))
     kept = {}
     for policy in ("keep", "stock"):

@@ -82,7 +82,7 @@ def test_shipped_traces_cover_every_method_and_replay_without_a_model():
     script = (
         "import sys; sys.path.insert(0, '.')\n"
         "import app\n"
-        "from specviz.core import resources\n"
+        "from specviz.runtime import shared as resources\n"
         "from specviz.ui.lab import Lab\n"
         "for name, path in app.TRACES.items():\n"
         "    lab = Lab(); lab.load_trace(path, name)\n"
@@ -123,14 +123,14 @@ def test_timeline_moves_and_clamps(replay_lab):
     assert lab.shown_step() == n - 1
     lab.go_to(0)
     view = lab.view()
-    assert view[-2] == (n, 0) and "Showing step **0**" in view[-1]
-    assert "step** 0 of" in view[2]  # the counters are the shown step's
+    assert (view.steps, view.shown_step) == (n, 0) and "Showing step **0**" in view.caption
+    assert "step** 0 of" in view.counters  # the counters are the shown step's
 
 
 def test_play_ticks_to_the_end_then_stops(replay_lab):
     lab = replay_lab
     lab.go_to(0)
-    lab.playing = True
+    assert lab.play() and not lab.play() and "Already playing" in lab.message
     ticks = 0
     while lab.tick(64):
         ticks += 1
@@ -172,7 +172,7 @@ def test_replay_keeps_the_live_session(lm):
     lab.step(32)
     live_tokens = list(lab.session.output_ids)
     lab.load_trace(shipped_traces()["racer-code-rename"])
-    assert lab.view()[2].startswith("**replay of")
+    assert lab.view().counters.startswith("**replay of")
     lab.step(32)  # Step returns to the live run, where it was
     assert lab.replay is None and lab.session.output_ids[:len(live_tokens)] == live_tokens
     assert len(lab.session.records) == 3
@@ -185,7 +185,7 @@ def test_live_timeline_and_play_step_on(lm, tmp_path):
         lab.step(32)
     lab.go(-2)
     assert lab.shown_step() == 0
-    lab.playing = True
+    assert lab.play()
     assert lab.tick(32) and lab.shown_step() == 1  # through the recorded steps first
     assert lab.tick(32) and lab.shown_step() == 2
     assert lab.tick(32) and len(lab.session.records) == 4 and lab.at is None  # then live steps
@@ -227,8 +227,8 @@ def test_ab_steps_both_and_names_the_bad_side(lm):
     for _ in compare.run(24):
         pass
     view = compare.view()
-    assert "A: racer" in view[4] and "B: pld" in view[5]
-    assert "Identical to side A" in view[6]  # both lossless at temperature 0
+    assert "A: racer" in view.summary_a and "B: pld" in view.summary_b
+    assert "Identical to side A" in view.diff_html  # both lossless at temperature 0
 
 
 # ---- presets and URL settings --------------------------------------------------------------------------------

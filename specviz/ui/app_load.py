@@ -151,7 +151,7 @@ def time_replay(path: Path) -> dict:
     loaded = time.perf_counter() - started
     lab.go_to(0)
     walk_started = time.perf_counter()
-    lab.playing = True
+    lab.play()
     while True:
         app._shown(lab)
         if not lab.tick(10**9):

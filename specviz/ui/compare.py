@@ -9,6 +9,7 @@ from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.ui.lab import Lab
+from specviz.ui.views import CompareView
 from specviz.ui.viz import token_diff_html, tokens_html, tree_figure
 
 # settings of a run that are not method parameters, as Lab.apply names them
@@ -112,8 +113,12 @@ class Compare:
         n = min(len(a.output_ids), len(b.output_ids))
         return token_diff(a.output_ids[:n], b.output_ids[:n])
 
-    def view(self):
-        """(tree A, tree B, text A, text B, summary A, summary B, diff HTML, message)."""
+    def fail(self, error: Exception) -> None:
+        """Bad overrides or input: say so; neither side changes."""
+        self.message = f"⚠️ {error}"
+
+    def view(self) -> CompareView:
+        """Both sides' last trees, texts and summaries, B's difference from A, the message."""
         shown = []
         for lab in (self.a, self.b):
             records = lab.session.records if lab.session else []
@@ -125,5 +130,6 @@ class Compare:
             diff_html = ""
         else:  # struck through: A's tokens; highlighted: what B emitted instead
             diff_html = token_diff_html(diff, token_text, reference="side A")
-        return (shown[0][0], shown[1][0], shown[0][1], shown[1][1], self.summary(self.a, "A"),
-                self.summary(self.b, "B"), diff_html, self.message)
+        return CompareView(tree_a=shown[0][0], tree_b=shown[1][0], text_a=shown[0][1], text_b=shown[1][1],
+                           summary_a=self.summary(self.a, "A"), summary_b=self.summary(self.b, "B"),
+                           diff_html=diff_html, message=self.message)

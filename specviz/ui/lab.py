@@ -27,6 +27,7 @@ from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown, tree_figure)
+from specviz.ui.views import AccountingView, LabView
 
 def parse_prompt(text: str):
     """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
@@ -221,6 +222,32 @@ class Lab:
         self.message = "End of the run: Play stopped."
         return False
 
+    def play(self) -> bool:
+        """Start Play; False (with a message) when it is already playing. A replay shown at its end plays
+        from the start."""
+        if self.playing:
+            self.message = "Already playing: press Pause to stop."
+            return False
+        self.playing, self.message = True, ""
+        recording, shown = self.recording(), self.shown_step()
+        if self.replay is not None and recording is not None and shown == len(recording.records) - 1:
+            self.go_to(0)
+        return True
+
+    def pause(self, message: str = "Paused.") -> None:
+        self.playing, self.message = False, message
+
+    def fail(self, error: Exception) -> None:
+        """Bad input: say what was wrong; the session and what it generated stay as they were (Play stops)."""
+        self.playing = False
+        self.message = f"⚠️ {error}"
+
+    @property
+    def follows_live_run(self) -> bool:
+        """Whether the page follows the live run's newest step (no replay, no past step on screen): Play's
+        next tick is then a live step, which takes the page's settings as Step does."""
+        return self.replay is None and self.at is None
+
     def load_trace(self, path, name: str | None = None) -> None:
         """Replay a trace file (the live session, if any, is kept and comes back on Step or Run)."""
         from pathlib import Path
@@ -388,7 +415,7 @@ class Lab:
         reason = why_small(recording.records[k])
         return caption + (f"  \n{reason}" if reason else "")
 
-    def accounting(self) -> tuple:
+    def accounting(self) -> AccountingView:
         """The Accounting tab up to the shown step: per-source nodes, acceptance, waste, time split, the
         two-lane view against ar, and the verify cost curve with the shown step's expected speedup."""
         recording, k = self.recording(), self.shown_step()
@@ -400,16 +427,14 @@ class Lab:
             curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
         expected = record.notes.get("expected_curve") if record else None
         draft_ms = record.notes.get("budget_decision", {}).get("draft_ms", record.timings_ms["draft"]) if record else 0.0
-        return (accounting.sources_figure(records), accounting.acceptance_figure(records),
-                accounting.waste_figure(records), accounting.time_split_figure(records),
-                accounting.lanes_figure(self.lanes()),
-                accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms))
+        return AccountingView(
+            sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
+            waste=accounting.waste_figure(records), time_split=accounting.time_split_figure(records),
+            lanes=accounting.lanes_figure(self.lanes()),
+            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms))
 
-    def view(self):
-        """(figure, generated-text HTML, counters markdown, budget split markdown, method step markdown,
-        token diff against the lossless output HTML, predicted-vs-measured figure, message, document HTML,
-        node choices of the shown step, distribution figure of the first of them, (steps, shown step),
-        step caption) now: the shown step is the timeline's, or the newest."""
+    def view(self) -> LabView:
+        """What the page shows now: the shown step is the timeline's, or the newest."""
         recording, k = self.recording(), self.shown_step()
         records = recording.records if recording else []
         token_text = recording.token_text if recording else str
@@ -418,10 +443,13 @@ class Lab:
         newest_live = self.replay is None and (k is None or k == len(records) - 1)
         choices = self.node_choices()
         transfer = transfer_markdown(shown, recording.lossless) if recording else ""
-        return (tree_figure(record, self.selected_node), tokens_html(shown, token_text),
-                self.counters_markdown() if newest_live else self.timeline_markdown(),
-                budget_split_markdown(record), "  \n".join(filter(None, [respec_step_markdown(record, token_text),
-                                                                        search_step_markdown(record), transfer])),
-                token_diff_html(self.lossless_diff() if newest_live else None, token_text),
-                prediction_figure(records), self.message, self.document_view(), choices,
-                self.distribution(choices[0][1] if choices else None), (len(records), k), self.step_caption())
+        return LabView(
+            tree=tree_figure(record, self.selected_node), text_html=tokens_html(shown, token_text),
+            counters=self.counters_markdown() if newest_live else self.timeline_markdown(),
+            budget_split=budget_split_markdown(record),
+            method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),
+                                                   search_step_markdown(record), transfer])),
+            token_diff_html=token_diff_html(self.lossless_diff() if newest_live else None, token_text),
+            prediction=prediction_figure(records), message=self.message, document_html=self.document_view(),
+            node_choices=choices, distribution=self.distribution(choices[0][1] if choices else None),
+            steps=len(records), shown_step=k, caption=self.step_caption())

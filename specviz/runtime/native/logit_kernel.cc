@@ -1,6 +1,6 @@
 // One pass over each row of a verify forward's logits: its top-k (values and ids, best first, equal
 // values by lower id), its log-normaliser (logsumexp), where asked its entropy, and, per draft node, its
-// token's logit and rank under its parent's row. specviz/accept/logit_kernel.py compiles this once per machine and falls back to
+// token's logit and rank under its parent's row. specviz/runtime/native/logit_kernel.py compiles this once per machine and falls back to
 // torch where it cannot. GCC's vector extensions keep it portable (AVX-512, AVX2 or NEON: whatever
 // -march=native offers). Rows are shared out with OpenMP: built with -fopenmp, this library binds to the
 // libgomp torch has already loaded (the same soname), so it runs on torch's own worker threads, which
