@@ -4,11 +4,6 @@ import torch
 from specviz.runtime.shared import shared_model
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long real-model runs (deselect with -m 'not slow')")
-    config.addinivalue_line("markers", "browser: drives headless Chromium")
-
-
 @pytest.fixture(scope="session")
 def lm():
     """The real default model (packaged GGUF, dequantised once into the cache), fp32 on CPU."""

@@ -330,12 +330,11 @@ def test_sweep_api_and_its_limit(url):
     rows = list(csv.DictReader(io.StringIO(Path(csv_path).read_text())))
     assert len(rows) == 4 and {r["budget"] for r in rows} == {"4", "8"}
     assert all(float(r["differing_fraction"]) == 0 for r in rows)  # racer at temperature 0 is lossless
-    started = time.perf_counter()
     *_, message = client.predict("tau=" + ",".join(map(str, range(100))), "m=" + ",".join(map(str, range(100))),
                                  "page prompt", "summarise", 8, "speedup", *settings(method="respec"),
                                  api_name="/sweep")
-    assert "64" in message and "10000" in message.replace(",", ""), message
-    assert time.perf_counter() - started < 10  # refused before anything runs
+    # refused by parse_axes, before the model is asked for: no grid point ran
+    assert "64" in message and "10000" in message.replace(",", "") and "Sweep done" not in message, message
 
 
 def test_eight_concurrent_visitors_get_their_own_answers(url, lm):

@@ -3,7 +3,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -82,10 +81,8 @@ def test_sampled_axis_has_its_own_ar_baseline(lm, short_item):
 
 
 def test_refusals_before_anything_runs():
-    started = time.perf_counter()
-    with pytest.raises(SpecvizError) as error:
+    with pytest.raises(SpecvizError) as error:  # parse_axes needs no model: nothing can have run
         parse_axes(["budget=" + ",".join(map(str, range(1, 101))), "seed=" + ",".join(map(str, range(100)))])
-    assert time.perf_counter() - started < 0.5
     assert str(MAX_SWEEP_POINTS) in str(error.value) and "10000" in str(error.value)
     with pytest.raises(SpecvizError, match="10000"):  # run_grid refuses it before touching the model
         run_grid(None, [{"id": "a", "category": "c", "prompt": "hi"}], "racer",
