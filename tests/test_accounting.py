@@ -2,22 +2,26 @@
 
 import pytest
 
-from specviz.records.trace import NodeRecord, StepRecord
+from specviz.records.plan import SourceShare
+from specviz.records.status import NodeStatus
+from specviz.records.step import NodeRecord, StepRecord
 from specviz.ui import accounting
+
+ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED = (NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED,
+                                                  NodeStatus.TRANSFERRED, NodeStatus.REJECTED)
 
 
 def make_record(step, nodes, committed, origins, allocation, timings, split=None):
     """A step record from (parent, sources, status[, mark]) per draft node; the root is added as node 0
     and depths follow the parents."""
-    records = [NodeRecord(id=0, parent=-1, depth=0, token_id=100, text="<root>", sources=[], status="root")]
+    records = [NodeRecord(id=0, parent=-1, depth=0, token_id=100, text="<root>", sources=[], status=ROOT)]
     for i, (parent, node_sources, status, *mark) in enumerate(nodes, start=1):
         records.append(NodeRecord(id=i, parent=parent, depth=records[parent].depth + 1, token_id=100 + i,
                                   text=f"t{i}", sources=node_sources, status=status, target_prob=0.5,
                                   target_rank=0, mark=mark[0] if mark else None))
-    notes = {"split": split} if split is not None else {}
     return StepRecord(step=step, prefix_len=10 + step, budget=len(nodes), budget_mode="fixed", nodes=records,
                       accepted_tokens=list(range(committed)), accepted_origins=origins, allocation=allocation,
-                      timings_ms=timings, notes=notes)
+                      timings_ms=timings, split=split)
 
 
 def timings(draft, verify, forward, update):
@@ -29,18 +33,18 @@ def timings(draft, verify, forward, update):
 def records():
     # step 0: 3 retrieval nodes (2 accepted), node 1 shared by logits + retrieval, 2 more logits nodes
     step0 = make_record(
-        0, [(0, ["logits", "retrieval"], "accepted"),   # 1, depth 1
-            (1, ["retrieval"], "accepted"),             # 2, depth 2
-            (1, ["retrieval"], "rejected"),             # 3, depth 2
-            (0, ["logits"], "rejected"),                # 4, depth 1
-            (2, ["logits"], "rejected")],               # 5, depth 3
+        0, [(0, ["logits", "retrieval"], ACCEPTED),     # 1, depth 1
+            (1, ["retrieval"], ACCEPTED),               # 2, depth 2
+            (1, ["retrieval"], REJECTED),               # 3, depth 2
+            (0, ["logits"], REJECTED),                  # 4, depth 1
+            (2, ["logits"], REJECTED)],                 # 5, depth 3
         committed=3, origins=["logits+retrieval", "retrieval", "bonus"], allocation={"logits": 3, "retrieval": 3},
         timings=timings(2.0, 10.0, 8.0, 1.0),
-        split={"logits": {"offered": 5, "proposed": 3, "shared": 0},
-               "retrieval": {"offered": 2, "proposed": 3, "shared": 1}})
+        split={"logits": SourceShare(offered=5, proposed=3, shared=0),
+               "retrieval": SourceShare(offered=2, proposed=3, shared=1)})
     # step 1: no split recorded: proposed falls back to the allocation; relaxed and transferred count as accepted
     step1 = make_record(
-        1, [(0, ["model"], "relaxed"), (1, ["model"], "accepted", "transferred"), (0, ["model"], "rejected")],
+        1, [(0, ["model"], RELAXED), (1, ["model"], ACCEPTED, TRANSFERRED), (0, ["model"], REJECTED)],
         committed=3, origins=["model~relaxed", "model~transferred", "bonus"], allocation={"model": 3},
         timings=timings(1.0, 6.0, 5.0, 0.5))
     # step 2: plain decoding, root only
@@ -72,6 +76,7 @@ def test_run_accounting_counts(records):
 
 def test_accounting_survives_a_trace_round_trip(records):
     replayed = [StepRecord.from_dict(r.to_dict()) for r in records]
+    assert replayed == records
     assert accounting.run_accounting(replayed) == accounting.run_accounting(records)
 
 

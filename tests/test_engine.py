@@ -8,6 +8,7 @@ from specviz.engine.suite import load_suite
 from specviz.engine.costmodel import CostModel
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
+from specviz.records.status import NodeStatus
 from specviz.records.trace import Trace
 
 # the long-context items (2K-7K token documents) have their own, shorter checks in test_rapid
@@ -40,8 +41,8 @@ def test_auto_budget_is_lossless(lm, ar_outputs, item_id):
     session = Session(lm, "pld", budget="auto", cost_model=FLAT_COST).start(item["messages"])
     session.run(48)
     assert session.output_ids == ar_outputs[item_id]
-    decisions = [r.notes["budget_decision"] for r in session.records if r.notes]
-    assert all(d["kept"] <= d["offered"] for d in decisions)
+    cuts = [r.plan.cut for r in session.records if r.plan.cut]
+    assert cuts and all(cut.kept <= cut.offered for cut in cuts)
 
 
 @pytest.mark.parametrize("item", SUITE, ids=[i["id"] for i in SUITE])
@@ -123,7 +124,7 @@ def test_trace_round_trip(lm, tmp_path):
     trace.save(path)
     loaded = Trace.load(path)
     assert loaded == trace
-    assert loaded.steps[0].nodes[0].status == "root"
+    assert loaded.steps[0].nodes[0].status is NodeStatus.ROOT
     record = loaded.steps[-1]
     assert {"draft", "verify", "forward", "update", "total"} <= record.timings_ms.keys()
     assert set(record.allocation) == {"logits", "retrieval", "model"}

@@ -127,10 +127,10 @@ def test_retrieval_first_then_logits_share_the_budget(lm):
     suite = {i["id"]: i for i in load_suite("assets/suite.jsonl")}
     session = Session(lm, "racer", budget=24).start(suite["code-rename"]["messages"])
     session.run(40)
-    splits = [r.notes["split"] for r in session.records]
+    splits = [r.split for r in session.records]
     assert all(list(s) == ["retrieval", "logits"] for s in splits)
     for r, split in zip(session.records, splits):
-        assert split["logits"]["offered"] == 24 - split["retrieval"]["proposed"]
+        assert split["logits"].offered == 24 - split["retrieval"].proposed
         assert len(r.nodes) - 1 <= 24
     both = [n for r in session.records for n in r.nodes if set(n.sources) == {"logits", "retrieval"}]
     assert both, "trie union merges a token both sources proposed into one node"

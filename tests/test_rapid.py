@@ -13,6 +13,7 @@ from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import chunk_document, retrieve
 from specviz.methods import METHODS
+from specviz.records.status import NodeStatus
 from specviz.engine.suite import long_context_prompt
 from test_sampling import chi_square_p
 
@@ -109,12 +110,12 @@ def test_sampled_rapid_is_reproducible_and_marks_transfers(lm):
         session.run(24)
         runs.append((session.output_ids, [(n.status, n.mark) for r in session.records for n in r.nodes]))
     assert runs[0] == runs[1]
-    assert all(status == "accepted" for status, mark in runs[0][1] if mark == "transferred")
+    assert all(status is NodeStatus.ACCEPTED for status, mark in runs[0][1] if mark is NodeStatus.TRANSFERRED)
     other = Session(lm, "rapid", {"gamma": 4}, temperature=1.0, seed=8).start(prompt)
     other.run(24)
     assert other.output_ids != runs[0][0]
-    charts = session.records[0].notes["sampling"]["charts"]
-    assert {"p", "q", "p_hat", "out", "tv"} <= set(charts["0"])
+    chart = session.records[0].sampling.charts[0]
+    assert None not in (chart.p, chart.q, chart.p_hat, chart.out, chart.tv)
 
 
 # ---- statistical losslessness of every method -------------------------------------------------------

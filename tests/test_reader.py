@@ -15,6 +15,7 @@ from specviz.engine.session import Session
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.search_path import DeepenDrafter, SearchIndexes
 from specviz.errors import SpecvizError
+from specviz.records.notes import ModelStageNote, SearchNote
 from specviz.index.datastore import Datastore, build
 from specviz.index.ngram_trie import NgramTrie
 from specviz.index.suffix_array import SuffixArray, build_suffix_array
@@ -211,10 +212,11 @@ def test_unified_model_stage_drafts_first_so_no_other_source_starves_it(lm):
     session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=12,
                       draft=shared_draft(lm, "self-skip:6")).start(item["messages"])
     session.run(16)
-    assert all(list(r.notes["split"]) == ["model", "retrieval", "search", "deepen", "logits"]
-               for r in session.records)
-    assert all(r.notes["split"]["model"]["offered"] == 12 and r.allocation["model"] > 0 for r in session.records)
-    assert any(r.notes["split"]["retrieval"]["proposed"] > 0 for r in session.records)
+    assert all(list(r.split) == ["model", "retrieval", "search", "deepen", "logits"] for r in session.records)
+    assert all(r.split["model"].offered == 12 and r.allocation["model"] > 0 for r in session.records)
+    assert any(r.split["retrieval"].proposed > 0 for r in session.records)
+    # the gated stage ran every step (model_stage=on) and said so, before the searches' notes
+    assert all(isinstance(r.drafter_notes[0], ModelStageNote) and r.drafter_notes[0].ran for r in session.records)
     assert any("deepen" in n.sources for r in session.records for n in r.nodes)
 
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "code-rename", "conv-trip", "open-story", "math-train"])
@@ -233,7 +235,7 @@ def test_auto_budget_reader_and_unified_are_lossless(lm, ar_outputs, method):
                       draft=shared_draft(lm, "self-skip:8")).start(item["messages"])
     session.run(40)
     assert session.output_ids == ar_outputs["qa-cheese"]
-    assert all("predicted_accepted" in r.notes for r in session.records)
+    assert all(r.plan is not None and r.plan.cut is not None for r in session.records)
 
 
 def test_widening_and_deepening_branches_carry_their_sources(lm):
@@ -249,7 +251,7 @@ def test_widening_and_deepening_branches_carry_their_sources(lm):
         while "model" not in ancestor.sources and ancestor.parent >= 0:
             ancestor = by_id[ancestor.parent]
         assert "model" in ancestor.sources
-    assert any(r.notes.get("reader_search", {}).get("tokens") for r in session.records)
+    assert any((search := r.note(SearchNote)) and search.tokens for r in session.records)
 
 
 def test_deepening_seed_follows_the_draft_models_best_children():
@@ -291,7 +293,7 @@ def test_missing_datastore_turns_the_branch_off_and_says_so(lm, monkeypatch, tmp
     session = Session(lm, "reader", budget=16).start("Say hello.")
     assert any("Datastore branch off" in w for w in session.method.warnings)
     session.run(4)
-    assert session.records[0].notes["reader_search"]["datastore"].startswith("off")
+    assert session.records[0].note(SearchNote).datastore.startswith("off")
     off = Session(lm, "reader", {"datastore": 0}, budget=16).start("Say hello.")
     assert off.method.warnings == []
 

@@ -18,6 +18,8 @@ from specviz.index.match_positions import MatchPositions
 from specviz.runtime.loading import load_model
 from specviz.accept.relaxed import relaxed_accept
 from specviz.engine.token_diff import token_diff
+from specviz.records.notes import ReSpecNote
+from specviz.records.status import NodeStatus
 from specviz.records.trace import Trace
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.accept.greedy import greedy_accept
@@ -150,7 +152,7 @@ def test_ema_scores_reward_the_winner_and_penalise_the_others():
     assert retriever.scores == {2: 0.75, 12: 0.25, 7: 0.25}
     retriever.theta_score = 0.3
     assert [c.position for c in retriever.select(index, [1, 2])] == [2]
-    assert retriever.report()["passed"] == 1
+    assert retriever.report().passed == 1
 
 
 def test_positions_cut_by_the_budget_keep_their_score():
@@ -207,19 +209,20 @@ def test_respec_at_tau_zero_is_lossless(lm, ar_outputs, item_id, fallback, budge
     session = Session(lm, "respec", {"fallback": fallback}, budget=budget).start(SUITE[item_id]["messages"])
     session.run(48)
     assert session.output_ids == ar_outputs[item_id]
-    used = {r.notes["drafted_by"] for r in session.records}
+    used = {r.note(ReSpecNote).drafted_by for r in session.records}
     assert used <= {"retrieval", fallback, *(("model", "logits") if fallback == "auto" else ())}
-    assert all(n.status != "relaxed" for r in session.records for n in r.nodes)
+    assert all(n.status is not NodeStatus.RELAXED for r in session.records for n in r.nodes)
 
 
 def test_respec_trigger_and_candidates_are_recorded(lm, tmp_path):
     session = Session(lm, "respec", {"fallback": "logits"}, budget=32).start(SUITE["sum-lighthouse"]["messages"])
     session.run(48)
-    fired = [r for r in session.records if r.entropy["fired"]]
-    assert fired and all(r.entropy["h_min"] <= 1.5 and r.entropy["matches"] > 0 for r in fired)
-    assert all(len(r.entropy["entropies"]) == 3 for r in session.records)
-    retrieval_steps = [r for r in session.records if r.notes["drafted_by"] == "retrieval"]
-    assert retrieval_steps and all(1 <= len(r.notes["retrieval"]["candidates"]) <= 3 for r in retrieval_steps)
+    notes = [r.note(ReSpecNote) for r in session.records]
+    fired = [note.trigger for note in notes if note.trigger.fired]
+    assert fired and all(trigger.h_min <= 1.5 and trigger.matches > 0 for trigger in fired)
+    assert all(len(note.trigger.entropies) == 3 for note in notes)
+    retrieval_steps = [r for r, note in zip(session.records, notes) if note.drafted_by == "retrieval"]
+    assert retrieval_steps and all(1 <= len(r.note(ReSpecNote).retrieval.candidates) <= 3 for r in retrieval_steps)
     assert all({s for n in r.nodes[1:] for s in n.sources} == {"retrieval"} for r in retrieval_steps)
     path = tmp_path / "trace.json"
     session.trace().save(path)
@@ -232,7 +235,7 @@ def test_relaxed_acceptance_raises_mat_and_is_marked(lm, ar_outputs):
     strict.run(48)
     loose = Session(lm, "respec", {"fallback": "logits", "tau": 5}, budget=32).start(item)
     loose.run(48)
-    relaxed = [n for r in loose.records for n in r.nodes if n.status == "relaxed"]
+    relaxed = [n for r in loose.records for n in r.nodes if n.status is NodeStatus.RELAXED]
     assert relaxed and all("retrieval" in n.sources and 0 < n.target_rank < 5 for n in relaxed)
     assert len(loose.records) < len(strict.records)
     diff = token_diff(ar_outputs["sum-lighthouse"], loose.output_ids)
@@ -255,7 +258,7 @@ def test_any_draft_model_folder_works_and_stays_lossless(lm, ar_outputs, tiny_mo
     session = Session(lm, "respec", {"fallback": "model"}, budget=8, draft=draft).start(SUITE["qa-meeting"]["messages"])
     session.run(48)
     assert session.output_ids == ar_outputs["qa-meeting"]
-    assert any(r.notes["drafted_by"] == "model" for r in session.records)
+    assert any(r.note(ReSpecNote).drafted_by == "model" for r in session.records)
     assert session.trace().params["draft_model"] == tiny_models["same"]
 
 

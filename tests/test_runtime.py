@@ -36,7 +36,7 @@ def test_a_costly_choice_is_explored_as_rarely_as_its_price_says():
     # the count is the process's, not the session's: a new session of the same setting explores next
     second = _chooser("test-costly")
     assert second.choose() == "on"
-    assert second.report()["explore_every"] == interval
+    assert second.report().explore_every == interval
 
 
 def test_a_benchmarks_warm_up_takes_the_first_tries_of_a_measured_choice(lm, prefix_ids, monkeypatch):

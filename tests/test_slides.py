@@ -2,7 +2,8 @@
 
 import xml.etree.ElementTree as ET
 
-from specviz.records.trace import NodeRecord, StepRecord
+from specviz.records.status import NodeStatus
+from specviz.records.step import NodeRecord, StepRecord
 from specviz.ui.slides import tree_svg, write_tree_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -10,8 +11,10 @@ NASTY = 'a<&>"b\nc'
 
 
 def node(id, parent, depth, text, sources, status, mark=None):
+    """A node record; status and mark by their names ("accepted", "transferred")."""
     return NodeRecord(id=id, parent=parent, depth=depth, token_id=100 + id, text=text, sources=sources,
-                      status=status, target_prob=None if parent < 0 else 0.5, target_rank=0, mark=mark)
+                      status=NodeStatus(status), target_prob=None if parent < 0 else 0.5, target_rank=0,
+                      mark=NodeStatus(mark) if mark else None)
 
 
 def make_record():

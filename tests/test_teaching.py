@@ -73,7 +73,9 @@ def test_version_1_traces_still_load():
     data = json.loads(next(iter(shipped_traces().values())).read_text())
     old = {k: data[k] for k in ("model", "method", "params", "prompt_ids", "output_ids", "finish_reason", "steps")}
     trace = Trace.from_dict(old)
-    assert trace.format_version == 1 and trace.token_text(trace.output_ids[0]).startswith("<")
+    # read into today's records: the trace is one of this version from then on (and saves as one)
+    assert trace.format_version == FORMAT_VERSION and trace.token_text(trace.output_ids[0]).startswith("<")
+    assert len(trace.steps) == len(data["steps"]) and all(step.plan is not None for step in trace.steps)
 
 
 def test_shipped_traces_cover_every_method_and_replay_without_a_model():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.accept.verification import Verification, make_verification
+from specviz.records.charts import PositionChart
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.errors import SpecvizError
 
@@ -113,7 +114,8 @@ def _draw(residual: torch.Tensor, fallback: torch.Tensor, generator: torch.Gener
     return int(torch.multinomial(weights.float(), 1, generator=generator).item()), empty
 
 
-def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None, out: torch.Tensor | None) -> dict:
+def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None,
+           out: torch.Tensor | None) -> PositionChart:
     """The top tokens of p, q and p_hat at one node, for the app's side-by-side bars."""
     top = min(CHART_TOP, p.shape[-1])
     ids = set(p.topk(top).indices.tolist())
@@ -121,13 +123,12 @@ def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None, 
         if dist is not None:
             ids.update(dist.topk(top).indices.tolist())
     ids = sorted(ids, key=lambda t: -float(p[t]))
-    chart = {"tokens": ids, "p": [round(float(p[t]), 5) for t in ids]}
-    if q is not None:
-        chart["q"] = [round(float(q[t]), 5) for t in ids]
-        chart["p_hat"] = [round(float(p_hat[t]), 5) for t in ids]
-        chart["out"] = [round(float(out[t]), 5) for t in ids]
-        chart["tv"] = round(0.5 * float((out - p).abs().sum()), 5)   # output vs the target's own distribution
-    return chart
+    shown_p = [round(float(p[t]), 5) for t in ids]
+    if q is None:
+        return PositionChart(tokens=ids, p=shown_p)
+    return PositionChart(tokens=ids, p=shown_p, q=[round(float(q[t]), 5) for t in ids],
+                         p_hat=[round(float(p_hat[t]), 5) for t in ids], out=[round(float(out[t]), 5) for t in ids],
+                         tv=round(0.5 * float((out - p).abs().sum()), 5))  # output vs the target's own distribution
 
 
 def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator,
@@ -136,7 +137,7 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
     path, node = [], ROOT
     compared: set[int] = set()
     transferred: set[int] = set()
-    charts: dict[int, dict] = {}
+    charts: dict[int, PositionChart] = {}
     empty_residuals = 0
     while True:
         p = sampling_probs(logits[node], settings.temperature, settings.top_p)

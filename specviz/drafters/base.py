@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.accept.verification import Verification
+from specviz.records.notes import DrafterNote
 from specviz.tree.draft_tree import DraftTree
 
 
@@ -51,9 +52,10 @@ class Drafter:
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verified step (acceptance feedback, new tokens, new logits)."""
 
-    def step_notes(self) -> dict:
-        """What the step record should show about this drafter's last step (decisions, feedback)."""
-        return {}
+    def step_note(self) -> DrafterNote | None:
+        """What the step record should show about this drafter's last step (decisions, feedback), read
+        once after observe(); None: nothing to say."""
+        return None
 
     def checkpoint(self):
         """What rollback() needs to undo this step's observe(); None for a drafter that learns nothing."""

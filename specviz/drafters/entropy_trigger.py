@@ -10,29 +10,16 @@ forward, so the distributions used are the ones that predicted each key token: P
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
+
+from specviz.records.notes import TriggerDecision
 
 
 def entropies(logits: torch.Tensor) -> list[float]:
     """Shannon entropy (nats) of the softmax of every row of logits (n, vocab)."""
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     return (-(log_probs.exp() * log_probs).sum(-1)).tolist()
-
-
-@dataclass
-class TriggerDecision:
-    entropies: list[float]      # H_k for k = 1..l (as many as the context allows)
-    confidences: list[float]    # C_k = H_k + lambda_e / k
-    key_length: int             # k*
-    h_min: float                # H_k*
-    key: list[int]              # the last k* tokens
-    matches: int                # earlier occurrences of the key
-    fired: bool                 # H_min <= theta_entropy and the key was found
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class EntropyTrigger:

@@ -4,6 +4,7 @@ CPU a draft forward costs about as much as the verify forward, and the measureme
 
 from __future__ import annotations
 
+from specviz.records.notes import ModelStageNote
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.measured_choice import FallbackChooser
@@ -31,12 +32,12 @@ class GatedDrafter(Drafter):
         if self.used == "on":
             self.inner.observe(outcome)
 
-    def step_notes(self) -> dict:
+    def step_note(self) -> ModelStageNote | None:
         if self.used is None:
-            return {}
-        notes = {"model_stage": {"ran": self.used == "on", **self.chooser.report()}}
+            return None
+        note = ModelStageNote(ran=self.used == "on", choice=self.chooser.report())
         self.used = None
-        return notes
+        return note
 
     def checkpoint(self):
         return self.chooser.checkpoint(), self.inner.checkpoint(), self.used

@@ -21,6 +21,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from specviz.records.notes import MeasuredChoice
+
 _measured: dict[str, dict[str, deque]] = {}   # setting key -> kind -> recent (tokens, ms) fallback steps
 _since_explore: dict[str, int] = {}            # setting key -> auto choices since the last exploring step
 _measured_lock = threading.Lock()
@@ -88,11 +90,11 @@ class FallbackChooser:
                 self.samples[kind].clear()
                 self.samples[kind].extend(samples)
 
-    def report(self) -> dict:
+    def report(self) -> MeasuredChoice:
         rates = {k: self.rate(k) for k in self.kinds}  # once each: the report is written every step
-        report = {"mode": self.mode, "tokens_per_s": {k: None if rate is None else round(1000 * rate, 2)
-                                                      for k, rate in rates.items()}}
+        tokens_per_s = {k: None if rate is None else round(1000 * rate, 2) for k, rate in rates.items()}
+        explore_every = None
         if self.mode == "auto" and all(len(self.samples[k]) >= self.first_tries for k in self.kinds):
             best = max(self.kinds, key=rates.__getitem__)
-            report["explore_every"] = self.explore_interval(best, next(k for k in self.kinds if k != best))
-        return report
+            explore_every = self.explore_interval(best, next(k for k in self.kinds if k != best))
+        return MeasuredChoice(mode=self.mode, tokens_per_s=tokens_per_s, explore_every=explore_every)

@@ -15,6 +15,7 @@ from specviz.drafters.scored_retrieval import ScoredRetriever
 from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.drafters.measured_choice import FallbackChooser
 from specviz.index.match_positions import MatchPositions
+from specviz.records.notes import ReSpecNote
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 
@@ -87,11 +88,9 @@ class ReSpecDrafter(Drafter):
             drafter.rollback(fallbacks[kind])
         self.proposed = False
 
-    def step_notes(self) -> dict:
+    def step_note(self) -> ReSpecNote | None:
         if not self.proposed:
-            return {}
+            return None
         self.proposed = False
-        notes = {"trigger": self.decision.to_dict(), "drafted_by": self.used, "fallback": self.chooser.report()}
-        if self.decision.fired:
-            notes["retrieval"] = self.retriever.report()
-        return notes
+        return ReSpecNote(trigger=self.decision, drafted_by=self.used, fallback=self.chooser.report(),
+                          retrieval=self.retriever.report() if self.decision.fired else None)

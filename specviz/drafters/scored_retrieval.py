@@ -11,9 +11,10 @@ cut away entirely was not tried and keeps its score.
 from __future__ import annotations
 
 import heapq
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from specviz.index.match_positions import MatchPositions
+from specviz.records.notes import RetrievalCandidate, RetrievalReport
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 INITIAL_SCORE = 0.5
@@ -89,7 +90,7 @@ class ScoredRetriever:
             cand.rate = cand.accepted / cand.drafted if cand is winner else 0.0
             self.scores[cand.position] = (1 - self.alpha) * cand.score + self.alpha * cand.rate
 
-    def report(self) -> dict:
-        return {"matched": self.matched, "passed": self.passed,
-                "candidates": [{k: v for k, v in asdict(c).items() if k != "tokens"} | {"length": len(c.tokens)}
-                               for c in self.selected]}
+    def report(self) -> RetrievalReport:
+        return RetrievalReport(matched=self.matched, passed=self.passed, candidates=[
+            RetrievalCandidate(position=c.position, score=c.score, drafted=c.drafted, accepted=c.accepted,
+                               rate=c.rate, length=len(c.tokens)) for c in self.selected])

@@ -20,6 +20,7 @@ seeds a second search (context + that prefix) whose branch of d_deep tokens hang
 
 from __future__ import annotations
 
+from specviz.records.notes import DeepenNote, SearchNote
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.drafters.base import Drafter
 from specviz.index.ngram_trie import NgramTrie
@@ -101,19 +102,20 @@ class SearchDrafter(Drafter):
 
     def __init__(self, indexes: SearchIndexes, depth: int, min_path_share: float = 0.0):
         self.indexes, self.depth, self.min_path_share = indexes, depth, min_path_share
+        self.note: SearchNote | None = None
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         self.indexes.sync(context)
         tree = DraftTree(context[-1])
         found = self.indexes.search(context, min(self.depth, budget), self.min_path_share)
         add_branch(tree, ROOT, found, self.source, budget)
-        self.note = {"tokens": len(found), "matched": found[0][2] if found else 0,
-                     "index": found[0][3] if found else None, "datastore": self.indexes.datastore_state}
+        self.note = SearchNote(tokens=len(found), matched=found[0][2] if found else 0,
+                               index=found[0][3] if found else None, datastore=self.indexes.datastore_state)
         return tree
 
-    def step_notes(self) -> dict:
-        note, self.note = getattr(self, "note", None), None
-        return {"reader_search": note} if note else {}
+    def step_note(self) -> SearchNote | None:
+        note, self.note = self.note, None
+        return note
 
 
 class DeepenDrafter(Drafter):
@@ -122,6 +124,7 @@ class DeepenDrafter(Drafter):
 
     def __init__(self, indexes: SearchIndexes, depth: int, seed_depth: int = 2, min_path_share: float = 0.0):
         self.indexes, self.depth, self.seed_depth, self.min_path_share = indexes, depth, seed_depth, min_path_share
+        self.note: DeepenNote | None = None
 
     @staticmethod
     def seed_node(tree: DraftTree, seed_depth: int) -> int | None:
@@ -137,15 +140,15 @@ class DeepenDrafter(Drafter):
     def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
         node = self.seed_node(tree, self.seed_depth)
         if node is None:
-            self.note = {"seed": None, "tokens": 0}
+            self.note = DeepenNote(seed=None, tokens=0)
             return tree, 0
         self.indexes.sync(context)
         prefix = [tree.tokens[n] for n in tree.path_to(node)]
         found = self.indexes.search(context + prefix, self.depth, self.min_path_share)
         proposed = add_branch(tree, node, found, self.source, budget)
-        self.note = {"seed": node, "seed_depth": tree.depths[node], "tokens": len(found)}
+        self.note = DeepenNote(seed=node, seed_depth=tree.depths[node], tokens=len(found))
         return tree, proposed
 
-    def step_notes(self) -> dict:
-        note, self.note = getattr(self, "note", None), None
-        return {"reader_deepen": note} if note else {}
+    def step_note(self) -> DeepenNote | None:
+        note, self.note = self.note, None
+        return note

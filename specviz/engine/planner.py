@@ -44,8 +44,9 @@ from collections import deque
 
 import numpy as np
 
-from specviz.accept.verification import ACCEPTED_STATUSES, REJECTED
 from specviz.engine.costmodel import CostModel
+from specviz.records.plan import BudgetCut
+from specviz.records.status import ACCEPTED_STATUSES, NodeStatus
 from specviz.tree.draft_tree import DraftTree
 
 MAX_DEPTH_KEY = 3   # depth 3 and deeper share estimates: a draft that got that far behaves alike
@@ -102,7 +103,7 @@ class AcceptanceModel:
         factor_of, sources = factors.__getitem__, tree.sources
         return [1.0] + [chances[n] * max(map(factor_of, sources[n])) for n in range(1, len(tree))]
 
-    def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[str]) -> None:
+    def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[NodeStatus]) -> None:
         """chances: the verified tree's uncalibrated node chances; accepted nodes are the ones delivered."""
         promised: dict[str, float] = {}
         got: dict[str, float] = {}
@@ -158,13 +159,14 @@ class AcceptanceModel:
         self.accepted, self.compared = dict(saved[0]), dict(saved[1])
         self.promised, self.got = dict(saved[2]), dict(saved[3])
 
-    def update(self, tree: DraftTree, statuses: list[str]) -> None:
-        """Learn from the nodes the target compared (accepted / relaxed / rejected)."""
+    def update(self, tree: DraftTree, statuses: list[NodeStatus]) -> None:
+        """Learn from the nodes the target compared (accepted / relaxed / transferred / rejected)."""
+        rejected = NodeStatus.REJECTED
         for node in range(1, len(tree)):
             status = statuses[node]
-            if status in ACCEPTED_STATUSES or status == REJECTED:
+            if status in ACCEPTED_STATUSES or status == rejected:
                 key = node_key(tree, node)
-                hit = 1.0 if status != "rejected" else 0.0
+                hit = 1.0 if status != rejected else 0.0
                 for level in (key, self.coarse(key)):
                     self.compared[level] = self.compared.get(level, 0.0) * self.decay + 1.0
                     self.accepted[level] = self.accepted.get(level, 0.0) * self.decay + hit
@@ -257,16 +259,17 @@ def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
 
 
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
-         margin: float = PLAIN_MARGIN, chances: list[float] | None = None) -> tuple[list[int], dict]:
-    """The best-first node order and how many of its nodes to keep; also the numbers behind the choice.
+         margin: float = PLAIN_MARGIN, chances: list[float] | None = None) -> tuple[list[int], BudgetCut, list[float]]:
+    """The best-first nodes to keep, the numbers behind the cut, and the expected accepted drafts of keeping
+    the first k nodes of the best-first order (k = 0..).
     cost: anything with cost_ms(q) and costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's
     measured draft time (spent whatever is kept). A tree must promise more than `margin` times the rate of plain
     decoding (1 / (draft + one-token verify)) before it replaces it (margin > 1: a safety factor).
     chances: acceptance.node_chances(tree), where the caller has them already."""
     if tree.num_drafted == 0 or max_nodes <= 0:  # nothing to choose (the sources were silent): plain decoding
         rate = 1.0 / (draft_ms + cost.cost_ms(1))
-        return [], {"offered": tree.num_drafted, "kept": 0, "expected_accepted": 0.0, "draft_ms": round(draft_ms, 2),
-                    "expected_tokens_per_s": round(1000 * rate, 2), "expected_curve": [0.0]}
+        return [], BudgetCut(offered=tree.num_drafted, kept=0, expected_accepted=0.0, draft_ms=round(draft_ms, 2),
+                             expected_tokens_per_s=round(1000 * rate, 2)), [0.0]
     order, expected = best_first(tree, acceptance, max_nodes, chances)
     # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin.
     # Python lists, not numpy: 65 numbers, and right after a forward each numpy call costs tens of us
@@ -279,7 +282,7 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
             best_keep = candidate
     expected_kept = expected[best_keep]
     rate = rates[best_keep]
-    return order[:best_keep], {"offered": tree.num_drafted, "kept": best_keep,
-                               "expected_accepted": round(expected_kept, 3), "draft_ms": round(draft_ms, 2),
-                               "expected_tokens_per_s": round(1000 * rate, 2),
-                               "expected_curve": [round(e, 3) for e in expected]}
+    return (order[:best_keep],
+            BudgetCut(offered=tree.num_drafted, kept=best_keep, expected_accepted=round(expected_kept, 3),
+                      draft_ms=round(draft_ms, 2), expected_tokens_per_s=round(1000 * rate, 2)),
+            [round(e, 3) for e in expected])

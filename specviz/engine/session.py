@@ -20,13 +20,19 @@ from specviz.runtime.loading import check_same_vocabulary
 from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.prompts import PromptText, encode
-from specviz.records.trace import NodeRecord, StepRecord, Trace
+from specviz.records.charts import SamplingCharts
+from specviz.records.plan import PlanDecision
+from specviz.records.status import NodeStatus
+from specviz.records.step import NodeRecord, StepRecord
+from specviz.records.trace import Trace
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
 from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
 
 PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
+# a committed token's origin says which rule bent p to accept it ("logits~relaxed")
+ORIGIN_MARKS = {NodeStatus.RELAXED: f"~{NodeStatus.RELAXED}", NodeStatus.TRANSFERRED: f"~{NodeStatus.TRANSFERRED}"}
 
 
 def machine_label(lm: LoadedModel) -> str:
@@ -182,30 +188,28 @@ class Session:
 
     # ---- one step -------------------------------------------------------------------------------
     def _draft(self, room: int) -> tuple:
-        """The tree to verify, the budget it was held to, how that was decided, and the tree's node chances
-        (acceptance.node_chances) where the planner computed them for this very tree (else None)."""
+        """The tree to verify, the budget it was held to, the per-source split (None: no draft stage), the
+        expected curve and the planner's cut where they were computed (else None), and the tree's node
+        chances (acceptance.node_chances) where the planner computed them for this very tree (else None)."""
         started = time.perf_counter()
         if not self.method.stages:
-            return DraftTree(self.context[-1]), 0, {}, None
+            return DraftTree(self.context[-1]), 0, None, None, None, None
         limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
         offered, split = self.method.draft(self.context, limit)
-        notes = {"split": split}
         if offered.draft_dists:
             # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
             # own probability would bias the sampled output (accept.sampling)
-            return offered, limit, notes, None
+            return offered, limit, split, None, None, None
         draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
         chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
         if self.budget == "auto":
-            order, notes["budget_decision"] = plan(offered, self.acceptance, self.online_cost, limit, draft_ms,
-                                                   chances=chances)
-            notes["expected_curve"] = notes["budget_decision"].pop("expected_curve")
+            order, cut, curve = plan(offered, self.acceptance, self.online_cost, limit, draft_ms, chances=chances)
             kept = offered.truncate(len(order), order)
-            return kept, len(order), notes, chances if kept is offered else None
+            return kept, len(order), split, curve, cut, chances if kept is offered else None
         # a fixed budget keeps the drafters' own order; the curve still shows what a smaller tree would expect
-        notes["expected_curve"] = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit, chances)[1]]
+        curve = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit, chances)[1]]
         kept = offered.truncate(limit)
-        return kept, limit, notes, chances if kept is offered else None
+        return kept, limit, split, curve, None, chances if kept is offered else None
 
     @torch.inference_mode()
     def step(self, max_new_tokens: int | None = None) -> StepRecord:
@@ -237,7 +241,7 @@ class Session:
     def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
         t0 = time.perf_counter()
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
-        tree, budget, draft_notes, chances = self._draft(room)
+        tree, budget, split, curve, cut, chances = self._draft(room)
         if chances is None:
             chances = self.acceptance.node_chances(tree)
         predicted = sum(self.acceptance.calibrated(tree, chances)[1:])
@@ -268,11 +272,11 @@ class Session:
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
                               forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load)
         self.method.observe(outcome)
-        draft_notes.update(self.method.step_notes())
-        draft_notes["predicted_accepted"] = round(predicted, 3)
-        if verification.charts is not None:  # sampling: p (q, p_hat) at the visited nodes, for the app's chart
-            draft_notes["sampling"] = {"charts": {str(n): c for n, c in verification.charts.items()},
-                                       "empty_residuals": verification.empty_residuals}
+        drafter_notes = self.method.step_notes()
+        decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=curve, cut=cut)
+        # sampling: p (q, p_hat) at the visited nodes, for the app's chart
+        sampling = (SamplingCharts(charts=verification.charts, empty_residuals=verification.empty_residuals)
+                    if verification.charts is not None else None)
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
         if self.budget == "auto":
@@ -283,7 +287,8 @@ class Session:
         elif len(self.context) >= self.lm.max_context:
             self.finish_reason = "context"
         timings_ms: dict[str, float] = {}
-        record = self._record(tree, verification, committed, past_len, budget, draft_notes, timings_ms)
+        record = self._record(tree, verification, committed, past_len, budget, timings_ms, split, decision, sampling,
+                              drafter_notes)
         t3 = time.perf_counter()  # the step record is part of the step's cost (update includes it)
         timings_ms.update({k: round(v * 1000, 3) for k, v in {
             "draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1, "update": t3 - t2, "total": t3 - t0}.items()})
@@ -291,11 +296,13 @@ class Session:
         self.step_s += t3 - t0
         return record
 
-    def _record(self, tree, verification, committed, past_len, budget, notes, timings_ms: dict) -> StepRecord:
+    def _record(self, tree, verification, committed, past_len, budget, timings_ms: dict, split, decision, sampling,
+                drafter_notes) -> StepRecord:
         # per-node numbers as Python lists first: one conversion per array, not per node
         probs = [round(p, 6) for p in verification.target_probs.tolist()]
         ranks = verification.target_ranks.tolist()
         token_text, statuses = self.token_text, verification.statuses
+        accepted, transferred = NodeStatus.ACCEPTED, NodeStatus.TRANSFERRED
         nodes = [NodeRecord(id=0, parent=tree.parents[0], depth=tree.depths[0], token_id=tree.tokens[0],
                             text=token_text(tree.tokens[0]), sources=sorted(tree.sources[0]), status=statuses[0],
                             meta=tree.meta[0])]  # the root: no target statistics, no score
@@ -305,21 +312,19 @@ class Session:
                 id=n, parent=tree.parents[n], depth=tree.depths[n], token_id=tree.tokens[n],
                 text=token_text(tree.tokens[n]), sources=sorted(tree.sources[n]),
                 # the trace's statuses stay the contract's; a transfer is an accepted node with a mark
-                status="accepted" if status == "transferred" else status,
-                mark="transferred" if status == "transferred" else None,
+                status=accepted if status is transferred else status,
+                mark=transferred if status is transferred else None,
                 target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
                 score=round(tree.score(n), 6), meta=node_meta))
-        marks = {"relaxed": "~relaxed", "transferred": "~transferred"}
-        origins = ["+".join(sorted(tree.sources[n])) + marks.get(verification.statuses[n], "")
+        origins = ["+".join(sorted(tree.sources[n])) + ORIGIN_MARKS.get(statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]
         origins += ["bonus"] * (len(committed) - len(origins))
         return StepRecord(
             step=len(self.records), prefix_len=past_len + 1, budget=budget,
             budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
             accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
-            timings_ms=timings_ms,
-            entropy=notes.pop("trigger", None), notes=notes)
+            timings_ms=timings_ms, split=split, plan=decision, sampling=sampling, drafter_notes=drafter_notes)
 
     # ---- many steps -----------------------------------------------------------------------------
     def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,

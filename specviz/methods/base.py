@@ -12,6 +12,8 @@ from specviz.accept.greedy import greedy_accept
 from specviz.accept.sampling import SamplingSettings, sampling_accept
 from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
+from specviz.records.notes import DrafterNote
+from specviz.records.plan import SourceShare, SourceSplit
 from specviz.runtime.prompts import PromptText
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
@@ -66,20 +68,20 @@ class Method:
         for drafter in self.stages:
             drafter.prefill_chunk(context, start, logits)
 
-    def draft(self, context: list[int], budget: int) -> tuple[DraftTree, dict]:
+    def draft(self, context: list[int], budget: int) -> tuple[DraftTree, SourceSplit]:
         """Stages in order grow one tree (a node two stages propose costs once); also returns the split:
         per source, the nodes it was offered and proposed, and how many of them were already in the tree."""
         tree = DraftTree(context[-1])
-        split = {}
+        split: SourceSplit = {}
         for drafter in self.stages:
             left = budget - tree.num_drafted
             if left <= 0:
-                split[drafter.source] = {"offered": 0, "proposed": 0, "shared": 0}
+                split[drafter.source] = SourceShare(offered=0, proposed=0, shared=0)
                 continue
             before = tree.num_drafted
             tree, proposed = drafter.extend(context, tree, left)
-            split[drafter.source] = {"offered": left, "proposed": proposed,
-                                     "shared": proposed - (tree.num_drafted - before)}
+            split[drafter.source] = SourceShare(offered=left, proposed=proposed,
+                                                shared=proposed - (tree.num_drafted - before))
         return tree, split
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: SamplingSettings,
@@ -93,11 +95,10 @@ class Method:
         for drafter in self.stages:
             drafter.observe(outcome)
 
-    def step_notes(self) -> dict:
-        notes = {}
-        for drafter in self.stages:
-            notes.update(drafter.step_notes())
-        return notes
+    def step_notes(self) -> tuple[DrafterNote, ...]:
+        """Each stage's note on the step just observed, in stage order (stages with nothing to say left out)."""
+        notes = (drafter.step_note() for drafter in self.stages)
+        return tuple(note for note in notes if note is not None)
 
     @property
     def warnings(self) -> list[str]:

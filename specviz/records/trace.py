@@ -1,64 +1,24 @@
-"""Step records and traces: what happened at every step, serialisable to JSON and back, unchanged."""
+"""A trace: one generation's set-up and its step records, saved as JSON and loaded back unchanged
+(Trace.load of what Trace.save wrote equals the trace). A trace of format version 1 or 2 has its steps
+read into today's typed records (records.legacy) and is a trace of today's version from then on; a newer
+version is refused with a message."""
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from specviz.errors import SpecvizError
+from specviz.records.legacy import step_from_v2
+from specviz.records.step import StepRecord, finite
 
 # 1: the first traces (no version field). 2: format_version, the token texts, the decoded prompt, the
 # machine it was recorded on, prefill time, the declared losslessness and the verify cost curve, so that
-# a trace replays with no model loaded.
-FORMAT_VERSION = 2
+# a trace replays with no model loaded. 3: the step's notes typed: split, plan, sampling and drafter_notes
+# (each with its kind) instead of one notes dict, ReSpec's trigger inside its drafter note (no entropy field).
+FORMAT_VERSION = 3
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a 500-step run of budget 64 is about 6 MB
-
-
-@dataclass
-class NodeRecord:
-    id: int
-    parent: int
-    depth: int
-    token_id: int
-    text: str
-    sources: list[str]
-    status: str                          # root, accepted, rejected, relaxed, unreached
-    target_prob: float | None = None     # p_target(token | parent), None for the root
-    target_rank: int | None = None       # 0 = the target's argmax
-    draft_prob: float | None = None      # where a draft model proposed it
-    score: float | None = None           # best score a source gave it
-    meta: dict = field(default_factory=dict)  # per source: what it said about the node
-    mark: str | None = None              # "transferred": accepted by RAPID's p_hat where p would have refused it
-
-
-@dataclass
-class StepRecord:
-    step: int
-    prefix_len: int                      # committed tokens (prompt + generated) before this step
-    budget: int                          # draft nodes allowed this step
-    budget_mode: str                     # "fixed" or "auto"
-    nodes: list[NodeRecord]
-    accepted_tokens: list[int]           # committed this step: accepted drafts then the bonus token
-    accepted_origins: list[str]          # per committed token: its sources joined by "+", or "bonus"
-    allocation: dict[str, int]           # draft nodes per source
-    timings_ms: dict[str, float]         # draft, verify, forward (inside verify), update, total
-    entropy: dict | None = None          # entropy values / trigger decision, for methods that use one
-    notes: dict = field(default_factory=dict)  # method-specific extras worth showing
-
-    @property
-    def num_accepted_drafts(self) -> int:
-        return len(self.accepted_tokens) - 1 if self.accepted_tokens else 0
-
-    def to_dict(self) -> dict:
-        return _finite(asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "StepRecord":
-        values = dict(data)
-        values["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
-        return cls(**values)
 
 
 @dataclass
@@ -82,7 +42,9 @@ class Trace:
         return self.token_texts.get(str(token), f"<{token}>")
 
     def to_dict(self) -> dict:
-        return _finite(asdict(self))
+        data = finite(asdict(replace(self, steps=[])))
+        data["steps"] = [step.to_dict() for step in self.steps]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trace":
@@ -96,11 +58,13 @@ class Trace:
                                f"{FORMAT_VERSION}. Update specviz to replay it.")
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        values["format_version"] = version
+        # an older trace is read into today's records, so it is a trace of this version now (and saves as one)
+        values["format_version"] = FORMAT_VERSION
         try:
-            values["steps"] = [StepRecord.from_dict(s) for s in data["steps"]]
+            read_step = StepRecord.from_dict if version >= 3 else step_from_v2
+            values["steps"] = [read_step(s) for s in data["steps"]]
             return cls(**values)
-        except (TypeError, KeyError, AttributeError) as error:
+        except (TypeError, KeyError, AttributeError, ValueError) as error:
             raise SpecvizError(f"This trace is damaged: a step record does not have the fields of version "
                                f"{version} ({error}).") from None
 
@@ -120,13 +84,3 @@ class Trace:
             raise SpecvizError(f"{path.name} is not a specviz trace: it is not JSON text.") from None
         return cls.from_dict(data)
 
-
-def _finite(value):
-    """JSON has no NaN: store a missing float as None so that a save/load round trip is exact."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value

@@ -78,8 +78,8 @@ def run_once(lm: LoadedModel, method: str, prompt_ids: list[int], max_new_tokens
     session.run(max_new_tokens)
     stats = session.stats()
     # the planner's predicted accepted drafts against the measured ones, step by step
-    errors = [abs(r.notes["predicted_accepted"] - r.num_accepted_drafts) for r in session.records
-              if "predicted_accepted" in r.notes]
+    errors = [abs(r.plan.predicted_accepted - r.num_accepted_drafts) for r in session.records
+              if r.plan is not None]
     return {"output_ids": session.output_ids, "margins": session.margins, "lossless_declared": session.lossless,
             "new_tokens": stats["new_tokens"], "steps": stats["steps"],
             "wall_s": stats["wall_s"], "decode_s": session.step_s, "predicted_abs_error": sum(errors),

@@ -206,6 +206,8 @@ def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dic
          draft) -> dict:
     from specviz.engine.session import Session
     from specviz.methods import get_method
+    from specviz.records.notes import ReSpecNote
+    from specviz.records.status import NodeStatus
 
     spec = get_method(method)
     session = Session(lm, method, params, budget=budget, temperature=sampling.temperature, top_p=sampling.top_p,
@@ -216,9 +218,9 @@ def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dic
     return {"output_ids": list(session.output_ids), "margins": list(session.margins), "lossless": session.lossless,
             "new_tokens": len(session.output_ids), "steps": len(records),
             "wall_s": session.prefill_s + session.step_s,
-            "fired": sum(bool(r.entropy and r.entropy.get("fired")) for r in records),
-            "retrieval_steps": sum(r.notes.get("drafted_by") == "retrieval" for r in records),
-            "relaxed": sum(n.status == "relaxed" for r in records for n in r.nodes),
+            "fired": sum(note.trigger.fired for r in records if (note := r.note(ReSpecNote))),
+            "retrieval_steps": sum(note.drafted_by == "retrieval" for r in records if (note := r.note(ReSpecNote))),
+            "relaxed": sum(n.status is NodeStatus.RELAXED for r in records for n in r.nodes),
             "draft_ms": sum(r.timings_ms["draft"] for r in records),
             "forward_ms": sum(r.timings_ms["forward"] for r in records)}
 

@@ -9,10 +9,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.tree import sources
-from specviz.records.trace import StepRecord
+from specviz.records.status import ACCEPTED_STATUSES
+from specviz.records.step import StepRecord
 from specviz.ui.viz import MARK_COLOURS
 
-ACCEPTED_STATUSES = ("accepted", "relaxed")  # a transferred node is status "accepted" with a mark
 TIME_PARTS = (("draft", "draft", "#ff7f0e"), ("forward", "verify forward", "#1f77b4"),
               ("accept", "accept (verify - forward)", "#9467bd"), ("update", "update", "#7f7f7f"))
 LANE_SHADES = (("#1f77b4", "#9ecae1"), ("#7f7f7f", "#c7c7c7"), ("#2ca02c", "#a1d99b"), ("#ff7f0e", "#fdd0a2"))
@@ -63,8 +63,8 @@ def run_accounting(records: list[StepRecord]) -> dict:
     verified_per_step, accepted_per_step = [], []
     time_ms = {"draft": 0.0, "forward": 0.0, "accept": 0.0, "update": 0.0, "total": 0.0}
     for record in records:
-        split = record.notes.get("split")
-        proposed = {s: c["proposed"] for s, c in split.items()} if split else dict(record.allocation)
+        proposed = ({source: share.proposed for source, share in record.split.items()} if record.split
+                    else dict(record.allocation))
         for source, n in proposed.items():
             counts.setdefault(source, {"proposed": 0, "verified": 0, "accepted": 0})["proposed"] += n
         for node in record.nodes:

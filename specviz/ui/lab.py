@@ -425,8 +425,9 @@ class Lab:
         if curve is None and self.replay is None and self.session is not None and self.session.started:
             cost = self.session.cost_model  # measured once per model and mode, then cached on disk
             curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
-        expected = record.notes.get("expected_curve") if record else None
-        draft_ms = record.notes.get("budget_decision", {}).get("draft_ms", record.timings_ms["draft"]) if record else 0.0
+        plan = record.plan if record else None
+        expected = plan.expected_curve if plan else None
+        draft_ms = (plan.cut.draft_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
         return AccountingView(
             sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
             waste=accounting.waste_figure(records), time_split=accounting.time_split_figure(records),

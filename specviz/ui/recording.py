@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from specviz.records.trace import StepRecord, Trace
+from specviz.records.notes import ReSpecNote
+from specviz.records.status import ACCEPTED_STATUSES
+from specviz.records.step import StepRecord
+from specviz.records.trace import Trace
 
 TRACES = Path(__file__).resolve().parents[2] / "assets" / "traces"
 
@@ -65,7 +68,7 @@ class Recording:
 
 def accepted_path(record: StepRecord) -> list[int]:
     """The accepted draft nodes of a step, root to leaf (the committed drafts, in order)."""
-    accepted = {n.id: n for n in record.nodes if n.status in ("accepted", "relaxed")}
+    accepted = {n.id: n for n in record.nodes if n.status in ACCEPTED_STATUSES}
     path, parent = [], 0
     while True:
         child = next((n.id for n in accepted.values() if n.parent == parent), None)
@@ -99,20 +102,20 @@ def why_small(record: StepRecord) -> str:
     drafted = len(record.nodes) - 1
     if drafted >= 3:
         return ""
-    notes = record.notes
     reasons = []
-    decision = notes.get("budget_decision")
-    if decision and decision["kept"] < decision["offered"] and decision["kept"] == drafted:
-        reasons.append(f"the planner kept {decision['kept']} of {decision['offered']} offered nodes: all of them "
-                       f"would expect {max(notes.get('expected_curve') or [0]):.2f} accepted drafts, and no part of "
+    cut = record.plan.cut if record.plan else None
+    if cut and cut.kept < cut.offered and cut.kept == drafted:
+        reasons.append(f"the planner kept {cut.kept} of {cut.offered} offered nodes: all of them "
+                       f"would expect {max(record.plan.expected_curve or [0]):.2f} accepted drafts, and no part of "
                        f"the tree paid for its verify cost over plain decoding "
-                       f"(~{decision['expected_tokens_per_s']} tok/s expected)")
-    for source, counts in (notes.get("split") or {}).items():
-        if counts.get("proposed", 0) == 0:
+                       f"(~{cut.expected_tokens_per_s} tok/s expected)")
+    for source, share in (record.split or {}).items():
+        if share.proposed == 0:
             reasons.append(_SILENT.get(source, f"{source} proposed nothing"))
-    if not notes.get("split") and drafted == 0:
+    if not record.split and drafted == 0:
         reasons.append("this method drafts nothing here (plain decoding)")
-    if record.entropy is not None and not record.entropy.get("fired", True):
+    respec = record.note(ReSpecNote)
+    if respec is not None and not respec.trigger.fired:
         reasons.append("the entropy trigger did not fire (the model was confident)")
     if not reasons:
         reasons.append("the sources offered only this much")

@@ -10,9 +10,9 @@ import math
 import unicodedata
 from pathlib import Path
 
-from specviz.records.trace import NodeRecord, StepRecord
-from specviz.ui.viz import (ACCEPTED_MARKS, MARK_COLOURS, STATUS_SYMBOLS, group_colours, source_group,
-                            tidy_layout, visible_token)
+from specviz.records.status import ACCEPTED_STATUSES, BENT_STATUSES, REFUSED_STATUSES, NodeStatus
+from specviz.records.step import NodeRecord, StepRecord
+from specviz.ui.viz import STATUS_COLOURS, STATUS_SYMBOLS, group_colours, source_group, tidy_layout, visible_token
 
 RADIUS = 14                  # marker radius (px)
 ROW = 48                     # height of one leaf row
@@ -26,9 +26,11 @@ ACCEPTED_EDGE, OTHER_EDGE = ("#2a2a2a", 5), ("#bcbcbc", 2)
 FADED = 0.45                 # opacity of rejected / unreached subtrees (their edges are grey already)
 SANS = "'DejaVu Sans', 'Helvetica Neue', Arial, sans-serif"
 MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
-STATUS_ORDER = ("root", "accepted", "relaxed", "transferred", "rejected", "unreached")
-STATUS_LEGEND = {"root": "committed root", "accepted": "accepted", "relaxed": "accepted (relaxed)",
-                 "transferred": "accepted by p_hat", "rejected": "rejected", "unreached": "not reached"}
+STATUS_ORDER = (NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED, NodeStatus.TRANSFERRED,
+                NodeStatus.REJECTED, NodeStatus.UNREACHED)
+STATUS_LEGEND = {NodeStatus.ROOT: "committed root", NodeStatus.ACCEPTED: "accepted",
+                 NodeStatus.RELAXED: "accepted (relaxed)", NodeStatus.TRANSFERRED: "accepted by p_hat",
+                 NodeStatus.REJECTED: "rejected", NodeStatus.UNREACHED: "not reached"}
 
 
 def tree_svg(record: StepRecord | None, title: str | None = None) -> str:
@@ -72,7 +74,7 @@ def tree_svg(record: StepRecord | None, title: str | None = None) -> str:
 
     # edges under the markers, faint ones first so the accepted path is drawn over them
     edges = sorted((n for n in record.nodes if n.parent >= 0 and n.parent in position),
-                   key=lambda n: n.status in ACCEPTED_MARKS)
+                   key=lambda n: n.status in ACCEPTED_STATUSES)
     out.append('<g class="edges" fill="none" stroke-linecap="round">')
     for n in edges:
         out.append(_edge(n, position, labels))
@@ -131,7 +133,7 @@ def _faded(record: StepRecord) -> set[int]:
         node, seen = n.id, set()
         while node >= 0 and node in parent and node not in seen:
             seen.add(node)
-            if node in faded or status[node] in ("rejected", "unreached"):
+            if node in faded or status[node] in REFUSED_STATUSES:
                 faded.add(n.id)
                 break
             node = parent[node]
@@ -148,10 +150,10 @@ def _label(text: str) -> tuple[str, str]:
 
 def _style(n: NodeRecord) -> tuple[str, str, str]:
     """(status key, fill, ring) as tree_figure draws the node."""
-    status = n.mark or n.status
+    status = n.shown_status
     fill, ring = group_colours(source_group(n.sources))
-    if status in ("relaxed", "transferred"):  # accepted by a rule that bends p: own fill, source's ring
-        fill, ring = MARK_COLOURS[status], fill
+    if status in BENT_STATUSES:  # accepted by a rule that bends p: own fill, source's ring
+        fill, ring = STATUS_COLOURS[status], fill
     return status, fill, ring
 
 
@@ -179,7 +181,7 @@ def _edge(n: NodeRecord, position, labels) -> str:
     if ex - sx < 16:  # should not happen with the column widths, but never draw backwards
         sx = ex - 16
     mid = (sx + ex) / 2
-    accepted = n.status in ACCEPTED_MARKS
+    accepted = n.status in ACCEPTED_STATUSES
     colour, width = ACCEPTED_EDGE if accepted else OTHER_EDGE
     return (f'<path class="edge {"edge-accepted" if accepted else "edge-other"}" data-child="{n.id}" '
             f'd="M {_n(sx)} {_n(py)} C {_n(mid)} {_n(py)}, {_n(mid)} {_n(cy)}, {_n(ex)} {_n(cy)}" '
@@ -222,7 +224,7 @@ def _legend(record: StepRecord, width: float, top: float) -> tuple[list[str], fl
     """Two groups at the bottom: the source groups present (as coloured discs) and the statuses present
     (as grey markers, faded ones faded), then the accepted-path line; items wrap to the canvas width."""
     groups = sorted({source_group(n.sources) for n in record.nodes if n.sources}, key=lambda g: (g.count("+"), g))
-    statuses = {(n.mark or n.status) for n in record.nodes}
+    statuses = {n.shown_status for n in record.nodes}
     ordered = [s for s in STATUS_ORDER if s in statuses] + sorted(statuses - set(STATUS_ORDER))
     grey = "#4d4d4d"
 
@@ -232,10 +234,10 @@ def _legend(record: StepRecord, width: float, top: float) -> tuple[list[str], fl
         items.append(("sources", *_legend_item(_marker("circle", 0, 0, fill, ring, "legend-marker"), g)))
     for s in ordered:
         fill = ring = grey
-        if s in ("relaxed", "transferred"):
-            fill = MARK_COLOURS[s]
+        if s in BENT_STATUSES:
+            fill = STATUS_COLOURS[s]
         marker = _marker(STATUS_SYMBOLS.get(s, "circle"), 0, 0, fill, ring, "legend-marker")
-        if s in ("rejected", "unreached"):
+        if s in REFUSED_STATUSES:
             marker = f'<g opacity="{max(FADED, 0.55)}">{marker}</g>'
         items.append(("status", *_legend_item(marker, STATUS_LEGEND.get(s, s))))
     line = (f'<path d="M -14 0 L 26 0" stroke="{ACCEPTED_EDGE[0]}" stroke-width="{ACCEPTED_EDGE[1]}" '

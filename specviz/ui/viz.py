@@ -7,18 +7,21 @@ import html
 import plotly.graph_objects as go
 
 from specviz.tree import sources
-from specviz.records.trace import StepRecord
+from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
+from specviz.records.status import ACCEPTED_STATUSES, BENT_STATUSES, REFUSED_STATUSES, NodeStatus
+from specviz.records.step import StepRecord
 
-# the registered sources' colours, then the marks that are not sources
-MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", "relaxed": "#e6c200",
-                "transferred": "#17becf"}
+# the statuses accepted by a rule that bends p have their own colour (node fill, committed token)
+STATUS_COLOURS = {NodeStatus.RELAXED: "#e6c200", NodeStatus.TRANSFERRED: "#17becf"}
+# the registered sources' colours, then the marks that are not sources: several sources, the root, the bonus
+# token and the bent statuses
+MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", **STATUS_COLOURS}
 
 
 def colour_of(name: str) -> str:
     return sources.colour(name) if sources.is_source(name) else MARK_COLOURS[name]
-STATUS_SYMBOLS = {"root": "square", "accepted": "circle", "relaxed": "diamond", "rejected": "x",
-                  "unreached": "circle-open", "transferred": "star"}
-ACCEPTED_MARKS = ("accepted", "relaxed", "transferred")
+STATUS_SYMBOLS = {NodeStatus.ROOT: "square", NodeStatus.ACCEPTED: "circle", NodeStatus.RELAXED: "diamond",
+                  NodeStatus.REJECTED: "x", NodeStatus.UNREACHED: "circle-open", NodeStatus.TRANSFERRED: "star"}
 
 
 def visible_token(text: str) -> str:
@@ -66,7 +69,8 @@ def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
 def _hover(node) -> str:
     lines = [f"<b>{visible_token(node.text)}</b> (id {node.token_id})",
              f"sources: {', '.join(node.sources) or 'committed root'}",
-             f"status: {node.status}" + (" (by p_hat: p alone would have refused it)" if node.mark == "transferred" else "")]
+             f"status: {node.status}" + (" (by p_hat: p alone would have refused it)"
+                                         if node.mark is NodeStatus.TRANSFERRED else "")]
     if node.target_prob is not None:
         lines.append(f"target p = {node.target_prob:.4f}, rank {node.target_rank}")
     if node.draft_prob is not None:
@@ -91,7 +95,7 @@ def tree_figure(record: StepRecord | None, highlight: int | None = None) -> go.F
     for accepted_edges in (False, True):
         xs, ys = [], []
         for n in record.nodes:
-            if n.parent < 0 or (n.status in ACCEPTED_MARKS) != accepted_edges:
+            if n.parent < 0 or (n.status in ACCEPTED_STATUSES) != accepted_edges:
                 continue
             (x0, y0), (x1, y1) = position[n.parent], position[n.id]
             xs += [x0, x1, None]
@@ -101,19 +105,19 @@ def tree_figure(record: StepRecord | None, highlight: int | None = None) -> go.F
                                               width=3 if accepted_edges else 1)))
     groups: dict[tuple[str, str], list] = {}
     for n in record.nodes:
-        groups.setdefault((source_group(n.sources), n.mark or n.status), []).append(n)
+        groups.setdefault((source_group(n.sources), n.shown_status), []).append(n)
     for (group, status), nodes in sorted(groups.items()):
         fill, ring = group_colours(group)
-        if status in ("relaxed", "transferred"):  # accepted by a rule that bends p: own fill, source's ring
-            fill, ring = MARK_COLOURS[status], fill
+        if status in BENT_STATUSES:  # accepted by a rule that bends p: own fill, source's ring
+            fill, ring = STATUS_COLOURS[status], fill
         figure.add_trace(go.Scatter(
             x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
             mode="markers+text", name=f"{group} · {status}",
             text=[visible_token(n.text) for n in nodes], textposition="middle right",
             textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
-            marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != "unreached" else 10,
+            marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != NodeStatus.UNREACHED else 10,
                         color=fill, line=dict(width=3 if fill != ring else 2, color=ring),
-                        opacity=0.45 if status in ("rejected", "unreached") else 1.0)))  # refused subtrees: greyed
+                        opacity=0.45 if status in REFUSED_STATUSES else 1.0)))  # refused subtrees: greyed
     if highlight is not None and highlight in position:
         x, y = position[highlight]
         figure.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name="picked token", hoverinfo="skip",
@@ -129,7 +133,7 @@ def origin_class(origin: str) -> str:
     transferred (a draft RAPID's p_hat accepted where p would have refused it), its source, or several."""
     if origin == "bonus":
         return "bonus"
-    for mark in ("relaxed", "transferred"):
+    for mark in BENT_STATUSES:
         if origin.endswith(f"~{mark}"):
             return mark
     return origin if "+" not in origin else "several"
@@ -157,7 +161,7 @@ def source_legend_html() -> str:
         spans = " ".join(f'<span class="tok tok-{s.name}" title="{html.escape(s.legend, quote=True)}">{s.name}</span>'
                          for s in members)
         groups.append(f"<strong>{family}</strong>: {spans}")
-    marks = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("several", "relaxed", "transferred", "bonus"))
+    marks = " ".join(f'<span class="tok tok-{k}">{k}</span>' for k in ("several", *BENT_STATUSES, "bonus"))
     return " · ".join(groups) + f" · {marks}"
 
 
@@ -175,21 +179,21 @@ TOKEN_CSS = "\n".join(
 def budget_split_markdown(record: StepRecord | None) -> str:
     """How the last step's budget was shared: per source, the nodes it was offered, proposed, shared with
     an earlier source (trie union), kept in the verified tree and got accepted (bonus excluded)."""
-    if record is None or len(record.nodes) == 1 and not record.notes.get("split"):
+    if record is None or len(record.nodes) == 1 and not record.split:
         return "**Budget split**: no draft tree this step (plain decoding)." if record else ""
-    split = record.notes.get("split", {})
+    split = record.split or {}
     accepted = {}
     for origin in record.accepted_origins:
         for source in origin.split("~")[0].split("+"):
             accepted[source] = accepted.get(source, 0) + 1
     rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
-    for source, counts in split.items():
-        rows.append(f"| {source} | {counts['offered']} | {counts['proposed']} | {counts['shared']} | "
+    for source, share in split.items():
+        rows.append(f"| {source} | {share.offered} | {share.proposed} | {share.shared} | "
                     f"{record.allocation.get(source, 0)} | {accepted.get(source, 0)} |")
-    decision = record.notes.get("budget_decision")
-    if decision:
-        head = (f"**Budget split** (auto: kept {decision['kept']} of {decision['offered']} offered nodes, "
-                f"expected {decision['expected_accepted']} accepted, ~{decision['expected_tokens_per_s']} tok/s)")
+    cut = record.plan.cut if record.plan else None
+    if cut:
+        head = (f"**Budget split** (auto: kept {cut.kept} of {cut.offered} offered nodes, "
+                f"expected {cut.expected_accepted} accepted, ~{cut.expected_tokens_per_s} tok/s)")
     else:
         head = f"**Budget split** (fixed budget {record.budget})"
     return head + "\n\n" + "\n".join(rows)
@@ -199,35 +203,37 @@ def _fmt(values: list[float]) -> str:
     return ", ".join(f"{v:.2f}" for v in values) or "none yet"
 
 
-def measured_choice_text(report: dict) -> str:
-    """What a measured choice (drafters.measured_choice report) measured, and how often it explores."""
-    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in report.get("tokens_per_s", {}).items())
-    explore = f"; the other choice is tried every {report['explore_every']} steps" if "explore_every" in report else ""
+def measured_choice_text(choice: MeasuredChoice) -> str:
+    """What a measured choice (drafters.measured_choice) measured, and how often it explores."""
+    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in choice.tokens_per_s.items())
+    explore = (f"; the other choice is tried every {choice.explore_every} steps"
+               if choice.explore_every is not None else "")
     return f"measured {rates} (at the calibrated machine speed){explore}"
 
 
 def respec_step_markdown(record: StepRecord | None, token_text) -> str:
     """ReSpec's decisions in the last step: the entropies H_k and scores C_k per key length, the key, whether
     retrieval fired, the candidate positions with their EMA scores, what drafted, and the relaxed tokens."""
-    if record is None or record.entropy is None:
+    note = record.note(ReSpecNote) if record is not None else None
+    if note is None:
         return ""
-    e, notes = record.entropy, record.notes
-    key = "".join(token_text(t) for t in e["key"])
-    lines = [f"**ReSpec, step {record.step}**: H_k = {_fmt(e['entropies'])} · C_k = {_fmt(e['confidences'])}",
-             f"key k* = {e['key_length']}: `{visible_token(key)}` (H_min {e['h_min']:.2f}), seen "
-             f"{e['matches']} times before → retrieval **{'fired' if e['fired'] else 'not fired'}**"]
-    retrieval = notes.get("retrieval")
+    e = note.trigger
+    key = "".join(token_text(t) for t in e.key)
+    lines = [f"**ReSpec, step {record.step}**: H_k = {_fmt(e.entropies)} · C_k = {_fmt(e.confidences)}",
+             f"key k* = {e.key_length}: `{visible_token(key)}` (H_min {e.h_min:.2f}), seen "
+             f"{e.matches} times before → retrieval **{'fired' if e.fired else 'not fired'}**"]
+    retrieval = note.retrieval
     if retrieval:
-        lines.append(f"{retrieval['matched']} match positions, {retrieval['passed']} at or above theta_score")
-        if retrieval["candidates"]:
+        lines.append(f"{retrieval.matched} match positions, {retrieval.passed} at or above theta_score")
+        if retrieval.candidates:
             lines += ["", "| position | EMA score | drafted | accepted | R |", "|---|---|---|---|---|"]
-            for c in retrieval["candidates"]:
-                rate = "not tried" if c["rate"] is None else f"{c['rate']:.2f}"
-                lines.append(f"| {c['position']} | {c['score']:.3f} | {c['drafted']} | {c['accepted']} | {rate} |")
+            for c in retrieval.candidates:
+                rate = "not tried" if c.rate is None else f"{c.rate:.2f}"
+                lines.append(f"| {c.position} | {c.score:.3f} | {c.drafted} | {c.accepted} | {rate} |")
             lines.append("")
-    fallback = notes.get("fallback", {})
-    lines.append(f"drafted by **{notes.get('drafted_by')}** (fallback {fallback.get('mode')}: {measured_choice_text(fallback)})")
-    relaxed = [visible_token(n.text) for n in record.nodes if n.status == "relaxed"]
+    fallback = note.fallback
+    lines.append(f"drafted by **{note.drafted_by}** (fallback {fallback.mode}: {measured_choice_text(fallback)})")
+    relaxed = [visible_token(n.text) for n in record.nodes if n.status == NodeStatus.RELAXED]
     lines.append(f"relaxed acceptances: {', '.join(f'`{t}`' for t in relaxed) if relaxed else 'none'}")
     return "  \n".join(lines)
 
@@ -260,23 +266,23 @@ def search_step_markdown(record: StepRecord | None) -> str:
     predicted accepted drafts beside the measured ones."""
     if record is None:
         return ""
-    notes, lines = record.notes, []
-    search = notes.get("reader_search")
+    lines = []
+    search = record.note(SearchNote)
     if search:
-        where = f" from the {search['index']}" if search["index"] else ""
-        lines.append(f"**Widening**: {search['tokens']} tokens searched{where} (query suffix matched "
-                     f"{search['matched']} tokens); datastore {search['datastore']}")
-    deepen = notes.get("reader_deepen")
+        where = f" from the {search.index}" if search.index else ""
+        lines.append(f"**Widening**: {search.tokens} tokens searched{where} (query suffix matched "
+                     f"{search.matched} tokens); datastore {search.datastore}")
+    deepen = record.note(DeepenNote)
     if deepen:
-        lines.append("**Deepening**: no draft model branch to seed it" if deepen["seed"] is None else
-                     f"**Deepening**: seeded at node {deepen['seed']} (depth {deepen['seed_depth']}), "
-                     f"{deepen['tokens']} tokens searched")
-    stage = notes.get("model_stage")
+        lines.append("**Deepening**: no draft model branch to seed it" if deepen.seed is None else
+                     f"**Deepening**: seeded at node {deepen.seed} (depth {deepen.seed_depth}), "
+                     f"{deepen.tokens} tokens searched")
+    stage = record.note(ModelStageNote)
     if stage:
-        lines.append(f"**Draft model stage** {'ran' if stage['ran'] else 'skipped'} ({stage['mode']}: "
-                     f"{measured_choice_text(stage)})")
-    if "predicted_accepted" in notes:
-        lines.append(f"**Predicted** {notes['predicted_accepted']:.2f} accepted drafts · **measured** "
+        lines.append(f"**Draft model stage** {'ran' if stage.ran else 'skipped'} ({stage.choice.mode}: "
+                     f"{measured_choice_text(stage.choice)})")
+    if record.plan is not None:
+        lines.append(f"**Predicted** {record.plan.predicted_accepted:.2f} accepted drafts · **measured** "
                      f"{record.num_accepted_drafts}")
     return "  \n".join(lines)
 
@@ -287,9 +293,10 @@ def prediction_figure(records: list[StepRecord]) -> go.Figure:
     figure.update_layout(margin=dict(l=10, r=10, t=36, b=10), height=240, plot_bgcolor="white",
                          xaxis=dict(title="step", gridcolor="#eee"), yaxis=dict(title="accepted drafts", gridcolor="#eee"),
                          legend=dict(orientation="h", y=-0.3))
-    steps = [r.step for r in records if "predicted_accepted" in r.notes]
-    predicted = [r.notes["predicted_accepted"] for r in records if "predicted_accepted" in r.notes]
-    measured = [r.num_accepted_drafts for r in records if "predicted_accepted" in r.notes]
+    planned = [r for r in records if r.plan is not None]
+    steps = [r.step for r in planned]
+    predicted = [r.plan.predicted_accepted for r in planned]
+    measured = [r.num_accepted_drafts for r in planned]
     figure.add_trace(go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
                                 line=dict(color="#7f7f7f", dash="dot")))
     figure.add_trace(go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
@@ -323,11 +330,11 @@ def document_html(document: str, retrieval: dict | None) -> str:
 
 def node_choices(record: StepRecord | None, token_text) -> list[tuple[str, int]]:
     """Draft nodes whose position has a sampling chart (the parent was visited), as dropdown choices."""
-    if record is None or "sampling" not in record.notes:
+    if record is None or record.sampling is None:
         return []
-    charts = record.notes["sampling"]["charts"]
+    charts = record.sampling.charts
     return [(f"node {n.id}: {visible_token(n.text)} (depth {n.depth}, {'+'.join(n.sources)}, {n.status})", n.id)
-            for n in record.nodes if n.parent >= 0 and str(n.parent) in charts]
+            for n in record.nodes if n.parent >= 0 and n.parent in charts]
 
 
 def distribution_figure(record: StepRecord | None, node_id, token_text) -> go.Figure:
@@ -336,19 +343,19 @@ def distribution_figure(record: StepRecord | None, node_id, token_text) -> go.Fi
     figure = go.Figure()
     figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=300, plot_bgcolor="white", barmode="group",
                          yaxis=dict(title="probability", gridcolor="#eee"), legend=dict(orientation="h", y=-0.25))
-    charts = (record.notes.get("sampling", {}).get("charts", {}) if record else {})
+    charts = record.sampling.charts if record and record.sampling else {}
     node = next((n for n in record.nodes if n.id == node_id), None) if record and node_id is not None else None
-    if node is None or str(node.parent) not in charts:
+    if node is None or node.parent not in charts:
         figure.update_layout(title="p, q, p_hat at a node: sample (temperature > 0) and pick a node")
         return figure
-    chart = charts[str(node.parent)]
-    labels = [visible_token(token_text(t)) + (" ◀" if t == node.token_id else "") for t in chart["tokens"]]
-    series = [("p (target)", "p", "#1f77b4"), ("q (draft)", "q", "#2ca02c"), ("p_hat (eta)", "p_hat", "#17becf"),
-              ("emitted", "out", "#7f7f7f")]
-    for name, key, colour in series:
-        if key in chart:
-            figure.add_trace(go.Bar(x=labels, y=chart[key], name=name, marker_color=colour))
-    tv = f" · output vs p: TV {chart['tv']:.3f}" if "tv" in chart else ""
+    chart = charts[node.parent]
+    labels = [visible_token(token_text(t)) + (" ◀" if t == node.token_id else "") for t in chart.tokens]
+    series = [("p (target)", chart.p, "#1f77b4"), ("q (draft)", chart.q, "#2ca02c"),
+              ("p_hat (eta)", chart.p_hat, "#17becf"), ("emitted", chart.out, "#7f7f7f")]
+    for name, values, colour in series:
+        if values is not None:
+            figure.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=colour))
+    tv = f" · output vs p: TV {chart.tv:.3f}" if chart.tv is not None else ""
     figure.update_layout(title=f"position of node {node.id} ({visible_token(node.text)}, {node.status}){tv}")
     return figure
 
@@ -358,8 +365,8 @@ def transfer_markdown(records: list[StepRecord], lossless: bool) -> str:
     drafts p_hat accepted that p would have refused."""
     if lossless or not records:
         return ""
-    tvs = [c["tv"] for r in records for c in r.notes.get("sampling", {}).get("charts", {}).values() if "tv" in c]
-    transferred = sum(n.mark == "transferred" for r in records for n in r.nodes)
+    tvs = [c.tv for r in records if r.sampling for c in r.sampling.charts.values() if c.tv is not None]
+    transferred = sum(n.mark is NodeStatus.TRANSFERRED for r in records for n in r.nodes)
     if not tvs:
         return ""
     return (f"**Lossy (eta > 0)**: at the {len(tvs)} drafted positions so far the emitted distribution differs "

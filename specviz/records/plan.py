@@ -1,0 +1,48 @@
+"""How a step's tree was put together and sized: what each source was offered and proposed (the split),
+and what the planner expected of the tree it kept (with budget=auto: where it cut the best-first order)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceShare:
+    """One stage's part of the step's budget (Method.draft)."""
+    offered: int        # draft nodes left to it when its stage drafted
+    proposed: int       # nodes it proposed
+    shared: int         # of those, nodes an earlier stage had proposed already (the trie union counts them once)
+
+
+# per source, in stage order; None on a step record: the method has no draft stage (plain decoding)
+SourceSplit = dict[str, SourceShare]
+
+
+def split_from_dict(data: dict | None) -> SourceSplit | None:
+    return None if data is None else {source: SourceShare(**share) for source, share in data.items()}
+
+
+@dataclass(frozen=True)
+class BudgetCut:
+    """budget=auto: where the planner cut the best-first order of the offered nodes (planner.plan)."""
+    offered: int                    # draft nodes the sources offered
+    kept: int                       # the best-first prefix kept (0: plain decoding pays best)
+    expected_accepted: float        # expected accepted drafts of the kept prefix
+    draft_ms: float                 # this step's measured draft time, spent whatever is kept
+    expected_tokens_per_s: float    # what the kept tree promised: (1 + expected) / (draft + verify cost)
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    """What the planner expected of the verified tree, to set beside what the target accepted."""
+    predicted_accepted: float                  # expected accepted drafts of the verified tree (calibrated)
+    # expected accepted drafts of keeping the first k nodes best-first, k = 0..; None: not computed (no
+    # draft stage, or sampled drafts that reach the verifier whole)
+    expected_curve: list[float] | None = None
+    cut: BudgetCut | None = None               # budget=auto only
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PlanDecision":
+        cut = data.get("cut")
+        return cls(predicted_accepted=data["predicted_accepted"], expected_curve=data.get("expected_curve"),
+                   cut=None if cut is None else BudgetCut(**cut))

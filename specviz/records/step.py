@@ -1,0 +1,99 @@
+"""One step's record: every node of the verified tree with its status, what was committed, and the typed
+notes of how the tree was drafted and sized (split, plan, sampling charts, the drafters' own notes).
+to_dict / from_dict are this format version's JSON form (records.trace reads the older ones)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TypeVar
+
+from specviz.records.charts import SamplingCharts
+from specviz.records.notes import DrafterNote, note_from_dict
+from specviz.records.plan import PlanDecision, SourceSplit, split_from_dict
+from specviz.records.status import NodeStatus
+
+Note = TypeVar("Note", bound=DrafterNote)
+
+
+@dataclass
+class NodeRecord:
+    id: int
+    parent: int
+    depth: int
+    token_id: int
+    text: str
+    sources: list[str]
+    status: NodeStatus
+    target_prob: float | None = None     # p_target(token | parent), None for the root
+    target_rank: int | None = None       # 0 = the target's argmax
+    draft_prob: float | None = None      # where a draft model proposed it
+    score: float | None = None           # best score a source gave it
+    meta: dict = field(default_factory=dict)  # per source: what it said about the node
+    mark: NodeStatus | None = None       # TRANSFERRED: accepted by RAPID's p_hat where p would have refused it
+
+    @property
+    def shown_status(self) -> NodeStatus:
+        """The status a view draws: the mark where there is one (transferred), else the status."""
+        return self.mark or self.status
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "NodeRecord":
+        mark = data.get("mark")
+        return cls(**{**data, "status": NodeStatus(data["status"]), "mark": None if mark is None else NodeStatus(mark)})
+
+
+@dataclass
+class StepRecord:
+    step: int
+    prefix_len: int                      # committed tokens (prompt + generated) before this step
+    budget: int                          # draft nodes allowed this step
+    budget_mode: str                     # "fixed" or "auto"
+    nodes: list[NodeRecord]
+    accepted_tokens: list[int]           # committed this step: accepted drafts then the bonus token
+    accepted_origins: list[str]          # per committed token: its sources joined by "+", or "bonus"
+    allocation: dict[str, int]           # draft nodes per source
+    timings_ms: dict[str, float]         # draft, verify, forward (inside verify), update, total
+    split: SourceSplit | None = None     # per source: offered, proposed, shared (None: no draft stage)
+    plan: PlanDecision | None = None     # what the planner expected (None: a version-1 trace that had no plan)
+    sampling: SamplingCharts | None = None  # temperature > 0: p (q, p_hat) at the visited positions
+    drafter_notes: tuple[DrafterNote, ...] = ()  # what each drafter said about its step, in stage order
+
+    @property
+    def num_accepted_drafts(self) -> int:
+        return len(self.accepted_tokens) - 1 if self.accepted_tokens else 0
+
+    def note(self, kind: type[Note]) -> Note | None:
+        """The step's note of one drafter kind (ReSpecNote, SearchNote ...), None where none wrote one."""
+        for note in self.drafter_notes:
+            if isinstance(note, kind):
+                return note
+        return None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["drafter_notes"] = [note.to_dict() for note in self.drafter_notes]  # each with its kind
+        return finite(data)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepRecord":
+        values = dict(data)
+        values["nodes"] = [NodeRecord.from_dict(n) for n in data["nodes"]]
+        values["split"] = split_from_dict(data.get("split"))
+        values["plan"] = None if data.get("plan") is None else PlanDecision.from_dict(data["plan"])
+        values["sampling"] = None if data.get("sampling") is None else SamplingCharts.from_dict(data["sampling"])
+        notes = (note_from_dict(n) for n in data.get("drafter_notes", ()))
+        values["drafter_notes"] = tuple(note for note in notes if note is not None)
+        return cls(**values)
+
+
+def finite(value):
+    """JSON has no NaN: store a missing float as None so that a save/load round trip is exact (tuples
+    become lists, as JSON would make them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
