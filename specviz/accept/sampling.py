@@ -146,7 +146,7 @@ def coupled_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSett
     the context (a node at depth d sits at root_position + d)."""
     path, node = [], ROOT
     compared: set[int] = set()
-    charts: dict[int, dict] = {}
+    charts: dict[int, PositionChart] = {}
     while True:
         p = sampling_probs(logits[node], settings.temperature, settings.top_p)
         q = tree.draft_dists.get(node)
