@@ -184,56 +184,42 @@ def _positive(name: str, value: int, high: int = 100_000) -> int:
 
 
 def _draft_model(args, methods: list[str], lm):
-    """The draft model the user named ('self-skip:K': the target's first K layers); hf-assisted without
-    one drafts with the default model."""
-    from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
-    from specviz.runtime.loading import check_same_vocabulary, load_model
+    """The draft model --draft-model names (runtime.shared.resolve_draft), loaded as the target was;
+    hf-assisted needs a model of its own: the default model when none is named."""
+    from specviz.runtime.layer_skip import parse_self_skip
+    from specviz.runtime.shared import SELF_DRAFT, model_key, resolve_draft
 
-    layers = parse_self_skip(args.draft_model or "")
-    if layers is not None:
-        if "hf-assisted" in methods:
-            raise SpecvizError("hf-assisted needs a draft model of its own, not self-skip.")
-        return self_skip_model(lm, layers)
-    if args.draft_model or "hf-assisted" in methods:
-        draft = load_model(args.draft_model, args.device, args.dtype, args.linear, args.mode)
-        check_same_vocabulary(lm, draft)
-        return draft
-    return None
+    spec = (args.draft_model or "").strip()
+    if "hf-assisted" in methods:
+        if spec == SELF_DRAFT or parse_self_skip(spec) is not None:
+            raise SpecvizError("hf-assisted needs a draft model of its own, not self or self-skip.")
+        spec = spec or model_key(None)
+    return resolve_draft(lm, spec, lambda name: _load_model(args, name))
+
+
+def _load_model(args, name: str | None):
+    """A model loaded with the command's device, dtype, linear kernel and mode."""
+    from specviz.runtime.loading import load_model
+
+    return load_model(name, args.device, args.dtype, args.linear, args.mode)
 
 
 def cmd_generate(args) -> dict:
-    from specviz.engine.session import Session
-    from specviz.methods import PEER_METHODS
+    from specviz.engine.run import run_method
     from specviz.params import parse_assignments
-    from specviz.runtime.prompts import encode, read_prompt_file
+    from specviz.runtime.prompts import read_prompt_file
 
     _positive("--max-new-tokens", args.max_new_tokens)
     sampling = _sampling(args)
     prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     params = parse_assignments(args.param)
     lm = _load_target(args)
-    if args.method in PEER_METHODS:
-        from specviz.tools.peers import hf_generate
-        if not sampling.greedy:
-            raise SpecvizError(f"{args.method} runs greedy only here; use temperature 0.")
-        draft = _draft_model(args, [args.method], lm)
-        if params:
-            raise SpecvizError(f"{args.method} takes no --param.")
-        run = hf_generate(lm, encode(lm.tokenizer, prompt, lm.max_context), args.method, args.max_new_tokens, draft)
-        stats = {"new_tokens": run["new_tokens"], "steps": run["steps"],
-                 "mean_accepted": round(run["new_tokens"] / max(1, run["steps"]), 4), "wall_s": round(run["wall_s"], 4),
-                 "tokens_per_s": round(run["new_tokens"] / run["wall_s"], 3)}
-        output_ids = run["output_ids"]
-    else:
-        session = Session(lm, args.method, params, budget=args.budget, temperature=sampling.temperature,
-                          top_p=sampling.top_p, seed=sampling.seed, draft=_draft_model(args, [args.method], lm))
-        session.start(prompt)
-        session.run(args.max_new_tokens)
-        stats, output_ids = session.stats(), session.output_ids
-        if args.trace:
-            session.trace().save(args.trace)
-    text = lm.tokenizer.decode(output_ids, skip_special_tokens=True)
-    return {"method": args.method, "output_ids": output_ids, "text": text, **stats}
+    run = run_method(lm, args.method, prompt, params=params, budget=args.budget, sampling=sampling,
+                     max_new_tokens=args.max_new_tokens, draft=_draft_model(args, [args.method], lm),
+                     trace=bool(args.trace))
+    if run.trace is not None:  # a peer's run has none
+        run.trace.save(args.trace)
+    return {"method": args.method, "output_ids": run.output_ids, "text": run.text, **run.figures()}
 
 
 def _emit(table: str, report: dict, json_path: str | None) -> dict:
@@ -382,23 +368,14 @@ def cmd_random_model(args) -> None:
 
 
 def cmd_draft_quality(args) -> None:
-    from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
-    from specviz.runtime.loading import check_same_vocabulary, load_model
+    from specviz.runtime.shared import resolve_draft
     from specviz.tools.draft_quality import format_report, measure
     from specviz.engine.suite import load_suite
 
     lm = _load_target(args)
-    drafters = {}
-    for label in [d.strip() for d in args.drafters.split(",") if d.strip()]:
-        layers = parse_self_skip(label)
-        if label == "self":
-            drafters[label] = lm
-        elif layers is not None:
-            drafters[label] = self_skip_model(lm, layers)
-        else:
-            draft = load_model(label, args.device, args.dtype, args.linear, args.mode)
-            check_same_vocabulary(lm, draft)
-            drafters[label] = draft
+    # 'self' (resolved to None: the target's own weights) is measured as the target itself
+    drafters = {label: resolve_draft(lm, label, lambda name: _load_model(args, name)) or lm
+                for label in [d.strip() for d in args.drafters.split(",") if d.strip()]}
     if not drafters:
         raise SpecvizError("--drafters names no drafter.")
     report = measure(lm, drafters, load_suite(args.suite), _positive("--depth", args.depth, 32),
@@ -470,7 +447,6 @@ def cmd_record_traces(args) -> dict:
 def cmd_app_load(args) -> dict:
     import statistics
 
-    from specviz.engine.session import Session, TokenTexts
     from specviz.ui import app_load
     from specviz.engine.suite import load_suite
 
@@ -486,13 +462,7 @@ def cmd_app_load(args) -> dict:
     if args.part == "concurrency":
         items = [i for i in load_suite(args.suite) if i["category"] != "long-context"][:args.visitors]
         prompts = [i["prompt"] if "prompt" in i else i["messages"][-1]["content"] for i in items]
-        lm = _load_target(args)
-        texts = TokenTexts(lm.tokenizer)
-        expected = []
-        for prompt in prompts:  # plain greedy decoding of each prompt, here, as the page shows its tokens
-            ar = Session(lm, "ar").start(prompt)
-            ar.run(args.max_new_tokens)
-            expected.append("".join(texts(t) for t in ar.output_ids))
+        expected = app_load.greedy_texts(_load_target(args), prompts, args.max_new_tokens)
         server = app_load.Server(env)
         try:
             rows = app_load.run_concurrency(server.url, prompts, expected, args.method, args.max_new_tokens)

@@ -319,7 +319,6 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
 def test_sweep_api_and_its_limit(url):
     import csv
     import io
-    import time
 
     from gradio_client import Client
 
@@ -345,15 +344,10 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
 
     from gradio_client import Client
 
-    from specviz.engine.session import Session
-    from specviz.ui.app_load import text_of
+    from specviz.ui.app_load import greedy_texts, text_of
 
     prompts = [f"Count from {n} to {n + 6} in words, then say which is largest." for n in range(1, 9)]
-    expected = []
-    for prompt in prompts:
-        ar = Session(lm, "ar").start(prompt)
-        ar.run(16)
-        expected.append("".join(ar.token_text(t) for t in ar.output_ids))
+    expected = greedy_texts(lm, prompts, 16)
     clients = [Client(url, verbose=False) for _ in prompts]
     started = time.perf_counter()
     jobs = [c.submit(*settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from specviz.accept.sampling import SamplingSettings
 from specviz.engine.suite import load_suite
 from specviz.engine.costmodel import CostModel
 from specviz.engine.session import Session
@@ -110,7 +111,7 @@ def test_context_limit_stops_generation(lm):
 def test_sampling_runs_and_is_reproducible(lm):
     runs = []
     for _ in range(2):
-        session = Session(lm, "pld", budget=8, temperature=0.8, seed=3).start("Tell me about cats.")
+        session = Session(lm, "pld", budget=8, sampling=SamplingSettings(0.8, seed=3)).start("Tell me about cats.")
         session.run(16)
         runs.append(session.output_ids)
     assert runs[0] == runs[1] and len(runs[0]) == 16
@@ -136,7 +137,7 @@ def test_trace_round_trip(lm, tmp_path):
     ({"method": "pld", "budget": 10_000}, "budget must be between"),
     ({"method": "pld", "params": {"max_ngram": 0}}, "max_ngram must be between"),
     ({"method": "pld", "params": {"tau": 1}}, "has no parameter 'tau'"),
-    ({"method": "pld", "temperature": -1}, "temperature"),
+    ({"method": "pld", "sampling": SamplingSettings(-1)}, "temperature"),
 ])
 def test_bad_settings_are_clear_errors(lm, kwargs, message):
     with pytest.raises(SpecvizError, match=message):

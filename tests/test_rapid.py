@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from specviz.accept.sampling import SamplingSettings
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import chunk_document, retrieve
@@ -74,13 +75,13 @@ def test_rapid_greedy_is_lossless_on_a_long_document(lm):
 def test_eta_is_refused_at_temperature_zero_and_declared_lossy_above(lm):
     with pytest.raises(SpecvizError, match="eta has no effect at temperature 0"):
         Session(lm, "rapid", {"eta": 5})
-    assert not Session(lm, "rapid", {"eta": 5}, temperature=0.8).lossless
-    assert Session(lm, "rapid", {"eta": 0}, temperature=0.8).lossless
+    assert not Session(lm, "rapid", {"eta": 5}, sampling=SamplingSettings(0.8)).lossless
+    assert Session(lm, "rapid", {"eta": 0}, sampling=SamplingSettings(0.8)).lossless
 
 
 def test_bad_input_gets_a_clear_message(lm):
     with pytest.raises(SpecvizError, match="eta must be between"):
-        Session(lm, "rapid", {"eta": -1}, temperature=0.8)
+        Session(lm, "rapid", {"eta": -1}, sampling=SamplingSettings(0.8))
     with pytest.raises(SpecvizError, match="chunk_tokens must be between"):
         Session(lm, "rapid", {"chunk_tokens": 0})
     with pytest.raises(SpecvizError, match="ranker must be one of"):
@@ -106,12 +107,12 @@ def test_sampled_rapid_is_reproducible_and_marks_transfers(lm):
     runs = []
     for _ in range(2):
         session = Session(lm, "rapid", {"gamma": 4, "eta": 20, "chunk_tokens": 64, "retrieval_budget": 128},
-                          temperature=1.0, seed=7).start(prompt)
+                          sampling=SamplingSettings(1.0, seed=7)).start(prompt)
         session.run(24)
         runs.append((session.output_ids, [(n.status, n.mark) for r in session.records for n in r.nodes]))
     assert runs[0] == runs[1]
     assert all(status is NodeStatus.ACCEPTED for status, mark in runs[0][1] if mark is NodeStatus.TRANSFERRED)
-    other = Session(lm, "rapid", {"gamma": 4}, temperature=1.0, seed=8).start(prompt)
+    other = Session(lm, "rapid", {"gamma": 4}, sampling=SamplingSettings(1.0, seed=8)).start(prompt)
     other.run(24)
     assert other.output_ids != runs[0][0]
     chart = session.records[0].sampling.charts[0]
@@ -151,7 +152,8 @@ def joint_p_value(lm, method: str, runs: int) -> float:
     counts = np.zeros(len(pairs) + 1)
     index = {pair: i for i, pair in enumerate(pairs)}
     for seed in range(runs):
-        session = Session(lm, method, STAT_PARAMS.get(method), budget=8, temperature=TEMPERATURE, seed=seed)
+        session = Session(lm, method, STAT_PARAMS.get(method), budget=8,
+                          sampling=SamplingSettings(TEMPERATURE, seed=seed))
         session.start(STAT_PROMPT)
         session.run(2)
         counts[index.get(tuple(session.output_ids[:2]), len(pairs))] += 1

@@ -286,9 +286,9 @@ def test_self_skip_drafts_with_the_first_layers(lm, prefix_ids):
 
 
 def test_missing_datastore_turns_the_branch_off_and_says_so(lm, monkeypatch, tmp_path):
-    import specviz.methods.reader as reader_module
+    import specviz.drafters.search_path as search_module
 
-    monkeypatch.setattr(reader_module, "shared_datastore",
+    monkeypatch.setattr(search_module, "shared_datastore",
                         lambda lm: (_ for _ in ()).throw(SpecvizError("No datastore at 'x': rebuild it")))
     session = Session(lm, "reader", budget=16).start("Say hello.")
     assert any("Datastore branch off" in w for w in session.method.warnings)

@@ -42,13 +42,13 @@ def test_a_costly_choice_is_explored_as_rarely_as_its_price_says():
 def test_a_benchmarks_warm_up_takes_the_first_tries_of_a_measured_choice(lm, prefix_ids, monkeypatch):
     """The first tries of unified's model stage are shared by the process's later sessions of the setting:
     the untimed warm-up of bench and sweep takes them, so they slow no measured prompt or sweep point."""
-    from specviz.tools.bench import warm_up
+    from specviz.engine.run import warm_up
 
     monkeypatch.setattr(measured_choice, "_measured", {})
     monkeypatch.setattr(measured_choice, "_since_explore", {})
     chooser = Session(lm, "unified").start_ids(prefix_ids).method.stages[0].chooser
     assert all(len(chooser.samples[kind]) == 0 for kind in chooser.kinds)
-    warm_up(lm, "unified", prefix_ids, {})
+    warm_up(lm, "unified", prompt_ids=prefix_ids)
     assert all(len(chooser.samples[kind]) >= chooser.first_tries for kind in chooser.kinds)
 
 

@@ -82,7 +82,7 @@ prompt = "Rename the variable x to count in: x = 0\\nfor item in items:\\n    x 
 out = {{}}
 for seed in (11, 12):
     for method, budget in {runs!r}:
-        session = Session(lm, method, budget=budget, temperature=0.8, top_p=0.95, seed=seed).start(prompt)
+        session = Session(lm, method, budget=budget, sampling=SamplingSettings(0.8, 0.95, seed)).start(prompt)
         session.run(24)
         out[f"{{method}}/{{budget}}/{{seed}}"] = session.output_ids
 print(json.dumps(out))

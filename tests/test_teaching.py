@@ -23,10 +23,12 @@ PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha 
 # ---- traces --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_trace_round_trips_through_json(lm, method, tmp_path):
+    from specviz.accept.sampling import SamplingSettings
     from specviz.engine.session import Session
 
     temperature = 0.8 if method == "rapid" else 0.0
-    session = Session(lm, method, {"eta": 5.0} if method == "rapid" else {}, budget=8, temperature=temperature)
+    session = Session(lm, method, {"eta": 5.0} if method == "rapid" else {}, budget=8,
+                      sampling=SamplingSettings(temperature))
     session.start(PROMPT)
     session.run(10)
     trace = session.trace()

@@ -26,12 +26,20 @@ import torch
 from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
+from specviz.params import Param
 from specviz.runtime.kv import keep_accepted, new_cache
 from specviz.runtime.loading import LoadedModel
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.runtime.block_forward import masked_forward
 
 FEED_CHUNK = 512
+
+# the draft model's tree shape, as every method that drafts with it shows it
+DRAFT_MODEL_PARAMS = [
+    Param("draft_breadth", 2, 1, 8, int, "model drafter: top-k children per node on the branching levels"),
+    Param("branch_levels", 1, 0, 4, int, "model drafter: levels that branch; deeper levels are greedy"),
+    Param("draft_depth", 4, 1, 16, int, "model drafter: levels drafted (one draft forward each)"),
+]
 
 
 class DraftModelDrafter(Drafter):
@@ -162,3 +170,15 @@ class DraftModelDrafter(Drafter):
         keep_accepted(self.cache, base, kept)
         self.cached = base + len(kept)
         self.tree, self.slot = None, {}
+
+
+def draft_model_drafter(lm: LoadedModel, p: dict, draft: LoadedModel | None) -> DraftModelDrafter:
+    """The `model` source for DRAFT_MODEL_PARAMS values p: the given draft model, or the target's own weights
+    (self-speculation)."""
+    return DraftModelDrafter(draft or lm, lm.vocab_size, p["draft_breadth"], p["branch_levels"], p["draft_depth"])
+
+
+def drafter_setting(lm: LoadedModel, draft: LoadedModel | None, p: dict) -> str:
+    """Key under which measured drafter speeds are shared by sessions with the same models and shapes."""
+    return (f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{p['draft_breadth']}|"
+            f"{p['branch_levels']}|{p['draft_depth']}|{p.get('max_breadth')}")

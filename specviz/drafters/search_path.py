@@ -23,9 +23,26 @@ from __future__ import annotations
 from specviz.records.notes import DeepenNote, SearchNote
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.drafters.base import Drafter
+from specviz.errors import SpecvizError
+from specviz.index.datastore import shared_datastore
 from specviz.index.ngram_trie import NgramTrie
+from specviz.params import Param
 
 MATCH_EDGES = (1, 2, 3, 5, 8)   # matched lengths the planner learns apart
+
+# READER's search parameters, as every method that drafts with it shows them
+SEARCH_PARAMS = [
+    Param("d_search", 12, 1, 64, int, "reader: depth of the widening branch searched at the root"),
+    Param("d_deep", 6, 1, 64, int, "reader: depth of the deepening branch below the draft model's best prefix"),
+    Param("min_path_share", 0.02, 0.0, 1.0, float, "reader: a searched branch stops before a token whose path "
+                                                   "share (the shares of its tokens from the branch's top, "
+                                                   "multiplied) would fall below this (0 = always full depth)"),
+    Param("deepen", 1, 0, 1, int, "reader: 1 = deepen (seed a search with the draft model's prefix), 0 = off"),
+    Param("key_len", 8, 1, 16, int, "reader: longest context suffix the trie and datastore are searched with"),
+    Param("datastore", 1, 0, 1, int, "reader: 1 = search the long-term datastore too, 0 = the trie alone"),
+    Param("datastore_grow", 0, 0, 1, int, "reader: 1 = add every finished answer to the datastore (off in "
+                                           "benchmarks: a repeated prompt would copy its own earlier answer)"),
+]
 
 
 def match_bucket(length: int, share: float) -> str:
@@ -36,11 +53,23 @@ def match_bucket(length: int, share: float) -> str:
 class SearchIndexes:
     """The short-term trie (kept in step with the context) and the datastore, queried together."""
 
-    def __init__(self, key_len: int = 8, datastore=None, datastore_state: str = "on"):
+    def __init__(self, key_len: int = 8, datastore=None, datastore_state: str = "on", grow: bool = False):
         self.key_len = key_len
         self.trie = NgramTrie(depth=key_len + 1)
         self.datastore = datastore
         self.datastore_state = datastore_state   # "on", or why the datastore branch is off
+        self.grow = grow                         # whether a finished answer is added to the datastore
+
+    @property
+    def warnings(self) -> list[str]:
+        """The datastore branch is off for a reason the user did not choose (a datastore = 0 is no news)."""
+        state = self.datastore_state
+        return [] if state == "on" or state.startswith("off (") else [f"Datastore branch {state}"]
+
+    def finish(self, output_ids: list[int]) -> None:
+        """A generation ended: grow the datastore with its answer when asked to."""
+        if self.grow and self.datastore is not None:
+            self.datastore.add(output_ids)
 
     def sync(self, context: list[int]) -> None:
         if self.trie.tokens_fed < len(context):
@@ -152,3 +181,25 @@ class DeepenDrafter(Drafter):
     def step_note(self) -> DeepenNote | None:
         note, self.note = self.note, None
         return note
+
+
+def search_indexes(lm, p: dict) -> SearchIndexes:
+    """The trie, and the datastore when SEARCH_PARAMS values p ask for it and it is usable; otherwise the
+    reason it is off."""
+    grow = bool(p["datastore_grow"])
+    if not p["datastore"]:
+        return SearchIndexes(p["key_len"], None, "off (datastore = 0)", grow)
+    try:
+        return SearchIndexes(p["key_len"], shared_datastore(lm), "on", grow)
+    except SpecvizError as error:
+        return SearchIndexes(p["key_len"], None, f"off: {error}", grow)
+
+
+def search_drafters(indexes: SearchIndexes, p: dict) -> list[Drafter]:
+    """READER's stages for SEARCH_PARAMS values p (draft_depth: the draft model's, which seeds deepening):
+    the widening branch, then the deepening one when p['deepen']."""
+    stages: list[Drafter] = [SearchDrafter(indexes, p["d_search"], p["min_path_share"])]
+    if p["deepen"]:
+        stages.append(DeepenDrafter(indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"]),
+                                    min_path_share=p["min_path_share"]))
+    return stages

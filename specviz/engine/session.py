@@ -47,6 +47,13 @@ def machine_label(lm: LoadedModel) -> str:
 _vocabulary_texts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per tokenizer: every id's text
 
 
+def headline_figures(new_tokens: int, steps: int, wall_s: float) -> dict:
+    """A generation's figures as the counters and `generate --json` show them (rounded)."""
+    return {"new_tokens": new_tokens, "steps": steps,
+            "mean_accepted": round(new_tokens / steps, 4) if steps else 0.0,
+            "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
+
+
 class TokenTexts:
     """Decoded text of single tokens. The whole vocabulary is decoded once per tokenizer (49,152 tokens:
     about 0.1 s) and shared by every session: a step records up to a few hundred tokens, and decoding each
@@ -66,8 +73,8 @@ class TokenTexts:
 
 class Session:
     def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
-                 temperature: float = 0.0, seed: int = 0, cost_model: costmodel.CostModel | None = None,
-                 draft: LoadedModel | None = None, top_p: float = 1.0):
+                 sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
+                 draft: LoadedModel | None = None):
         self.lm = lm
         self.method_class = get_method(method)
         self.params = self.method_class.resolve_params(params)
@@ -76,7 +83,8 @@ class Session:
             check_same_vocabulary(lm, draft)
         self.draft = draft  # None: a model drafter drafts with the target's own weights
         self.budget = parse_budget(budget)
-        self.sampling = SamplingSettings.checked(temperature, top_p, seed)
+        # checked again: settings built directly (not by SamplingSettings.checked) may hold any value
+        self.sampling = SamplingSettings.checked(sampling.temperature, sampling.top_p, sampling.seed)
         self.method_class.check_sampling(self.params, self.sampling)
         self.generator = torch.Generator(device="cpu").manual_seed(self.sampling.seed)
         self._cost_model = cost_model
@@ -164,12 +172,7 @@ class Session:
         return bool(self.prompt_ids)
 
     def stats(self) -> dict:
-        new_tokens = len(self.output_ids)
-        steps = len(self.records)
-        wall_s = self.prefill_s + self.step_s
-        return {"new_tokens": new_tokens, "steps": steps,
-                "mean_accepted": round(new_tokens / steps, 4) if steps else 0.0,
-                "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
+        return headline_figures(len(self.output_ids), len(self.records), self.prefill_s + self.step_s)
 
     def trace(self) -> Trace:
         return Trace(model=self.lm.name, method=self.name,

@@ -8,27 +8,10 @@ import torch
 
 from specviz.accept.relaxed import relaxed_accept
 from specviz.params import Param
-from specviz.drafters.draft_model import DraftModelDrafter
+from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
+from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
-from specviz.methods.racer import LOGITS_PARAMS, copy_logit_drafter
-
-DRAFT_MODEL_PARAMS = [
-    Param("draft_breadth", 2, 1, 8, int, "model drafter: top-k children per node on the branching levels"),
-    Param("branch_levels", 1, 0, 4, int, "model drafter: levels that branch; deeper levels are greedy"),
-    Param("draft_depth", 4, 1, 16, int, "model drafter: levels drafted (one draft forward each)"),
-]
-
-
-def draft_model_drafter(lm, p: dict, draft) -> DraftModelDrafter:
-    """The `model` source: the given draft model, or the target's own weights (self-speculation)."""
-    return DraftModelDrafter(draft or lm, lm.vocab_size, p["draft_breadth"], p["branch_levels"], p["draft_depth"])
-
-
-def drafter_setting(lm, draft, p: dict) -> str:
-    """Key under which measured drafter speeds are shared by sessions with the same models and shapes."""
-    return (f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{p['draft_breadth']}|"
-            f"{p['branch_levels']}|{p['draft_depth']}|{p.get('max_breadth')}")
 
 
 class ReSpec(Method):

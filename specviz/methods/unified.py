@@ -6,13 +6,12 @@ in the budget left; the cost-optimal planner keeps the nodes that pay. Strict ve
 from __future__ import annotations
 
 from specviz.params import Param
+from specviz.drafters.automaton_retrieval import RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
+from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
+from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
 from specviz.drafters.gated import GatedDrafter
-from specviz.drafters.search_path import DeepenDrafter, SearchDrafter
+from specviz.drafters.search_path import SEARCH_PARAMS, search_drafters, search_indexes
 from specviz.methods.base import Method
-from specviz.methods.racer import (LOGITS_PARAMS, RETRIEVAL_PARAMS, automaton_drafter, check_retrieval,
-                                   copy_logit_drafter)
-from specviz.methods.reader import SEARCH_PARAMS, Reader, search_indexes
-from specviz.methods.respec import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
 
 
 class Unified(Method):
@@ -37,12 +36,11 @@ class Unified(Method):
         # came behind retrieval siblings that took the planner's share of their parent. The copy-logit
         # tree fills whatever budget it is offered, so it drafts last. With the stage off, the other
         # stages draft as before.
-        stages = [model, automaton_drafter(p), SearchDrafter(self.indexes, p["d_search"], p["min_path_share"])]
-        if p["deepen"]:
-            stages.append(DeepenDrafter(self.indexes, p["d_deep"], seed_depth=min(2, p["draft_depth"]),
-                                        min_path_share=p["min_path_share"]))
-        stages.append(copy_logit_drafter(lm, p))
-        return stages
+        return [model, automaton_drafter(p), *search_drafters(self.indexes, p), copy_logit_drafter(lm, p)]
 
-    warnings = Reader.warnings
-    finish = Reader.finish
+    @property
+    def warnings(self) -> list[str]:
+        return self.indexes.warnings
+
+    def finish(self, output_ids: list[int]) -> None:
+        self.indexes.finish(output_ids)

@@ -60,22 +60,31 @@ def shared_model(name: str | None, mode: str | None = None):
     return shared(("model", key, run_mode), lambda: load_model(key, mode=run_mode))
 
 
-def shared_draft(lm, spec: str | None, mode: str | None = None):
-    """The draft model a method's model source uses: None for the target's own weights (spec blank),
-    the target's first K layers for 'self-skip:K', else another model of the same vocabulary."""
+SELF_DRAFT = "self"  # a draft model spec: the target's own weights (as a blank one)
+
+
+def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
+    """The draft model a user named for target lm: None for the target's own weights ('self' or blank), the
+    target's first K layers for 'self-skip:K' (one per process and K), else load(spec), refused unless it
+    speaks the target's vocabulary. The one reading of a draft model spec (the app, the CLI, draft-quality)."""
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
 
     spec = (spec or "").strip()
-    if not spec:
+    if not spec or spec == SELF_DRAFT:
         return None
     layers = parse_self_skip(spec)
     if layers is not None:
         return shared(("self-skip", id(lm.model), layers), lambda: self_skip_model(lm, layers))
-    draft = shared_model(spec, mode)
+    draft = load(spec)
     if draft is not lm:
         check_same_vocabulary(lm, draft)
     return draft
+
+
+def shared_draft(lm, spec: str | None, mode: str | None = None):
+    """resolve_draft with another model shared as a target is (shared_model, in this run mode)."""
+    return resolve_draft(lm, spec, lambda name: shared_model(name, mode))
 
 
 def forget(kind: str) -> None:

@@ -17,7 +17,7 @@ import torch
 from specviz.runtime.block_forward import masked_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
-from specviz.engine.session import Session
+from specviz.engine.run import run_method
 
 
 def _feed(drafter, cache, tokens: list[int], start: int) -> torch.Tensor:
@@ -55,8 +55,8 @@ def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_token
     per_label = {label: ([], []) for label in drafters}
     for item in suite:
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-        reference = Session(lm, "ar").start_ids(prompt_ids)
-        reference.run(int(item.get("max_new_tokens", max_new_tokens)))
+        limit = int(item.get("max_new_tokens", max_new_tokens))
+        reference = run_method(lm, "ar", prompt_ids=prompt_ids, max_new_tokens=limit)
         for label, model in drafters.items():
             accepted, level_ms = chain_acceptance(lm, model, prompt_ids, reference.output_ids, depth)
             per_label[label][0].extend(accepted)

@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from specviz.accept.sampling import SamplingSettings
-from specviz.runtime.prompts import PromptText, encode
+from specviz.engine.run import RunResult, run_method
 from specviz.index.chunk_retrieval import retrieve
-from specviz.tools.bench import run_once
 
 
 def long_items(suite: list[dict]) -> list[dict]:
@@ -35,13 +34,9 @@ def exact_match(output: str, reference: str) -> bool:
     return _normalise(reference) in _normalise(output)
 
 
-def _run(lm, method, item, params, sampling, max_new_tokens, draft=None) -> dict:
-    prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-    run = run_once(lm, method, prompt_ids, max_new_tokens, params, budget="auto" if method == "ar" else 64,
-                   draft=draft, sampling=sampling, prompt=PromptText.of(item["messages"]))
-    run["context"] = len(prompt_ids)
-    run["text"] = lm.tokenizer.decode(run["output_ids"], skip_special_tokens=True)
-    return run
+def _run(lm, method, item, params, sampling, max_new_tokens, draft=None) -> RunResult:
+    return run_method(lm, method, item["messages"], params=params, budget="auto" if method == "ar" else 64,
+                      sampling=sampling, max_new_tokens=max_new_tokens, draft=draft)
 
 
 def run_grid(lm, items, budgets=(512, 1024), repeats=3, max_new_tokens=48, temperature=0.0, gamma=10,
@@ -55,24 +50,25 @@ def run_grid(lm, items, budgets=(512, 1024), repeats=3, max_new_tokens=48, tempe
             for i, (method, params) in enumerate(configs):   # interleaved
                 runs[i].append(_run(lm, method, item, params, sampling, max_new_tokens, draft))
         def steady(r):   # after the first step (which feeds the RAG drafter its own prompt)
-            return (r["new_tokens"] - r["first_step_tokens"]) / max(1e-9, r["decode_s"] - r["first_step_s"])
-        ar_tps = statistics.median(r["new_tokens"] / r["decode_s"] for r in runs[0])
+            return (r.new_tokens - r.first_step_tokens) / max(1e-9, r.decode_s - r.first_step_s)
+        ar_tps = statistics.median(r.new_tokens / r.decode_s for r in runs[0])
         ar_steady = statistics.median(steady(r) for r in runs[0])
         for i, (method, params) in enumerate(configs):
             group = runs[i]
-            tps = statistics.median(r["new_tokens"] / r["decode_s"] for r in group)
+            tps = statistics.median(r.new_tokens / r.decode_s for r in group)
             steady_tps = statistics.median(steady(r) for r in group)
-            drafted = sum(r["drafted"] for r in group)
-            rows.append({"id": item["id"], "context": group[0]["context"], "method": method,
+            drafted = sum(r.drafted for r in group)
+            context = len(group[0].prompt_ids)
+            rows.append({"id": item["id"], "context": context, "method": method,
                          "budget": params.get("retrieval_budget"), "decode_tokens_per_s": round(tps, 2),
                          "speedup": round(tps / ar_tps, 3), "steady_tokens_per_s": round(steady_tps, 2),
                          "steady_speedup": round(steady_tps / ar_steady, 3),
-                         "ms_per_step": round(1000 * statistics.median(r["decode_s"] / r["steps"] for r in group), 1),
-                         "acceptance_rate": round(sum(r["accepted_drafts"] for r in group) / drafted, 3) if drafted else None,
-                         "mat": round(sum(r["new_tokens"] for r in group) / sum(r["steps"] for r in group), 2),
-                         "lossless": all(r["output_ids"] == runs[0][k]["output_ids"] for k, r in enumerate(group))
+                         "ms_per_step": round(1000 * statistics.median(r.decode_s / r.steps for r in group), 1),
+                         "acceptance_rate": round(sum(r.accepted_drafts for r in group) / drafted, 3) if drafted else None,
+                         "mat": round(sum(r.new_tokens for r in group) / sum(r.steps for r in group), 2),
+                         "lossless": all(r.output_ids == runs[0][k].output_ids for k, r in enumerate(group))
                          if temperature == 0 else None})
-            log(f"{item['id']} ({group[0]['context']} tok) {method} {params.get('retrieval_budget') or ''}: "
+            log(f"{item['id']} ({context} tok) {method} {params.get('retrieval_budget') or ''}: "
                 f"{tps:.2f} tok/s, x{tps / ar_tps:.2f}, acc {rows[-1]['acceptance_rate']}")
     return rows
 
@@ -81,17 +77,17 @@ def run_eta(lm, items, etas=(0.0, 5.0, 10.0, 20.0), seeds=2, temperature=0.8, ma
             budget=1024, draft=None, log=print) -> list[dict]:
     rows = []
     for eta in etas:
-        runs = []
+        runs, matches = [], []
         for item in items:
             for seed in range(seeds):
                 run = _run(lm, "rapid", item, {"eta": eta, "gamma": gamma, "retrieval_budget": budget},
                            SamplingSettings(temperature, 1.0, seed), max_new_tokens, draft)
-                run["match"] = exact_match(run["text"], item["reference"])
+                matches.append(exact_match(run.text, item["reference"]))
                 runs.append(run)
-        drafted = sum(r["drafted"] for r in runs)
-        rows.append({"eta": eta, "runs": len(runs), "exact_match": round(sum(r["match"] for r in runs) / len(runs), 3),
-                     "acceptance_rate": round(sum(r["accepted_drafts"] for r in runs) / drafted, 3) if drafted else None,
-                     "mat": round(sum(r["new_tokens"] for r in runs) / sum(r["steps"] for r in runs), 2)})
+        drafted = sum(r.drafted for r in runs)
+        rows.append({"eta": eta, "runs": len(runs), "exact_match": round(sum(matches) / len(runs), 3),
+                     "acceptance_rate": round(sum(r.accepted_drafts for r in runs) / drafted, 3) if drafted else None,
+                     "mat": round(sum(r.new_tokens for r in runs) / sum(r.steps for r in runs), 2)})
         log(f"eta {eta:g}: exact match {rows[-1]['exact_match']:.2f}, acceptance {rows[-1]['acceptance_rate']}")
     return rows
 

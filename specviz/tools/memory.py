@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specviz.runtime.loading import LoadedModel
-from specviz.engine.session import Session
+from specviz.engine.run import run_method
 from specviz.methods import get_method
 from specviz.tools.bench import params_for
 
@@ -25,10 +25,10 @@ def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, 
     streams, generated = [], 0
     while generated < generated_tokens:
         for item in suite:
-            session = Session(lm, "racer", own).start(item["messages"])
-            session.run(min(per_prompt, generated_tokens - generated))
-            streams.append(session.context)
-            generated += len(session.output_ids)
+            run = run_method(lm, "racer", item["messages"], params=own,
+                             max_new_tokens=min(per_prompt, generated_tokens - generated))
+            streams.append(run.prompt_ids + run.output_ids)
+            generated += run.new_tokens
             if generated >= generated_tokens:
                 break
     gc.collect()

@@ -6,7 +6,7 @@ import statistics
 
 from specviz.runtime.native import logit_kernel
 from specviz.runtime.loading import LoadedModel
-from specviz.engine.session import Session
+from specviz.engine.run import run_method
 
 
 def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_new_tokens: int,
@@ -16,9 +16,8 @@ def step_overhead(lm: LoadedModel, suite: list[dict], method: str, budget, max_n
     parts: dict[str, list[float]] = {"outside_forward": [], "draft": [], "verify_minus_forward": [], "update": [],
                                      "forward": [], "tree_nodes": []}
     for item in suite:
-        session = Session(lm, method, params, budget=budget).start(item["messages"])
-        session.run(max_new_tokens)
-        for record in session.records:
+        run = run_method(lm, method, item["messages"], params=params, budget=budget, max_new_tokens=max_new_tokens)
+        for record in run.records:
             t = record.timings_ms
             parts["outside_forward"].append(t["total"] - t["forward"])
             parts["draft"].append(t["draft"])

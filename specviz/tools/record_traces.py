@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
 from specviz.runtime.shared import shared_draft
@@ -36,7 +37,7 @@ def record_traces(lm: LoadedModel, out: Path = ASSETS / "traces", max_new_tokens
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
         text = PromptText.of(item["prompt"]) if "prompt" in item else None
         for tokens in (4, max_new_tokens):  # a short warm-up run first: one-time costs are no step's
-            session = Session(lm, method, params, temperature=temperature, seed=0, draft=draft)
+            session = Session(lm, method, params, sampling=SamplingSettings(temperature), draft=draft)
             session.start_ids(prompt_ids, text)
             session.run(tokens)
         _ = session.cost_model  # the trace carries the verify cost curve for the "why a tree pays" plot

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Callable
 
 from specviz.params import Param
 from specviz.errors import SpecvizError
+from specviz.tools.totals import by_category, totals
 
 if TYPE_CHECKING:
     from specviz.accept.sampling import SamplingSettings
+    from specviz.engine.run import RunResult
     from specviz.runtime.loading import LoadedModel
 
 MAX_SWEEP_POINTS = 64    # grid points (the product of the axes' value counts)
@@ -202,45 +204,27 @@ def _item(prompt, number: int) -> dict:
 
 
 # ---- running it ------------------------------------------------------------------------------------
-def _run(lm, method: str, prompt_ids: list[int], prompt, limit: int, params: dict, budget, sampling,
-         draft) -> dict:
-    from specviz.engine.session import Session
-    from specviz.methods import get_method
-    from specviz.records.notes import ReSpecNote
-    from specviz.records.status import NodeStatus
-
-    spec = get_method(method)
-    session = Session(lm, method, params, budget=budget, temperature=sampling.temperature, top_p=sampling.top_p,
-                      seed=sampling.seed, draft=draft if spec.uses_draft_model else None)
-    session.start_ids(prompt_ids, prompt)
-    session.run(limit)
-    records = session.records
-    return {"output_ids": list(session.output_ids), "margins": list(session.margins), "lossless": session.lossless,
-            "new_tokens": len(session.output_ids), "steps": len(records),
-            "wall_s": session.prefill_s + session.step_s,
-            "fired": sum(note.trigger.fired for r in records if (note := r.note(ReSpecNote))),
-            "retrieval_steps": sum(note.drafted_by == "retrieval" for r in records if (note := r.note(ReSpecNote))),
-            "relaxed": sum(n.status is NodeStatus.RELAXED for r in records for n in r.nodes),
-            "draft_ms": sum(r.timings_ms["draft"] for r in records),
-            "forward_ms": sum(r.timings_ms["forward"] for r in records)}
-
-
-def _row(item: dict, run: dict, reference: dict, threshold: float, greedy: bool) -> dict:
+def _row(item: dict, run: "RunResult", reference: "RunResult", threshold: float, greedy: bool) -> dict:
     """One run against greedy ar's output: the token diff, where it first differs, and (greedy) the verdict."""
     from specviz.engine.divergence import classify, first_difference
     from specviz.engine.token_diff import token_diff
+    from specviz.records.notes import ReSpecNote
+    from specviz.records.status import NodeStatus
 
-    diff = token_diff(reference["output_ids"], run["output_ids"])
-    verdict = (classify(reference["output_ids"], reference["margins"], run["output_ids"], run["margins"],
-                        threshold, run["lossless"]).verdict if greedy else "sampled")
-    tokens, wall = run["new_tokens"], run["wall_s"]
-    return {"id": item["id"], "category": item["category"], "new_tokens": tokens, "steps": run["steps"],
-            "mat": round(tokens / run["steps"], 3) if run["steps"] else 0.0, "wall_s": round(wall, 4),
+    diff = token_diff(reference.output_ids, run.output_ids)
+    verdict = (classify(reference.output_ids, reference.margins, run.output_ids, run.margins,
+                        threshold, run.lossless_declared).verdict if greedy else "sampled")
+    tokens, wall, records = run.new_tokens, run.wall_s, run.records
+    return {"id": item["id"], "category": item["category"], "new_tokens": tokens, "steps": run.steps,
+            "mat": round(tokens / run.steps, 3) if run.steps else 0.0, "wall_s": round(wall, 4),
             "tokens_per_s": round(tokens / wall, 3) if wall else 0.0, "differing": diff.differing,
             "differing_fraction": round(diff.differing / tokens, 4) if tokens else 0.0,
-            "first_difference": first_difference(reference["output_ids"], run["output_ids"]), "verdict": verdict,
-            "fired": run["fired"], "retrieval_steps": run["retrieval_steps"], "relaxed": run["relaxed"],
-            "draft_ms": round(run["draft_ms"], 3), "forward_ms": round(run["forward_ms"], 3)}
+            "first_difference": first_difference(reference.output_ids, run.output_ids), "verdict": verdict,
+            "fired": sum(note.trigger.fired for r in records if (note := r.note(ReSpecNote))),
+            "retrieval_steps": sum(note.drafted_by == "retrieval" for r in records if (note := r.note(ReSpecNote))),
+            "relaxed": sum(n.status is NodeStatus.RELAXED for r in records for n in r.nodes),
+            "draft_ms": round(sum(r.timings_ms["draft"] for r in records), 3),
+            "forward_ms": round(sum(r.timings_ms["forward"] for r in records), 3)}
 
 
 def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens: int = 64,
@@ -258,9 +242,9 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
     point's label: the same totals}}}."""
     from specviz.accept.sampling import SamplingSettings
     from specviz.engine.divergence import tie_threshold
+    from specviz.engine.run import run_method, warm_up
     from specviz.runtime.prompts import PromptText, encode
     from specviz.methods import get_method
-    from specviz.tools.bench import warm_up
 
     max_new_tokens = Param("max_new_tokens", 64, 1, 100_000, int).coerce(max_new_tokens)
     items = [_item(p, n) for n, p in enumerate(prompts or [], start=1)]
@@ -276,9 +260,10 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
     # untimed warm-ups, every point's own: a measured choice's first tries are shared by the process's later
     # sessions of one setting, so they would land on the first point of that setting and slow only it
     first_ids, first_prompt = encoded[0][1], encoded[0][2]
-    warm_up(lm, BASELINE, first_ids, {}, "auto", draft, greedy, first_prompt)
+    warm_up(lm, BASELINE, first_prompt, prompt_ids=first_ids, draft=draft)
     for point in points:
-        warm_up(lm, method, first_ids, point["params"], point["budget"], draft, point["sampling"], first_prompt)
+        warm_up(lm, method, first_prompt, prompt_ids=first_ids, params=point["params"], budget=point["budget"],
+                sampling=point["sampling"], draft=draft)
 
     total, done = len(items) * (1 + len(keys) + len(points)), 0
     rows, baselines = [], []
@@ -291,38 +276,39 @@ def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens
 
     for item, prompt_ids, prompt in encoded:
         limit = int(item.get("max_new_tokens", max_new_tokens))
-        reference = _run(lm, BASELINE, prompt_ids, prompt, limit, {}, "auto", greedy, draft)
+
+        def run(name: str, params: dict, budget, sampling: "SamplingSettings") -> "RunResult":
+            return run_method(lm, name, prompt, prompt_ids=prompt_ids, params=params, budget=budget,
+                              sampling=sampling, max_new_tokens=limit, draft=draft)
+
+        reference = run(BASELINE, {}, "auto", greedy)
         runs = {GREEDY_KEY: reference}
         baselines.append({"label": BASELINE, "temperature": 0.0, "top_p": 1.0, "seed": 0,
                           **_row(item, reference, reference, threshold, True)})
         advance(f"{item['id']}: {BASELINE}")
         for key in keys:
-            runs[key] = _run(lm, BASELINE, prompt_ids, prompt, limit, {}, "auto", SamplingSettings(*key), draft)
+            runs[key] = run(BASELINE, {}, "auto", SamplingSettings(*key))
             baselines.append({"label": _baseline_label(key), "temperature": key[0], "top_p": key[1], "seed": key[2],
                               **_row(item, runs[key], reference, threshold, False)})
             advance(f"{item['id']}: {_baseline_label(key)}")
         for index, point in enumerate(points):
-            run = _run(lm, method, prompt_ids, prompt, limit, point["params"], point["budget"], point["sampling"],
-                       draft)
-            row = _row(item, run, reference, threshold, point["sampling"].greedy)
-            base = runs[_baseline_key(point["sampling"])]
-            base_tps = base["new_tokens"] / base["wall_s"] if base["wall_s"] else 0.0
+            row = _row(item, run(method, point["params"], point["budget"], point["sampling"]), reference,
+                       threshold, point["sampling"].greedy)
+            base_tps = runs[_baseline_key(point["sampling"])].tokens_per_s
             row["speedup"] = round(row["tokens_per_s"] / base_tps, 3) if base_tps else 0.0
             rows.append({"point": index, **point["values"], **row})
             advance(f"{item['id']}: {point['where']}")
 
     categories, summaries = {}, []
-    for category in [*dict.fromkeys(item["category"] for item in items), "ALL"]:
-        def picked(r, category=category):
-            return category in ("ALL", r["category"])
-
-        base_rows = {key: [b for b in baselines if picked(b) and b["label"] == _baseline_label(key)]
+    point_groups = by_category(rows)
+    for category, category_baselines in by_category(baselines).items():
+        base_rows = {key: [b for b in category_baselines if b["label"] == _baseline_label(key)]
                      for key in [GREEDY_KEY, *keys]}
-        entries = {_baseline_label(key): _aggregate(group, group) for key, group in base_rows.items()}
+        entries = {_baseline_label(key): totals(group, group) for key, group in base_rows.items()}
         summaries = []
         for index, point in enumerate(points):
-            aggregate = _aggregate([r for r in rows if r["point"] == index and picked(r)],
-                                   base_rows[_baseline_key(point["sampling"])])
+            aggregate = totals([r for r in point_groups[category] if r["point"] == index],
+                               base_rows[_baseline_key(point["sampling"])])
             entries[point["label"]] = aggregate
             summaries.append({**point["values"], "label": point["label"], **aggregate})
         categories[category] = entries
@@ -342,29 +328,6 @@ def _fixed(spec, point: dict, names: list[str], max_new_tokens: int, draft) -> d
     if spec.uses_draft_model:
         fixed["draft_model"] = draft.name if draft is not None else "self (target weights)"
     return fixed
-
-
-def _aggregate(rows: list[dict], baseline_rows: list[dict]) -> dict:
-    """Totals over prompts: tokens / steps, tokens / wall seconds, and the speedup against the baseline's
-    tokens / wall seconds on the same prompts."""
-    from specviz.tools.bench import worst_verdict
-
-    tokens, steps = sum(r["new_tokens"] for r in rows), sum(r["steps"] for r in rows)
-    wall = sum(r["wall_s"] for r in rows)
-    tps = tokens / wall if wall else 0.0
-    base_wall = sum(r["wall_s"] for r in baseline_rows)
-    base_tps = sum(r["new_tokens"] for r in baseline_rows) / base_wall if base_wall else 0.0
-    return {"runs": len(rows), "new_tokens": tokens, "steps": steps,
-            "mat": round(tokens / steps, 3) if steps else 0.0, "wall_s": round(wall, 4),
-            "tokens_per_s": round(tps, 3), "speedup": round(tps / base_tps, 3) if base_tps else 0.0,
-            "differing_fraction": round(sum(r["differing"] for r in rows) / tokens, 4) if tokens else 0.0,
-            "identical": sum(r["first_difference"] is None for r in rows),
-            "verdict": worst_verdict([r["verdict"] for r in rows]),
-            "trigger_rate": round(sum(r["fired"] for r in rows) / steps, 4) if steps else 0.0,
-            "retrieval_rate": round(sum(r["retrieval_steps"] for r in rows) / steps, 4) if steps else 0.0,
-            "relaxed": sum(r["relaxed"] for r in rows),
-            "draft_ms_per_step": round(sum(r["draft_ms"] for r in rows) / steps, 2) if steps else 0.0,
-            "forward_ms_per_step": round(sum(r["forward_ms"] for r in rows) / steps, 2) if steps else 0.0}
 
 
 # ---- showing it ------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ insertion order and a parent always comes before its children, so one pass compu
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 from specviz.tree import sources as source_registry
 

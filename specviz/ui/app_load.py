@@ -68,6 +68,17 @@ def step_settings(app_params: list, prompt: str, method: str = "racer", max_new_
     return [max_new_tokens, "", "", "", prompt, method, True, 16, 0.0, 1.0, 0, *[p.default for p in app_params]]
 
 
+def greedy_texts(lm, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """Plain greedy decoding of each prompt, in this process, as the page shows its tokens (each token's own
+    text, joined): what each visitor's output must be."""
+    from specviz.engine.run import run_method
+    from specviz.engine.session import TokenTexts
+
+    texts = TokenTexts(lm.tokenizer)
+    return ["".join(texts(t) for t in run_method(lm, "ar", prompt, max_new_tokens=max_new_tokens).output_ids)
+            for prompt in prompts]
+
+
 def text_of(generated_html: str) -> str:
     """The generated text out of the page's token HTML."""
     body = generated_html.split('<div class="generated">', 1)[-1]

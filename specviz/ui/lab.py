@@ -4,7 +4,6 @@ baseline of the same prompt, and the counters. app.py only wires widgets to thes
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.runtime.modes import parse_mode
+from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
@@ -66,7 +66,7 @@ class Lab:
     session: Session | None = None
     settings: Settings | None = None
     stop_requested: bool = False
-    baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar run
+    baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar's RunResult
     reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
     message: str = ""
     # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
@@ -101,7 +101,7 @@ class Lab:
         lm = shared_model(settings.model, settings.mode)
         draft = shared_draft(lm, draft_name, settings.mode)
         session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft,
-                          temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed).start(parsed)
+                          sampling=sampling).start(parsed)
         restarted = self.session is not None and self.session.records
         self.session, self.settings = session, settings
         self.message = "Settings changed: generation restarted." if restarted else ""
@@ -293,24 +293,18 @@ class Lab:
         return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
                 self.session.sampling)
 
-    def measure_baseline(self) -> dict | None:
+    def measure_baseline(self) -> RunResult | None:
         """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
-        seed (once per prompt, length and sampling settings)."""
+        seed (once per prompt, length and sampling settings); an `ar` session is its own baseline."""
         session = self.session
         if session is None or not session.output_ids:
             return None
         n = len(session.output_ids)
         key = self._baseline_key(n)
         if key not in self.baselines:
-            ar = session
-            if session.method.name != "ar":
-                ar = Session(session.lm, "ar", temperature=session.sampling.temperature, top_p=session.sampling.top_p,
-                             seed=session.sampling.seed).start_ids(session.prompt_ids)
-                ar.run(n)
-            stats = ar.stats()
-            self.baselines[key] = {"output_ids": ar.output_ids, "margins": list(ar.margins), "new_tokens": n,
-                                   "wall_s": stats["wall_s"], "records": list(ar.records),
-                                   "prefill_ms": ar.prefill_s * 1000}
+            self.baselines[key] = (RunResult.of_session(session) if session.method.name == "ar" else
+                                   run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
+                                              sampling=session.sampling, max_new_tokens=n))
         return self.baselines[key]
 
     def lanes(self) -> list[tuple[str, float, list]]:
@@ -327,7 +321,7 @@ class Lab:
         elif self.session is not None and self.session.name != "ar":
             baseline = self.baselines.get(self._baseline_key(len(self.session.output_ids)))
             if baseline is not None:
-                lanes.append(("ar", baseline["prefill_ms"], baseline["records"]))
+                lanes.append(("ar", baseline.prefill_s * 1000, baseline.records))
         return lanes
 
     # ---- what the page shows --------------------------------------------------------------------
@@ -336,12 +330,12 @@ class Lab:
             return {}
         stats = self.session.stats()
         baseline = self.baselines.get(self._baseline_key(stats["new_tokens"]))
-        if baseline and stats["wall_s"] and baseline["wall_s"]:
-            stats["ar_tokens_per_s"] = round(baseline["new_tokens"] / baseline["wall_s"], 3)
+        if baseline and stats["wall_s"] and baseline.wall_s:
+            stats["ar_tokens_per_s"] = round(baseline.tokens_per_s, 3)
             stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
-            stats["identical_to_ar"] = baseline["output_ids"] == self.session.output_ids
+            stats["identical_to_ar"] = baseline.output_ids == self.session.output_ids
             if self.session.temperature == 0:  # sampled runs differ from greedy by design
-                stats["divergence"] = classify(baseline["output_ids"], baseline["margins"], self.session.output_ids,
+                stats["divergence"] = classify(baseline.output_ids, baseline.margins, self.session.output_ids,
                                                self.session.margins, tie_threshold(self.session.lm.dtype),
                                                self.session.lossless)
         return stats
