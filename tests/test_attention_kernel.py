@@ -3,8 +3,8 @@ around them, and ATen's path wherever it cannot run."""
 
 import pytest
 import torch
-
 from conftest import native_library_or_skip, tree_logits_native_and_not
+
 from specviz.runtime.native import attention_kernel
 
 

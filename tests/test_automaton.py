@@ -6,8 +6,8 @@ from collections import Counter
 import ahocorasick
 import pytest
 
-from specviz.index.automaton import ROOT, NgramAutomaton
 from specviz.errors import SpecvizError
+from specviz.index.automaton import ROOT, NgramAutomaton
 
 
 def brute_counts(stream: list[int], max_ngram: int) -> Counter:

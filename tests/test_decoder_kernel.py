@@ -4,11 +4,11 @@ it cannot run."""
 
 import pytest
 import torch
-
 from conftest import native_library_or_skip
-from specviz.runtime.native import decoder_kernel
+
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime.kv import keep_accepted, new_cache
+from specviz.runtime.native import decoder_kernel
 from specviz.tree.draft_tree import DraftTree
 
 

@@ -4,8 +4,8 @@ forward hands it, and torch's ops wherever it cannot run."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import native_library_or_skip, tree_logits_native_and_not
+
 from specviz.runtime.native import layer_kernel
 
 

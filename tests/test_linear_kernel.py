@@ -4,14 +4,14 @@ independent of the rows beside it (through the whole forward too), and a clear f
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import native_library_or_skip
-from specviz.runtime.native import linear_kernel
+
 from specviz.engine.tree_forward import tree_forward
+from specviz.errors import SpecvizError
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model, pick_linear
+from specviz.runtime.native import linear_kernel
 from specviz.tree.draft_tree import DraftTree
-from specviz.errors import SpecvizError
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
 from conftest import native_library_or_skip
-from specviz.runtime.native import logit_kernel
-from specviz.runtime.native import build as native_build
+
 from specviz.accept.verification import TOP_K, LogitTop, _node_ranks_torch, blockwise_topk, node_target_stats
+from specviz.runtime.native import build as native_build
+from specviz.runtime.native import logit_kernel
 from specviz.tree.draft_tree import DraftTree
 
 VOCAB = 128 * 64

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.engine.suite import load_suite
+from specviz.accept.greedy import greedy_accept
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child_breadth
 from specviz.engine.session import Session
+from specviz.engine.suite import load_suite
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.tree.draft_tree import ROOT, DraftTree
@@ -149,7 +150,6 @@ def test_observe_refreshes_rows_from_the_verified_tree(lm):
 def test_rows_from_a_verified_step_equal_rows_read_off_the_logits():
     """observe() stores rows from the step's shared top-k and normalisers (numpy, no tensor work per row);
     they must be the rows store() computes from the logits themselves."""
-    from specviz.accept.greedy import greedy_accept
 
     generator = torch.Generator().manual_seed(5)
     logits = torch.randn(6, 4096, generator=generator) * 4
@@ -199,3 +199,22 @@ def test_retrieval_drafter_stays_within_capacity_on_a_long_context():
     context = [(i * 7919) % 3001 for i in range(20_000)]
     tree = drafter.propose(context, budget=32)
     assert len(drafter.automaton) <= 500 and tree.num_drafted <= 32
+
+
+OPEN_PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper who finds a kite."}]
+
+
+# ---- warm copy-logit table ---------------------------------------------------------------------------
+def test_warm_table_drafts_more_and_stays_lossless(lm):
+    ar = Session(lm, "ar").start(OPEN_PROMPT)
+    ar.run(24)
+    sizes = {}
+    for warm in (0, 1):
+        session = Session(lm, "racer-logits", {"warm_table": warm}, budget=16).start(OPEN_PROMPT)
+        session.run(24)
+        assert session.output_ids == ar.output_ids
+        sizes[warm] = sum(len(r.nodes) - 1 for r in session.records) / len(session.records)
+        seen = session.method.stages[0].table.filled
+        if warm:
+            assert seen > 1000  # the seed's rows (the corpus holds over a thousand distinct tokens)
+    assert sizes[1] > sizes[0]

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_sampling import chi_square_p
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.session import Session
+from specviz.engine.suite import long_context_prompt
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import chunk_document, retrieve
 from specviz.methods import METHODS
 from specviz.records.status import NodeStatus
-from specviz.engine.suite import long_context_prompt
-from test_sampling import chi_square_p
 
 DOCS = Path(__file__).parent.parent / "assets" / "documents"
 FERRY = (DOCS / "ferry-timetable-reform.md").read_text()

@@ -7,20 +7,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specviz.engine.costmodel import CostModel
-from specviz.runtime.layer_skip import self_skip_model
-from specviz.index.datastore import shared_datastore
-from specviz.runtime.shared import shared_draft
-from specviz.engine.session import Session
-from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.search_path import DeepenDrafter, SearchIndexes
+from specviz.engine.costmodel import CostModel
+from specviz.engine.session import Session
+from specviz.engine.suite import load_suite
 from specviz.errors import SpecvizError
-from specviz.records.notes import ModelStageNote, SearchNote
-from specviz.index.datastore import Datastore, build
+from specviz.index.datastore import Datastore, build, shared_datastore
 from specviz.index.ngram_trie import NgramTrie
 from specviz.index.suffix_array import SuffixArray, build_suffix_array
+from specviz.records.notes import ModelStageNote, SearchNote
+from specviz.runtime.layer_skip import self_skip_model
+from specviz.runtime.shared import shared_draft
 from specviz.tools.self_repetition import self_repetition
-from specviz.engine.suite import load_suite
+from specviz.tree.draft_tree import DraftTree
 
 ASSETS = Path(__file__).parent.parent / "assets"
 SUITE = [i for i in load_suite(ASSETS / "suite.jsonl") if i["category"] != "long-context"]  # see test_rapid

@@ -9,8 +9,16 @@ import pytest
 
 from specviz.errors import SpecvizError
 from specviz.records.charts import PositionChart, SamplingCharts
-from specviz.records.notes import (DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, RetrievalCandidate,
-                                   RetrievalReport, SearchNote, TriggerDecision)
+from specviz.records.notes import (
+    DeepenNote,
+    MeasuredChoice,
+    ModelStageNote,
+    ReSpecNote,
+    RetrievalCandidate,
+    RetrievalReport,
+    SearchNote,
+    TriggerDecision,
+)
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord

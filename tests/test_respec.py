@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.engine.suite import load_suite
+from specviz.accept.greedy import greedy_accept
+from specviz.accept.relaxed import relaxed_accept
 from specviz.drafters.draft_model import DraftModelDrafter
+from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.drafters.scored_retrieval import ScoredRetriever
 from specviz.engine.session import Session
-from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
+from specviz.engine.suite import load_suite
+from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.index.match_positions import MatchPositions
-from specviz.runtime.loading import load_model
-from specviz.accept.relaxed import relaxed_accept
-from specviz.engine.token_diff import token_diff
 from specviz.records.notes import ReSpecNote
 from specviz.records.status import NodeStatus
 from specviz.records.trace import Trace
+from specviz.runtime.loading import load_model
 from specviz.tree.draft_tree import ROOT, DraftTree
-from specviz.accept.greedy import greedy_accept
 
 SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
 VOCAB = 20

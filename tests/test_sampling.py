@@ -5,10 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.accept.sampling import (SamplingSettings, _draw, augmented_target, output_distribution,
-                                     sampling_accept, sampling_probs)
-from specviz.tree.draft_tree import DraftTree
+from specviz.accept.sampling import (
+    SamplingSettings,
+    _draw,
+    augmented_target,
+    output_distribution,
+    sampling_accept,
+    sampling_probs,
+)
 from specviz.errors import SpecvizError
+from specviz.tree.draft_tree import DraftTree
 
 SETTINGS = SamplingSettings(temperature=1.0)
 

@@ -8,10 +8,19 @@ from pathlib import Path
 import pytest
 
 from specviz.accept.sampling import SamplingSettings
-from specviz.errors import SpecvizError
 from specviz.engine.suite import load_suite
-from specviz.tools.sweep import (MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, format_grid, grid_csv, grid_figure, grid_points,
-                                 grid_rows_csv, parse_axes, run_grid)
+from specviz.errors import SpecvizError
+from specviz.tools.sweep import (
+    MAX_SWEEP_POINTS,
+    MAX_SWEEP_RUNS,
+    format_grid,
+    grid_csv,
+    grid_figure,
+    grid_points,
+    grid_rows_csv,
+    parse_axes,
+    run_grid,
+)
 
 ROOT = Path(__file__).parent.parent
 

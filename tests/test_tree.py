@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from specviz.tree import sources
 from specviz.tree.draft_tree import DraftTree
 
 
@@ -97,3 +98,18 @@ def test_select_requires_parents():
     tree, a, _, _ = build()
     with pytest.raises(ValueError):
         tree.select([a[1]])
+
+
+def test_sources_are_an_open_registry():
+    assert {s.family for s in sources.SOURCES.values()} == set(sources.FAMILIES)
+    sources.register("test-source", "retrieval", "#123456", "a source added by a test")
+    try:
+        tree = DraftTree(1)
+        tree.add(0, 5, "test-source")
+        assert tree.allocation()["test-source"] == 1
+        from specviz.ui.viz import colour_of, source_legend_html
+        assert colour_of("test-source") == "#123456" and "test-source" in source_legend_html()
+    finally:
+        del sources.SOURCES["test-source"]
+    with pytest.raises(ValueError):
+        DraftTree(1).add(0, 5, "nowhere")

@@ -1,12 +1,16 @@
+"""Verification: the tree forward equals per-path forwards, KV compaction equals a fresh prefill, greedy
+and sampled acceptance, and the shared top-k and log-normalisers of the logits pass."""
+
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specviz.runtime.kv import keep_accepted
-from specviz.tree.draft_tree import DraftTree
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.sampling import SamplingSettings, sampling_accept
+from specviz.accept.verification import TOP_K, LogitTop
 from specviz.engine.tree_forward import tree_forward
+from specviz.runtime.kv import keep_accepted
+from specviz.tree.draft_tree import DraftTree
 
 
 def prefill(lm, ids):
@@ -124,3 +128,20 @@ def test_log_normalisers_agree_with_logsumexp():
     top = LogitTop.of(logits)
     norms = log_normalisers(logits, top.values, top.ids)
     assert torch.allclose(norms, torch.logsumexp(logits, dim=-1), atol=2e-5, rtol=0)
+
+
+# ---- shared top-k --------------------------------------------------------------------------------------
+def test_shared_top_k_gives_exact_ranks_inside_and_outside_it():
+    torch.manual_seed(0)
+    tree = DraftTree(0)
+    a = tree.add(0, 3, "logits")
+    tree.add(0, 40, "logits")
+    tree.add(a, 7, "retrieval")
+    logits = torch.randn(len(tree), 100)
+    logits[0, 3] = 10.0  # node a is the argmax under the root
+    verification = greedy_accept(tree, logits)
+    assert verification.top.values.shape == (len(tree), TOP_K)
+    for node in range(1, len(tree)):
+        row = logits[tree.parents[node]]
+        assert verification.target_ranks[node] == int((row > row[tree.tokens[node]]).sum())
+    assert LogitTop.of(logits).argmax == logits.argmax(-1).tolist()

@@ -1,8 +1,11 @@
 import pytest
+import torch
 
+from specviz.errors import SpecvizError
 from specviz.runtime import cache_dir
 from specviz.runtime import loading as models
-from specviz.errors import SpecvizError
+from specviz.runtime.loading import load_model
+from specviz.tools.random_model import describe, materialise
 
 
 def test_default_model_reloads_from_cache_without_gguf(lm, monkeypatch):
@@ -44,3 +47,14 @@ def test_vocabulary_mismatch_is_refused(lm):
     models.check_same_vocabulary(lm, lm)
     with pytest.raises(SpecvizError, match="another vocabulary"):
         models.check_same_vocabulary(lm, Other)
+
+
+def test_random_twin_has_the_config_and_tokenizer_not_the_weights(tiny_models, tmp_path):
+    folder = describe(tiny_models["same"], str(tmp_path / "twin"))
+    assert (folder / "config.json").is_file() and not (folder / "model.safetensors").exists()
+    materialise(str(folder), seed=3)
+    twin = load_model(str(folder))
+    original = load_model(tiny_models["same"])
+    assert twin.model.config.num_hidden_layers == original.model.config.num_hidden_layers
+    assert twin.tokenizer.get_vocab() == original.tokenizer.get_vocab()
+    assert not torch.equal(twin.model.lm_head.weight, original.model.lm_head.weight)

@@ -1,17 +1,19 @@
-"""Engine v2: a step is all or nothing, methods declare losslessness, sources are a registry, and a
-resource being loaded blocks only those who need it."""
+"""Session: a step, the limits (EOS, token limit, context), all-or-nothing steps, the step record's
+timing, seeded sampling, traces, and clear errors for bad settings and prompts."""
 
-import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from specviz.runtime import shared as resources
-from specviz.tree import sources
-from specviz.engine.session import Session
-from specviz.tree.draft_tree import DraftTree
+from specviz.accept.sampling import SamplingSettings
 from specviz.drafters.base import Drafter
-from specviz.methods import METHODS, get_method
+from specviz.engine.session import Session
+from specviz.engine.suite import load_suite
+from specviz.errors import SpecvizError
+from specviz.records.status import NodeStatus
+from specviz.records.trace import Trace
+from specviz.tree.draft_tree import DraftTree
 
 PROMPT = "Repeat exactly: the red fox jumps over the lazy dog, the red fox jumps over the lazy dog."
 
@@ -100,51 +102,6 @@ def test_the_step_record_is_timed_as_part_of_the_step(lm, monkeypatch):
     assert session.step_s * 1000 >= record.timings_ms["total"] - 0.01
 
 
-def test_methods_declare_whether_they_are_lossless():
-    respec = get_method("respec")
-    assert respec.lossless(respec.resolve_params({}), 0.0)
-    assert not respec.lossless(respec.resolve_params({"tau": 3}), 0.0)
-    assert respec.lossless(respec.resolve_params({"tau": 3}), 0.8)  # relaxation is a greedy rule
-    for name in ("ar", "pld", "racer", "reader", "unified"):
-        method = get_method(name)
-        assert method.lossless(method.resolve_params({}), 0.0)
-    assert {"reader", "unified"} <= set(METHODS)
-
-
-def test_sources_are_an_open_registry():
-    assert {s.family for s in sources.SOURCES.values()} == set(sources.FAMILIES)
-    sources.register("test-source", "retrieval", "#123456", "a source added by a test")
-    try:
-        tree = DraftTree(1)
-        tree.add(0, 5, "test-source")
-        assert tree.allocation()["test-source"] == 1
-        from specviz.ui.viz import colour_of, source_legend_html
-        assert colour_of("test-source") == "#123456" and "test-source" in source_legend_html()
-    finally:
-        del sources.SOURCES["test-source"]
-    with pytest.raises(ValueError):
-        DraftTree(1).add(0, 5, "nowhere")
-
-
-def test_loading_one_resource_never_blocks_another():
-    started, release = threading.Event(), threading.Event()
-
-    def slow():
-        started.set()
-        release.wait(60)
-        return "slow"
-
-    worker = threading.Thread(target=lambda: resources.shared(("test", "slow"), slow))
-    worker.start()
-    assert started.wait(30)
-    assert resources.shared(("test", "fast"), lambda: "fast") == "fast"
-    # the slow load is still inside its loader: the fast one did not wait for its lock
-    assert worker.is_alive() and not release.is_set()
-    release.set()
-    worker.join(5)
-    assert resources.shared(("test", "slow"), lambda: "again") == "slow"  # loaded once
-
-
 def test_token_texts_are_the_tokenizer_decoding_shared_by_sessions(lm):
     from specviz.engine.session import TokenTexts
     tokenizer = lm.tokenizer
@@ -165,3 +122,94 @@ def test_token_texts_are_the_tokenizer_decoding_shared_by_sessions(lm):
 
     texts = TokenTexts(Decoder())
     assert [texts(0), texts(2), texts(7)] == ["t0", "t2", "late7"]
+
+
+# the long-context items (2K-7K token documents) have their own, shorter checks in test_rapid
+SUITE = [i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl") if i["category"] != "long-context"]
+
+
+def test_pld_accepts_drafts_on_copy_prompt(lm):
+    item = next(i for i in SUITE if i["id"] == "code-rename")  # the model copies the given code
+    session = Session(lm, "pld", budget=16).start(item["messages"])
+    session.run(48)
+    assert max(r.num_accepted_drafts for r in session.records) >= 3
+    assert session.stats()["mean_accepted"] > 1.0
+    statuses = {n.status for r in session.records for n in r.nodes}
+    assert "accepted" in statuses
+
+
+def test_ar_is_one_token_per_step(lm):
+    session = Session(lm, "ar").start("Say hello.")
+    session.run(5)
+    assert [len(r.accepted_tokens) for r in session.records] == [1] * len(session.records)
+    assert len(session.output_ids) == 5
+
+
+def test_stops_at_eos_and_limit(lm):
+    session = Session(lm, "pld", budget=8).start("Reply with the single word: yes")
+    session.run(64)
+    assert session.finish_reason == "eos" and session.output_ids[-1] in lm.eos_ids
+    with pytest.raises(SpecvizError):
+        session.step()
+    limited = Session(lm, "pld", budget=8).start("Count from one to fifty in words.")
+    limited.run(7)
+    assert len(limited.output_ids) == 7 and not limited.finished
+    limited.run(12)  # a higher limit carries on
+    assert len(limited.output_ids) == 12
+
+
+def test_context_limit_stops_generation(lm):
+    session = Session(lm, "pld", budget=8).start("Write a long story.")
+    lm_limit = lm.max_context
+    try:
+        lm.max_context = len(session.context) + 3
+        session.run(50)
+    finally:
+        lm.max_context = lm_limit
+    assert session.finish_reason in ("context", "eos")
+    assert len(session.context) <= len(session.prompt_ids) + 3 + 1
+
+
+def test_sampling_runs_and_is_reproducible(lm):
+    runs = []
+    for _ in range(2):
+        session = Session(lm, "pld", budget=8, sampling=SamplingSettings(0.8, seed=3)).start("Tell me about cats.")
+        session.run(16)
+        runs.append(session.output_ids)
+    assert runs[0] == runs[1] and len(runs[0]) == 16
+
+
+def test_trace_round_trip(lm, tmp_path):
+    session = Session(lm, "pld", budget=8).start("Repeat twice: red green blue, red green blue.")
+    session.run(16)
+    trace = session.trace()
+    path = tmp_path / "trace.json"
+    trace.save(path)
+    loaded = Trace.load(path)
+    assert loaded == trace
+    assert loaded.steps[0].nodes[0].status is NodeStatus.ROOT
+    record = loaded.steps[-1]
+    assert {"draft", "verify", "forward", "update", "total"} <= record.timings_ms.keys()
+    assert set(record.allocation) == {"logits", "retrieval", "model"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"method": "nope"}, "Unknown method"),
+    ({"method": "pld", "budget": 0}, "budget must be between"),
+    ({"method": "pld", "budget": 10_000}, "budget must be between"),
+    ({"method": "pld", "params": {"max_ngram": 0}}, "max_ngram must be between"),
+    ({"method": "pld", "params": {"tau": 1}}, "has no parameter 'tau'"),
+    ({"method": "pld", "sampling": SamplingSettings(-1)}, "temperature"),
+])
+def test_bad_settings_are_clear_errors(lm, kwargs, message):
+    with pytest.raises(SpecvizError, match=message):
+        Session(lm, **kwargs)
+
+
+def test_bad_prompts_are_clear_errors(lm):
+    with pytest.raises(SpecvizError, match="empty"):
+        Session(lm, "ar").start("   ")
+    with pytest.raises(SpecvizError, match="context holds"):
+        Session(lm, "ar").start("word " * (lm.max_context + 10))
+    with pytest.raises(SpecvizError, match="No prompt"):
+        Session(lm, "ar").step()

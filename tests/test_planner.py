@@ -1,0 +1,100 @@
+"""The cost-optimal planner: an empty tree, cost bands measured during a burst of load, and per-source
+calibration of the chances it pays for."""
+
+from specviz.engine.session import Session
+from specviz.tree.draft_tree import DraftTree
+
+REPEAT_PROMPT = "Write the numbers from 1 to 60, separated by commas."
+
+
+def test_planner_answers_an_empty_tree_as_its_general_path_would():
+    """No draft node (a silent source, no budget left): plain decoding, priced from the curve directly."""
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
+
+    cost = OnlineCost(CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m",
+                                device="cpu", dtype="float32", threads=2))
+    for _ in range(4):
+        cost.observe(1, 12.5)  # the correction moves the one-token cost to 12.5 ms
+    kept, cut, curve = plan(DraftTree(1), AcceptanceModel(), cost, 64, draft_ms=0.5)
+    assert kept == [] and cut.kept == cut.offered == 0
+    assert cut.expected_tokens_per_s == round(1000 / (0.5 + 12.5), 2)
+    assert curve == [0.0]
+    # the general path, on a tree whose one node does not pay for its verify cost, decides the same
+    tree = DraftTree(1)
+    tree.add(0, 5, "logits", prior=0.05)
+    kept, general, _ = plan(tree, AcceptanceModel(), cost, 64, draft_ms=0.5)
+    assert kept == [] and general.expected_tokens_per_s == cut.expected_tokens_per_s
+    assert best_first(DraftTree(1), AcceptanceModel(), 64)[0] == []
+
+
+def test_a_cost_band_measured_during_a_burst_expires_and_is_priced_from_the_bands_still_measured():
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import STALE_AFTER, OnlineCost
+
+    curve = CostModel(sizes=[1, 2, 8, 32], ms=[10.0, 12.0, 24.0, 40.0], context_len=512, model="m",
+                      device="cpu", dtype="float32", threads=2)
+    cost = OnlineCost(curve)
+    for _ in range(3):  # trees of 8 measured 4x slower than the curve (a burst of load) ...
+        cost.observe(8, 96.0)
+    for _ in range(3):  # ... one-token steps at the curve's own cost
+        cost.observe(1, 10.0)
+    assert cost.cost_ms(8) == 96.0 and cost.costs_ms(8)[7] == 96.0
+    saved = cost.checkpoint()
+    for _ in range(STALE_AFTER - 3):  # the band still counts until STALE_AFTER forwards went by without it
+        cost.observe(1, 11.0)
+    assert cost.cost_ms(8) == 96.0
+    cost.observe(1, 11.0)
+    assert cost.cost_ms(8) == 24.0 * 1.1 and cost.costs_ms(8)[7] == 24.0 * 1.1  # the one-token band's correction
+    assert cost.cost_ms(32) == 40.0 * 1.1
+    cost.rollback(saved)
+    assert cost.cost_ms(8) == 96.0 and cost.costs_ms(8)[7] == 96.0 and cost.checkpoint() == saved
+
+
+def test_the_planner_drafts_again_after_trees_were_measured_during_a_burst(lm):
+    """Trees measured 20x dearer than the curve: the planner refuses them, until their bands expire."""
+    from specviz.engine.planner import COST_BANDS, STALE_AFTER
+
+    session = Session(lm, "racer")
+    cost = session.online_cost
+    for band in COST_BANDS:  # one-token steps at the curve's cost, trees at 20x
+        for _ in range(3):
+            cost.observe(band, (1 if band == 1 else 20) * cost.curve.cost_ms(band))
+    session.start(REPEAT_PROMPT)
+    session.run(100)
+    kept = [len(record.nodes) - 1 for record in session.records]
+    # refused while those bands are trusted (the smallest expires first: its samples are the oldest) ...
+    assert len(kept) > STALE_AFTER + 2 and not any(kept[:8])
+    assert any(kept[STALE_AFTER:])  # ... and tried again once they expired
+
+
+# ---- per-source calibration of the planner --------------------------------------------------------
+def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import AcceptanceModel, plan
+
+    def tree():
+        t = DraftTree(1)
+        a = t.add(0, 5, "logits", prior=0.7)
+        t.add(a, 6, "logits", prior=0.7)
+        r = t.add(0, 7, "retrieval", prior=0.9)
+        t.add(r, 8, "retrieval", prior=0.9)
+        return t
+
+    # every draft node costs a fifth of a one-token step
+    cost = CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m", device="cpu",
+                     dtype="float32", threads=2)
+    model = AcceptanceModel()
+    kept_before, _, _ = plan(tree(), model, cost, 8)
+    assert set(kept_before) == {1, 2}  # the logits chain promises most (and takes the root's first share)
+    for _ in range(6):  # the logits nodes always fail, the retrieval chain is always accepted
+        t = tree()
+        model.observe_step(t, model.node_chances(t), ["root", "rejected", "unreached", "accepted", "accepted"])
+    assert model.calibration("logits") < 0.5 < 1.0 < model.calibration("retrieval")
+    t = tree()
+    kept_after, _, _ = plan(t, model, cost, 8)
+    assert set(kept_after) == {3, 4} and all(t.sources[n] == {"retrieval"} for n in kept_after)
+    saved = model.checkpoint()
+    model.observe_step(t, model.node_chances(t), ["root", "accepted", "accepted", "rejected", "unreached"])
+    model.rollback(saved)
+    assert model.checkpoint() == saved

@@ -1,0 +1,46 @@
+"""Presets are valid configurations; a link's settings round-trip, and nonsense in it is named."""
+
+from specviz.methods import METHODS
+from specviz.ui.compare import parse_overrides, side_settings
+from specviz.ui.presets import PRESETS
+from specviz.ui.share import query_from_settings, settings_from_query
+
+PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
+
+
+# ---- A/B compare -----------------------------------------------------------------------------------------------
+def base_settings(**changes):
+    return {"model": "", "prompt": PROMPT, "method": "racer", "budget": 8, "params": {}, "draft_model": "", "mode": "",
+            "temperature": 0.0, "top_p": 1.0, "seed": 0, **changes}
+
+
+# ---- presets and URL settings --------------------------------------------------------------------------------
+def test_presets_are_valid_configurations():
+    import app
+    from specviz.accept.sampling import SamplingSettings
+
+    assert len(PRESETS) >= 4
+    for preset in PRESETS:
+        assert preset.example in app.EXAMPLES and preset.question.endswith((".", "?", ")"))
+        for overrides in (preset.side_a, preset.side_b):
+            settings = side_settings(base_settings(method=preset.method, temperature=preset.temperature),
+                                     parse_overrides(overrides))
+            spec = METHODS[settings["method"]]
+            params = spec.resolve_params({k: v for k, v in settings["params"].items() if k in {p.name for p in spec.params}})
+            spec.check_sampling(params, SamplingSettings.checked(settings["temperature"]))
+
+
+def test_url_settings_round_trip_and_nonsense_is_named():
+    import app
+
+    query = query_from_settings("respec", 32, 64, 0.7, 0.9, 5, {"tau": 3.0, "m": 2}, "summarise: sum-lighthouse")
+    from urllib.parse import parse_qsl
+
+    settings, notes = settings_from_query(dict(parse_qsl(query[1:])), app.EXAMPLES)
+    assert not notes
+    assert settings == {"method": "respec", "budget": 32, "max_new_tokens": 64, "temperature": 0.7, "top_p": 0.9,
+                        "seed": 5, "tau": 3.0, "example": "summarise: sum-lighthouse"}
+    settings, notes = settings_from_query({"method": "warp-drive", "budget": "lots", "tau": "-1", "temperature": "nan",
+                                           "example": "nope", "zzz": "1", "max_new_tokens": "1e9"}, app.EXAMPLES)
+    assert settings == {} and len(notes) == 7
+    assert any("warp-drive" in n for n in notes) and any("zzz" in n for n in notes)

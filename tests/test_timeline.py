@@ -1,0 +1,100 @@
+"""The timeline: moving and clamping, Play through recorded then live steps, token clicks, why a step is
+small, and a replay beside the live run."""
+
+import pytest
+
+from specviz.records.trace import Trace
+from specviz.ui.lab import Lab
+from specviz.ui.recording import Recording, accepted_path, shipped_traces, why_small
+
+PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
+
+
+# ---- timeline on a replay ----------------------------------------------------------------------------------
+@pytest.fixture
+def replay_lab():
+    lab = Lab()
+    lab.load_trace(shipped_traces()["racer-code-rename"], "racer-code-rename")
+    return lab
+
+
+def test_timeline_moves_and_clamps(replay_lab):
+    lab = replay_lab
+    n = len(lab.replay.steps)
+    assert lab.shown_step() == n - 1
+    lab.go(-3)
+    assert lab.shown_step() == n - 4
+    lab.go(-10 * n)
+    assert lab.shown_step() == 0
+    lab.go_to(10 * n)
+    assert lab.shown_step() == n - 1
+    lab.go_to(0)
+    view = lab.view()
+    assert (view.steps, view.shown_step) == (n, 0) and "Showing step **0**" in view.caption
+    assert "step** 0 of" in view.counters  # the counters are the shown step's
+
+
+def test_play_ticks_to_the_end_then_stops(replay_lab):
+    lab = replay_lab
+    lab.go_to(0)
+    assert lab.play() and not lab.play() and "Already playing" in lab.message
+    ticks = 0
+    while lab.tick(64):
+        ticks += 1
+    assert ticks == len(lab.replay.steps) - 1 and not lab.playing and "Play stopped" in lab.message
+
+
+def test_token_click_finds_its_step_and_node(replay_lab):
+    recording = replay_lab.recording()
+    index = 0
+    for record in recording.records:
+        path = accepted_path(record)
+        assert len(path) == record.num_accepted_drafts
+        for k, token in enumerate(record.accepted_tokens):
+            step, node = recording.step_of_token(index)
+            assert step == record.step
+            if k < len(path):
+                assert node == path[k] and record.nodes[node].token_id == token
+            else:
+                assert node is None  # the bonus token
+            index += 1
+    replay_lab.select_token(index + 5)
+    assert "not part of this run" in replay_lab.message
+
+
+def test_why_a_step_is_small_is_said():
+    recording = Recording.of_trace(Trace.load(shipped_traces()["racer-code-rename"]))
+    small = [r for r in recording.records if len(r.nodes) <= 3]
+    assert small, "the racer trace has steps with tiny trees"
+    for record in small:
+        reason = why_small(record)
+        assert reason and ("planner" in reason or "no match" in reason or "cold" in reason or "nothing" in reason)
+    assert all(why_small(r) == "" for r in recording.records if len(r.nodes) > 3)
+
+
+def test_replay_keeps_the_live_session(lm):
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    lab.step(32)
+    lab.step(32)
+    live_tokens = list(lab.session.output_ids)
+    lab.load_trace(shipped_traces()["racer-code-rename"])
+    assert lab.view().counters.startswith("**replay of")
+    lab.step(32)  # Step returns to the live run, where it was
+    assert lab.replay is None and lab.session.output_ids[:len(live_tokens)] == live_tokens
+    assert len(lab.session.records) == 3
+
+
+def test_live_timeline_and_play_step_on(lm, tmp_path):
+    lab = Lab()
+    lab.apply("", PROMPT, "racer", 8, {})
+    for _ in range(3):
+        lab.step(32)
+    lab.go(-2)
+    assert lab.shown_step() == 0
+    assert lab.play()
+    assert lab.tick(32) and lab.shown_step() == 1  # through the recorded steps first
+    assert lab.tick(32) and lab.shown_step() == 2
+    assert lab.tick(32) and len(lab.session.records) == 4 and lab.at is None  # then live steps
+    path = lab.export_trace(tmp_path)
+    assert Trace.load(path).steps == lab.session.records
