@@ -338,6 +338,16 @@ def on_preset(name):
             *[gr.update(value=values[p.name], visible=p in METHODS[preset.method].params) for p in PARAMS]]
 
 
+def _param_update(p, settings: dict):
+    """A parameter widget's update from a link's settings. Visibility changes only when the link names a
+    method: this runs after the page has loaded, and on a busy server a visitor may already have picked
+    another method, whose parameters must stay shown."""
+    update = {"value": settings[p.name]} if p.name in settings else {}
+    if "method" in settings:
+        update["visible"] = p in METHODS[settings["method"]].params
+    return gr.update(**update)
+
+
 def on_url(request: gr.Request):
     """Settings from the page URL's query parameters; what cannot be used is named in the message."""
     query = dict(request.query_params) if request is not None else {}
@@ -352,8 +362,7 @@ def on_url(request: gr.Request):
                gr.update(value=budget) if isinstance(budget, int) else gr.update(),
                *(gr.update(value=settings[k]) if k in settings else gr.update()
                  for k in ("max_new_tokens", "temperature", "top_p", "seed")),
-               *(gr.update(value=settings[p.name], visible=p in METHODS[method].params) if p.name in settings
-                 else gr.update(visible=p in METHODS[method].params) for p in PARAMS)]
+               *(_param_update(p, settings) for p in PARAMS)]
     restored = [k for k in settings]
     message = ""
     if restored:
