@@ -12,6 +12,8 @@ from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.runtime.modes import parse_mode
+from specviz.engine.paired_baseline import PairedBaseline
+from specviz.engine.prediction import ar_ms_per_token, check
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
@@ -24,9 +26,11 @@ from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
 from specviz.ui.recording import Recording, shipped_ar_trace, why_small
+from specviz.ui.recording import user_message
+from specviz.ui.tree_svg import tree_html
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
-                            transfer_markdown, tree_figure)
+                            transfer_markdown)
 from specviz.ui.views import AccountingView, LabView
 
 def parse_prompt(text: str):
@@ -68,6 +72,7 @@ class Lab:
     stop_requested: bool = False
     baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar's RunResult
     reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
+    paired: PairedBaseline | None = None  # ar on the same prompt, stepped between the run's steps (same load)
     message: str = ""
     # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
@@ -77,6 +82,8 @@ class Lab:
     at: int | None = None              # the timeline's step; None follows the newest one
     selected_node: int | None = None   # a node picked through its token in the text, ringed in the tree
     playing: bool = False
+    autoplay: bool = False             # a first visit's recording plays by itself until the visitor acts
+    streaming: bool = False            # inside Run: views are drawn still (a step animation needs a play pace)
 
     # ---- settings -------------------------------------------------------------------------------
     @staticmethod
@@ -115,6 +122,7 @@ class Lab:
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
+        self.autoplay = False
         with self.stepping:
             if self.session.finished:
                 self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
@@ -123,28 +131,42 @@ class Lab:
                 self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
                 return
             self.session.step(max_new_tokens)
+            self._keep_ar_up()
         self.message = ""
+
+    def _keep_ar_up(self) -> None:
+        """After a step of the run: `ar` on the same prompt steps until it has as many tokens (under the
+        stepping lock), so that the speedup compares two runs timed under the same load."""
+        if self.session.name == "ar":
+            return
+        if self.paired is None or not self.paired.follows(self.session):
+            self.paired = PairedBaseline(self.session)
+        self.paired.keep_up()
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds."""
         if self.session is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Run.")
-        self.replay, self.at, self.selected_node = None, None, None
-        self.stop_requested = False
+        self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
+        self.stop_requested, self.streaming = False, True
         last = 0.0
-        while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
-            if self.stop_requested:
-                break
-            with self.stepping:
-                if not self.session.finished and len(self.session.output_ids) < max_new_tokens:
-                    self.session.step(max_new_tokens)
-            if time.perf_counter() - last >= every_s:
-                last = time.perf_counter()
-                yield
-        else:
-            self.message = f"Done ({self.session.finish_reason or 'token limit'})."
-            self.session.report_finish()
-        self.measure_baseline()
+        try:
+            while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
+                if self.stop_requested:
+                    break
+                with self.stepping:
+                    if not self.session.finished and len(self.session.output_ids) < max_new_tokens:
+                        self.session.step(max_new_tokens)
+                        self._keep_ar_up()
+                if time.perf_counter() - last >= every_s:
+                    last = time.perf_counter()
+                    yield
+            else:
+                self.message = f"Done ({self.session.finish_reason or 'token limit'})."
+                self.session.report_finish()
+            self.measure_baseline()
+        finally:
+            self.streaming = False
         yield
 
     def stop(self) -> None:
@@ -158,6 +180,7 @@ class Lab:
     def reset(self) -> None:
         self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
         self.reference, self.replay, self.at, self.selected_node, self.playing = None, None, None, None, False
+        self.autoplay, self.paired = False, None
 
     def release(self) -> None:
         """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
@@ -207,8 +230,12 @@ class Lab:
                         (f"by draft node {found[1]} (ringed)." if found[1] is not None else "as that step's bonus token."))
 
     def tick(self, max_new_tokens: int) -> bool:
-        """Play: one step forward (through the recorded steps, then live ones); False when there is none."""
+        """Play: one step forward (through the recorded steps, then live ones); False when there is none.
+        A first visit's recording plays from its first step again when it reaches its end."""
         recording = self.recording()
+        if self.autoplay and recording is not None and self.shown_step() == len(recording.records) - 1:
+            self.go_to(0)
+            return True
         shown = self.shown_step()
         if recording is not None and shown is not None and shown < len(recording.records) - 1:
             self.go_to(shown + 1)
@@ -225,6 +252,9 @@ class Lab:
     def play(self) -> bool:
         """Start Play; False (with a message) when it is already playing. A replay shown at its end plays
         from the start."""
+        if self.playing and self.autoplay:  # the first visit's recording plays on, now as the visitor's Play
+            self.autoplay, self.message = False, ""
+            return False
         if self.playing:
             self.message = "Already playing: press Pause to stop."
             return False
@@ -235,7 +265,15 @@ class Lab:
         return True
 
     def pause(self, message: str = "Paused.") -> None:
-        self.playing, self.message = False, message
+        if self.autoplay:
+            message = "The recorded run stopped playing: ▶ Play goes on with it, Step or Run starts a live one."
+        self.playing, self.autoplay, self.message = False, False, message
+
+    def open_recording(self, path, name: str) -> None:
+        """A first visit: the recording from its first step, playing by itself until the visitor acts."""
+        self.load_trace(path, name)
+        self.at, self.playing, self.autoplay = 0, True, True
+        self.message = ""
 
     def fail(self, error: Exception) -> None:
         """Bad input: say what was wrong; the session and what it generated stay as they were (Play stops)."""
@@ -256,7 +294,7 @@ class Lab:
         if not trace.steps:
             raise SpecvizError("This trace has no steps to replay.")
         self.replay, self.replay_name = trace, name or Path(path).name
-        self.at, self.selected_node, self.playing = None, None, False
+        self.at, self.selected_node, self.playing, self.autoplay = None, None, False, False
         self.message = (f"Replaying {self.replay_name} ({len(trace.steps)} steps, recorded on "
                         f"{trace.recorded_on or 'an unknown machine'}): no model needed. Step or Run returns to "
                         "the live run.")
@@ -293,18 +331,33 @@ class Lab:
         return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
                 self.session.sampling)
 
-    def measure_baseline(self) -> RunResult | None:
-        """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
-        seed (once per prompt, length and sampling settings); an `ar` session is its own baseline."""
+    def baseline_so_far(self) -> RunResult | None:
+        """`ar`'s run on the same prompt and sampling for as many tokens as the run has, where one was
+        measured: stepped between the run's steps (PairedBaseline), or alone once a Run ended without one;
+        an `ar` session is its own baseline."""
         session = self.session
         if session is None or not session.output_ids:
             return None
+        if session.name == "ar":
+            return RunResult.of_session(session)
+        n = len(session.output_ids)
+        if self.paired is not None and self.paired.follows(session) and self.paired.covers(n):
+            return self.paired.result()
+        return self.baselines.get(self._baseline_key(n))
+
+    def measure_baseline(self) -> RunResult | None:
+        """baseline_so_far, measured now (alone) where there is none (once per prompt, length and sampling
+        settings)."""
+        session = self.session
+        if session is None or not session.output_ids:
+            return None
+        found = self.baseline_so_far()
+        if found is not None:
+            return found
         n = len(session.output_ids)
         key = self._baseline_key(n)
-        if key not in self.baselines:
-            self.baselines[key] = (RunResult.of_session(session) if session.method.name == "ar" else
-                                   run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
-                                              sampling=session.sampling, max_new_tokens=n))
+        self.baselines[key] = run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
+                                         sampling=session.sampling, max_new_tokens=n)
         return self.baselines[key]
 
     def lanes(self) -> list[tuple[str, float, list]]:
@@ -319,7 +372,7 @@ class Lab:
             if ar is not None and recording.method != "ar":
                 lanes.append(("ar (shipped trace)", ar.prefill_ms, ar.steps))
         elif self.session is not None and self.session.name != "ar":
-            baseline = self.baselines.get(self._baseline_key(len(self.session.output_ids)))
+            baseline = self.baseline_so_far()
             if baseline is not None:
                 lanes.append(("ar", baseline.prefill_s * 1000, baseline.records))
         return lanes
@@ -329,7 +382,7 @@ class Lab:
         if self.session is None:
             return {}
         stats = self.session.stats()
-        baseline = self.baselines.get(self._baseline_key(stats["new_tokens"]))
+        baseline = self.baseline_so_far()
         if baseline and stats["wall_s"] and baseline.wall_s:
             stats["ar_tokens_per_s"] = round(baseline.tokens_per_s, 3)
             stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
@@ -354,10 +407,12 @@ class Lab:
             else:
                 same = ("identical to greedy ar" if c["identical_to_ar"] else
                         c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling "
+            paired = self.session.name != "ar" and self.paired is not None and self.paired.follows(self.session)
+            how = "stepped between this run's steps, so both ran under the same load" if paired else "run alone"
+            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling, {how}: "
                          f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
         else:
-            parts.append("**speedup vs ar** measured when a Run ends")
+            parts.append("**speedup vs ar** measured step by step with the run")
         if self.session.records:
             t = self.session.records[-1].timings_ms
             parts.append(f"**last step** draft {t['draft']:.1f} ms · verify {t['verify']:.1f} ms "
@@ -422,14 +477,31 @@ class Lab:
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
         draft_ms = (plan.cut.draft_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
+        ar_ms = self.ar_ms_per_token()
         return AccountingView(
             sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
             waste=accounting.waste_figure(records), time_split=accounting.time_split_figure(records),
             lanes=accounting.lanes_figure(self.lanes()),
-            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms))
+            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms,
+                                        plan.verify_ms if plan else None,
+                                        check([record], ar_ms) if record else None,
+                                        check(records, ar_ms) if records else None))
+
+    def ar_ms_per_token(self) -> float | None:
+        """ar's measured decode ms per token on the shown run's prompt: the lane beside it (stepped between a
+        live run's steps; for a replay, the shipped ar trace of its prompt, recorded on the same machine)."""
+        lanes = self.lanes()
+        return ar_ms_per_token(lanes[1][2]) if len(lanes) > 1 else None
+
+    def shown_prompt(self) -> str:
+        """The user's message of the shown run (a recording's from its decoded prompt)."""
+        if self.replay is not None:
+            return user_message(self.replay.prompt_text)
+        return self.settings.prompt if self.settings is not None and self.session is not None else ""
 
     def view(self) -> LabView:
-        """What the page shows now: the shown step is the timeline's, or the newest."""
+        """What the page shows now: the shown step is the timeline's, or the newest. A step is drawn animated
+        (its draft, verify, accept and commit at the play pace) except while Run streams steps in."""
         recording, k = self.recording(), self.shown_step()
         records = recording.records if recording else []
         token_text = recording.token_text if recording else str
@@ -438,8 +510,11 @@ class Lab:
         newest_live = self.replay is None and (k is None or k == len(records) - 1)
         choices = self.node_choices()
         transfer = transfer_markdown(shown, recording.lossless) if recording else ""
+        animate = not self.streaming
         return LabView(
-            tree=tree_figure(record, self.selected_node), text_html=tokens_html(shown, token_text),
+            tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node),
+            text_html=tokens_html(shown, token_text, self.shown_prompt(), recorded=self.replay is not None,
+                                  animate_last=animate) + ('<span class="autoplay-flag" hidden></span>' if self.autoplay else ""),
             counters=self.counters_markdown() if newest_live else self.timeline_markdown(),
             budget_split=budget_split_markdown(record),
             method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),

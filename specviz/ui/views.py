@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 @dataclass(frozen=True)
 class LabView:
     """The Tree tab and the lines above it, for the step on screen (the timeline's, or the newest)."""
-    tree: object                  # plotly figure of the shown step's draft tree
+    tree: str                     # HTML: the shown step's tree box (tree_svg.tree_html)
     text_html: str                # the generated text up to the shown step, each token marked by its origin
     counters: str                 # markdown: steps, tokens, MAT, tokens/s, speedup vs ar, timings
     budget_split: str             # markdown: per source offered / proposed / kept / accepted
@@ -23,6 +23,14 @@ class LabView:
     steps: int                    # steps in the shown run
     shown_step: int | None        # index of the step on screen; None before the first
     caption: str                  # which step is on screen and why its tree is small when it is
+
+    def hidden(self) -> set[str]:
+        """The panels with nothing to show (the page hides them): p / q / p_hat without sampling, the
+        document without RAPID, the diff of a lossless run, ReSpec's and READER's notes of other methods."""
+        empty = {"distribution": not self.node_choices, "node_choices": not self.node_choices,
+                 "document_html": not self.document_html, "token_diff_html": not self.token_diff_html,
+                 "method_step": not self.method_step}
+        return {name for name, nothing in empty.items() if nothing}
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -47,8 +55,8 @@ class AccountingView:
 @dataclass(frozen=True)
 class CompareView:
     """The A/B tab: each side's last tree, text and summary, B's difference from A, the message."""
-    tree_a: object
-    tree_b: object
+    tree_a: str          # HTML tree boxes (tree_svg.tree_html)
+    tree_b: str
     text_a: str
     text_b: str
     summary_a: str
