@@ -84,7 +84,7 @@ def _widget_values(view: LabView) -> dict:
     choices = view.node_choices
     values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
     hidden = view.hidden()
-    for name in ("node_choices", "distribution", "document_html", "token_diff_html", "method_step"):
+    for name in ("node_choices", "distribution", "document_html", "token_diff_html", "method_step", "prediction"):
         value = values[name]
         values[name] = gr.update(**(value if isinstance(value, dict) else {"value": value}),
                                  visible=name not in hidden)
@@ -520,9 +520,9 @@ def build_app() -> gr.Blocks:
             pause_btn = gr.Button("Pause", elem_id="pause-btn", scale=0, min_width=76)
             present_btn = gr.Button("Present", elem_id="present-btn", scale=0, min_width=90)
         with gr.Row(elem_id="stage", equal_height=False):
-            with gr.Column(scale=8, elem_id="tree-col", min_width=560):
+            with gr.Column(scale=17, elem_id="tree-col", min_width=560):
                 tree = gr.HTML(shown.tree, elem_id="tree-box", js_on_load=TREE_JS, padding=False)
-            with gr.Column(scale=5, elem_id="text-col", min_width=320):
+            with gr.Column(scale=8, elem_id="text-col", min_width=320):
                 caption = gr.Markdown(shown.caption, elem_id="step-caption")
                 text = gr.HTML(shown.text_html, label="Generated text (click a token: its step and node)",
                                elem_id="generated", js_on_load=TOKEN_CLICK_JS)

@@ -4,6 +4,7 @@ views show a converted trace as they show it saved again."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -33,12 +34,15 @@ ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED, UNREACHED = (
     NodeStatus.UNREACHED)
 
 
-# ---- shipped traces (format version 2) ----------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(shipped_traces()))
-def test_every_shipped_trace_loads_into_typed_records(name, tmp_path):
-    path = shipped_traces()[name]
+# ---- traces of format version 2 (as shipped until version 4) ------------------------------------------------
+V2_TRACES = {path.stem: path for path in sorted((Path(__file__).parent / "fixtures" / "traces_v2").glob("*.json"))}
+
+
+@pytest.mark.parametrize("name", list(V2_TRACES))
+def test_every_version_2_trace_loads_into_typed_records(name, tmp_path):
+    path = V2_TRACES[name]
     raw = json.loads(path.read_text())
-    assert raw["format_version"] == 2  # the shipped traces are older than this format: converted on load
+    assert raw["format_version"] == 2  # older than this format: converted on load
     trace = Trace.load(path)
     assert trace.format_version == FORMAT_VERSION and len(trace.steps) == len(raw["steps"])
     for step, old in zip(trace.steps, raw["steps"]):
@@ -72,10 +76,9 @@ def test_every_shipped_trace_loads_into_typed_records(name, tmp_path):
     assert Trace.load(tmp_path / "again.json") == trace
 
 
-@pytest.mark.parametrize("name", ["respec-code-rename", "unified-code-rename", "reader-code-rename",
-                                  "rapid-lc-ferry-2-t0.8", "pld-code-rename"])
+@pytest.mark.parametrize("name", list(V2_TRACES))
 def test_views_show_a_converted_trace_as_its_saved_copy(name, tmp_path):
-    trace = Trace.load(shipped_traces()[name])
+    trace = Trace.load(V2_TRACES[name])
     trace.save(tmp_path / "again.json")
     again = Trace.load(tmp_path / "again.json")
     for old, new in zip(trace.steps, again.steps):
@@ -84,6 +87,22 @@ def test_views_show_a_converted_trace_as_its_saved_copy(name, tmp_path):
         assert viz.respec_step_markdown(old, trace.token_text) == viz.respec_step_markdown(new, trace.token_text)
         assert viz.node_choices(old, trace.token_text) == viz.node_choices(new, trace.token_text)
         assert tree_html(old, trace.token_text) == tree_html(new, trace.token_text)
+
+
+@pytest.mark.parametrize("name", list(shipped_traces()))
+def test_every_shipped_trace_is_of_this_version_with_its_offered_trees(name, tmp_path):
+    raw = json.loads(shipped_traces()[name].read_text())
+    assert raw["format_version"] == FORMAT_VERSION
+    trace = Trace.load(shipped_traces()[name])
+    trace.save(tmp_path / "again.json")
+    assert Trace.load(tmp_path / "again.json") == trace
+    planned = [step for step in trace.steps if step.plan is not None and step.plan.cut is not None]
+    for step in planned:  # the offered tree is whole: the verified nodes and the cut ones
+        cut = len(step.cut_nodes) if step.cut_nodes else 0
+        assert step.plan.cut.offered == len(step.nodes) - 1 + cut
+        assert all(str(token) in trace.token_texts for token in (step.cut_nodes.tokens if cut else []))
+    if trace.params.get("budget") == "auto" and name.split("-")[0] in ("racer", "unified", "reader"):
+        assert any(step.cut_nodes for step in planned), "an auto run whose planner never cut anything"
 
 
 def test_the_shipped_respec_trace_shows_its_decisions():

@@ -109,11 +109,12 @@ def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
     first = first_view(path, "unified-code-rename", examples)
     assert first.view.shown_step == 0 and "Showing step **0**" in first.view.caption
     assert "recorded run" in first.view.text_html and "Rename the function" in first.view.text_html
-    assert "autoplay-flag" in first.view.text_html and first.example is None and "Rename" in first.prompt
+    assert "autoplay-flag" not in first.view.text_html and first.example is None and "Rename" in first.prompt
     assert 'class="tv tv-anim"' in first.view.tree  # the step is drawn to play
     assert "distribution" in first.view.hidden() and "document_html" in first.view.hidden()  # greedy, no document
     lab = open_first_visit(Lab(), path, "unified-code-rename")
-    assert lab.playing and lab.autoplay and lab.shown_step() == 0
+    assert lab.playing and lab.autoplay and lab.shown_step() == 0 and "autoplay-flag" in lab.view().text_html
+    assert lab.view().tree == first.view.tree  # the session's first view draws what the page painted first
     last = len(lab.replay.steps) - 1
     for k in range(1, last + 1):
         assert lab.tick(16) and lab.shown_step() == k

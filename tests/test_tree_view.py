@@ -11,7 +11,7 @@ from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
-from specviz.ui.tree_layout import FONT_PX, MIN_PITCH, layout, text_width
+from specviz.ui.tree_layout import CANVAS, FONT_PX, MIN_PITCH, layout, text_width
 from specviz.ui.tree_svg import svg_element, tree_html
 from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, VERIFY_AT, short_label,
                                   shown_tree)
@@ -114,10 +114,14 @@ def test_no_two_labels_overlap_and_depths_are_layered(count):
             for b, box_b in boxes[i + 1:]:
                 assert not box_a.overlaps(box_b), (count, seed, a, b)
         depth = {n.id: n.depth for n in nodes}
-        for a, (xa, _) in geometry.centres.items():        # a deeper node is further right, past the labels
-            for b, (xb, _) in geometry.centres.items():
-                if depth[b] == depth[a] + 1:
+        band = {i: geometry.band_of[d] for i, d in depth.items()}
+        for a, (xa, ya) in geometry.centres.items():
+            for b, (xb, yb) in geometry.centres.items():
+                if depth[b] == depth[a] + 1 and band[b] == band[a]:  # a deeper node is further right, past the labels
                     assert xb - geometry.radius > geometry.column_end[depth[a]]
+                if band[b] > band[a]:                                 # a later band lies wholly below
+                    assert geometry.labels[b].y0 > geometry.labels[a].y1
+        assert geometry.width == pytest.approx(CANVAS[0])  # deep trees wrap into bands: nothing to scroll sideways
         assert geometry.font_px >= 14
         for box in geometry.labels.values():                 # everything on the canvas
             assert 0 < box.x0 < box.x1 <= geometry.width and 0 < box.y0 < box.y1 < geometry.height
@@ -140,6 +144,18 @@ def test_small_trees_spread_over_the_box_and_siblings_go_by_chance():
     same_depth = [abs(geometry.centres[a][1] - geometry.centres[b][1]) for a in depth for b in depth
                   if a < b and depth[a] == depth[b]]
     assert min(same_depth) >= MIN_PITCH  # a depth's labels are at least a row apart
+
+
+def test_a_deep_chain_wraps_into_bands_that_fill_the_box():
+    chain = [node(0, -1, 0, 99, [], "root")] + [node(i, i - 1, i, 100 + i % 10, ["retrieval"], "accepted", 0.9)
+                                                for i in range(1, 61)]
+    record = StepRecord(step=0, prefix_len=9, budget=60, budget_mode="fixed", nodes=chain, accepted_tokens=[5],
+                        accepted_origins=["bonus"], allocation={}, timings_ms={})
+    geometry = layout(shown_tree(record, token_text).nodes)
+    bands = sorted(set(geometry.band_of.values()))
+    assert len(bands) >= 5 and geometry.width == CANVAS[0] and geometry.height <= CANVAS[1] * 1.5
+    assert all(geometry.wraps(max(d for d, b in geometry.band_of.items() if b == band)) for band in bands[:-1])
+    assert sorted(geometry.band_gap_y) == bands[:-1]
 
 
 def test_label_widths_are_monospace_advances():

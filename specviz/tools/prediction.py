@@ -17,10 +17,11 @@ def predicted_against_measured(lm: LoadedModel, suite: list[dict], method: str, 
     warm_up(lm, method, suite[0]["messages"], params=params, draft=draft)
     rows, pooled_records, pooled_ar = [], [], []
     for item in suite:
+        limit = item.get("max_new_tokens", max_new_tokens)
         session = Session(lm, method, params, draft=draft).start(item["messages"])
         paired = PairedBaseline(session)
-        while not session.finished and len(session.output_ids) < max_new_tokens:
-            session.step(max_new_tokens)
+        while not session.finished and len(session.output_ids) < limit:
+            session.step(limit)
             paired.keep_up()
         rows.append({"id": item["id"], "category": item.get("category", ""),
                      **_row(check(session.records, ar_ms_per_token(paired.ar.records)))})

@@ -4,10 +4,10 @@ with this view as its initial values, so a tree is on screen as soon as the page
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specviz.ui.lab import Lab
+from specviz.ui.lab import AUTOPLAY_FLAG, Lab
 from specviz.ui.recording import user_message
 from specviz.ui.views import LabView
 
@@ -33,4 +33,8 @@ def first_view(trace: Path | None, name: str | None, examples: dict[str, str]) -
     lab = open_first_visit(Lab(), trace, name)
     prompt = user_message(lab.replay.prompt_text) if lab.replay is not None else ""
     example = next((label for label, text in examples.items() if text.strip() == prompt.strip()), None)
-    return FirstView(lab.view(), example, examples[example] if example else prompt)
+    # the page's first paint has no autoplay flag: a touch before the session exists has nothing to stop
+    # (the session's first view adds it; the tree is the same, so its animation does not start again)
+    view = lab.view()
+    return FirstView(replace(view, text_html=view.text_html.replace(AUTOPLAY_FLAG, "")), example,
+                     examples[example] if example else prompt)

@@ -33,6 +33,10 @@ from specviz.ui.viz import (budget_split_markdown, distribution_figure, document
                             transfer_markdown)
 from specviz.ui.views import AccountingView, LabView
 
+# in the text's HTML while a first visit's recording plays by itself: the page's script stops it at the first touch
+AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
+
+
 def parse_prompt(text: str):
     """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
     {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
@@ -320,6 +324,9 @@ class Lab:
         session = self.session
         if session is None or not session.output_ids or session.lossless or session.temperature > 0:
             return None
+        n = len(session.output_ids)
+        if self.paired is not None and self.paired.follows(session) and self.paired.covers(n):
+            return token_diff(self.paired.ar.output_ids[:n], session.output_ids)  # the greedy ar beside the run
         with self.stepping:
             if self.reference is None or self.reference.prompt_ids != session.prompt_ids \
                     or self.reference.lm is not session.lm:
@@ -514,7 +521,7 @@ class Lab:
         return LabView(
             tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node),
             text_html=tokens_html(shown, token_text, self.shown_prompt(), recorded=self.replay is not None,
-                                  animate_last=animate) + ('<span class="autoplay-flag" hidden></span>' if self.autoplay else ""),
+                                  animate_last=animate) + (AUTOPLAY_FLAG if self.autoplay else ""),
             counters=self.counters_markdown() if newest_live else self.timeline_markdown(),
             budget_split=budget_split_markdown(record),
             method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),

@@ -6,16 +6,15 @@ from __future__ import annotations
 from specviz.ui.tree_svg import TREE_CSS
 from specviz.ui.viz import TOKEN_CSS
 
-TITLE_HTML = ('<div class="brand"><strong>specviz</strong> <span>each step drafts a tree of candidate tokens, '
-              'verifies it in <b>one forward pass</b> and keeps the longest path the model agrees with, plus one '
-              'token of its own</span></div>')
+TITLE_HTML = ('<div class="brand"><strong>specviz</strong> <span>speculative decoding with draft trees: each step '
+              'drafts a tree, verifies it in one forward pass, keeps what the model agrees with</span></div>')
 
 LAYOUT_CSS = """
 .gradio-container { max-width: 100% !important; padding-top: 4px !important; }
 #topbar { align-items: center; gap: 6px; flex-wrap: nowrap; }
 #topbar button { padding-left: 8px; padding-right: 8px; }
 #brand { flex: 1 1 auto; min-width: 0; }
-.brand { font-size: 14px; line-height: 1.25; color: #444; overflow: hidden; max-height: 2.6em; }
+.brand { font-size: 14px; line-height: 1.3; color: #444; }
 .brand strong { font-size: 20px; color: #111; margin-right: 6px; }
 #stage { gap: 12px; }
 #text-col { min-width: 300px; }
@@ -26,16 +25,20 @@ LAYOUT_CSS = """
 .prose table, table { word-break: normal !important; overflow-wrap: normal !important; }
 .prose th, .prose td { white-space: nowrap; }
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
-/* presentation mode: no controls, everything larger */
+/* presentation mode: no controls, everything larger (Gradio prefixes each rule with its container's
+   classes, so rules keyed on <body> need !important to win) */
 body.presenting #settings-panel, body.presenting .sidebar, body.presenting #topbar > :not(#present-btn),
 body.presenting #details-tabs, body.presenting #timeline-row, body.presenting #message, body.presenting footer,
 body.presenting #counters { display: none !important; }
-body.presenting #topbar { position: fixed; top: 6px; right: 10px; z-index: 50; width: auto; }
-body.presenting #tree-box .tv-scroll { --tree-max-height: calc(100vh - 150px); }
-body.presenting .tv-bar, body.presenting .tv-legend { font-size: 19px; }
-body.presenting .ph, body.presenting .tv-sw { font-size: 18px; }
-body.presenting #generated .generated { font-size: 21px; max-height: calc(100vh - 260px); }
-body.presenting #step-caption, body.presenting .prompt { font-size: 18px; }
+body.presenting #topbar { position: fixed !important; top: 6px; right: 10px; z-index: 50; width: auto !important; }
+body.presenting #tree-box .tv-scroll { --tree-max-height: calc(100vh - 130px); }
+body.presenting #tree-col { flex: 1 1 0 !important; min-width: 0 !important; }
+body.presenting #text-col { flex: 0 0 24% !important; min-width: 0 !important; }
+body.presenting .gradio-container { padding-left: 8px !important; padding-right: 8px !important; }
+body.presenting .tv-bar, body.presenting .tv-legend { font-size: 19px !important; }
+body.presenting .ph, body.presenting .tv-sw { font-size: 18px !important; }
+body.presenting #generated .generated { font-size: 21px !important; max-height: calc(100vh - 260px) !important; }
+body.presenting #step-caption, body.presenting .prompt { font-size: 18px !important; }
 """
 
 PAGE_CSS = "\n".join([TOKEN_CSS, TREE_CSS, LAYOUT_CSS])

@@ -103,12 +103,17 @@ def tree_svg_body(tree: ShownTree, geometry: TreeGeometry, highlight: int | None
 
 def _edge(child: ShownNode, parent: ShownNode, g: TreeGeometry) -> list[str]:
     """From the end of the parent's label along its own row to the end of its depth's label column, then a
-    curve to the child's marker: an edge never crosses a label."""
+    curve to the child's marker; into the next band of a wrapped tree, down the right margin, along the gap
+    between the bands and in from the left margin: an edge never crosses a label."""
     (px, py), (cx, cy) = g.centres[parent.id], g.centres[child.id]
     start, column_end = g.labels[parent.id].x1 + 3, g.column_end[parent.depth] + 4
     end = cx - g.radius - 3
-    mid = (column_end + end) / 2
-    d = f"M{num(start)} {num(py)}H{num(column_end)}C{num(mid)} {num(py)},{num(mid)} {num(cy)},{num(end)} {num(cy)}"
+    if g.wraps(parent.depth):
+        right, left, gap_y = g.width - 6, 6, g.band_gap_y[g.band_of[parent.depth]]
+        d = (f"M{num(start)} {num(py)}H{num(right)}V{num(gap_y)}H{num(left)}V{num(cy)}H{num(end)}")
+    else:
+        mid = (column_end + end) / 2
+        d = f"M{num(start)} {num(py)}H{num(column_end)}C{num(mid)} {num(py)},{num(mid)} {num(cy)},{num(end)} {num(cy)}"
     colour, width = CUT_EDGE if child.status == CUT else EDGE
     dash = ' stroke-dasharray="4 3"' if child.status == CUT else ""
     timing = f'style="--a:{child.appear};--r:{child.reveal}"'
@@ -222,6 +227,8 @@ def _legend_item(drawn: str, name: str) -> str:
 
 
 # ---- CSS and the script of the tree box ---------------------------------------------------------------------
+# (Gradio prefixes each rule with its container's classes, so a rule keyed on <body> needs !important to win;
+# and it drops an `animation` shorthand that holds var(): the animations are written in longhands)
 # the animation reads --pace (seconds per step, the play pace: the page's script keeps it current) and each
 # element's --a (appears), --r (turns into its status) as fractions of one play interval
 TREE_CSS = f"""
@@ -233,25 +240,28 @@ TREE_CSS = f"""
 .tv-sw {{ font-size: 14px; padding: 1px 8px; background: #fff; color: #222; border: 0; cursor: pointer; }}
 .tv-sw[disabled] {{ color: #999; cursor: default; }}
 body:not(.tv-show-verified) .tv-sw-offered:not([disabled]), body.tv-show-verified .tv-sw-verified:not([disabled])
-  {{ background: #222; color: #fff; }}
-body:not(.tv-show-verified) .tv-verified, body.tv-show-verified .tv-offered {{ display: none; }}
+  {{ background: #222 !important; color: #fff !important; }}
+body:not(.tv-show-verified) .tv-verified, body.tv-show-verified .tv-offered {{ display: none !important; }}
 .tv-phases {{ display: inline-flex; flex-wrap: wrap; gap: 4px; font-size: 14px; }}
 .ph {{ padding: 0 6px; border-radius: 10px; background: #eee; color: #444; white-space: nowrap; }}
-.tv-anim .ph {{ animation: tv-ph calc(var(--pace) * var(--d) * 1s) linear;
-  animation-delay: calc(var(--pace) * var(--a) * 1s); }}
+.tv-anim .ph {{ animation-name: tv-ph; animation-duration: calc(var(--pace) * var(--d) * 1s);
+  animation-timing-function: linear; animation-delay: calc(var(--pace) * var(--a) * 1s); }}
 @keyframes tv-ph {{ from, to {{ background: #222; color: #fff; }} }}
 .tv-scroll {{ overflow: auto; max-height: var(--tree-max-height, calc(100vh - 250px)); }}
 .tv-svg {{ display: block; width: 100%; height: auto; background: #fff; }}
 .tv-svg .n {{ cursor: default; }}
-.tv-anim .n-in, .tv-anim .e {{ animation: tv-in calc(var(--pace) * 0.05s) ease-out both;
-  animation-delay: calc(var(--pace) * var(--a) * 1s); }}
-.tv-anim .faded {{ animation: tv-fade calc(var(--pace) * 0.06s) both; animation-delay: calc(var(--pace) * var(--r) * 1s); }}
-.tv-anim .m-draft {{ animation: tv-out 0.01s both; animation-delay: calc(var(--pace) * var(--r) * 1s); }}
-.tv-anim .m-final {{ animation: tv-show calc(var(--pace) * 0.04s) both; animation-delay: calc(var(--pace) * var(--r) * 1s); }}
-.tv-anim .e-path {{ stroke-dasharray: 1; animation: tv-draw calc(var(--pace) * 0.05s) both;
-  animation-delay: calc(var(--pace) * (var(--r) - 0.04) * 1s); }}
-.tv-anim .pulse {{ transform-box: fill-box; transform-origin: center;
-  animation: tv-pulse calc(var(--pace) * {round(ACCEPT_START - VERIFY_AT, 3)}s) both;
+.tv-anim .n-in, .tv-anim .e {{ animation-name: tv-in; animation-duration: calc(var(--pace) * 0.05s);
+  animation-timing-function: ease-out; animation-fill-mode: both; animation-delay: calc(var(--pace) * var(--a) * 1s); }}
+.tv-anim .faded {{ animation-name: tv-fade; animation-duration: calc(var(--pace) * 0.06s); animation-fill-mode: both;
+  animation-delay: calc(var(--pace) * var(--r) * 1s); }}
+.tv-anim .m-draft {{ animation-name: tv-out; animation-duration: 0.01s; animation-fill-mode: both;
+  animation-delay: calc(var(--pace) * var(--r) * 1s); }}
+.tv-anim .m-final {{ animation-name: tv-show; animation-duration: calc(var(--pace) * 0.04s); animation-fill-mode: both;
+  animation-delay: calc(var(--pace) * var(--r) * 1s); }}
+.tv-anim .e-path {{ stroke-dasharray: 1; animation-name: tv-draw; animation-duration: calc(var(--pace) * 0.05s);
+  animation-fill-mode: both; animation-delay: calc(var(--pace) * (var(--r) - 0.04) * 1s); }}
+.tv-anim .pulse {{ transform-box: fill-box; transform-origin: center; animation-name: tv-pulse;
+  animation-duration: calc(var(--pace) * {round(ACCEPT_START - VERIFY_AT, 3)}s); animation-fill-mode: both;
   animation-delay: calc(var(--pace) * {VERIFY_AT}s); }}
 @keyframes tv-in {{ from {{ opacity: 0; transform: translateX(-10px); }} to {{ opacity: 1; transform: none; }} }}
 @keyframes tv-fade {{ from {{ opacity: 1; }} to {{ opacity: {FADED}; }} }}
@@ -271,9 +281,20 @@ body:not(.tv-show-verified) .tv-verified, body.tv-show-verified .tv-offered {{ d
 TREE_JS = """
 const tip = () => element.querySelector('.tv-tip');
 const pace = () => parseFloat(document.querySelector('#pace input')?.value) || 2;
+// a tree taller than its box: scroll so that the accepted path is in the middle of it
+const centre = () => {
+  const box = element.querySelector('.tv-scroll');
+  if (!box || box.scrollHeight <= box.clientHeight) return;
+  const path = Array.from(box.querySelectorAll('g.on-path')).filter((g) => g.getClientRects().length);
+  if (!path.length) return;
+  const top = box.getBoundingClientRect().top;
+  const ys = path.map((g) => { const r = g.getBoundingClientRect(); return (r.top + r.bottom) / 2 - top + box.scrollTop; });
+  box.scrollTop = Math.max(0, (Math.min(...ys) + Math.max(...ys)) / 2 - box.clientHeight / 2);
+};
 const restart = () => {
   document.documentElement.style.setProperty('--pace', String(pace()));
   for (const a of element.getAnimations({subtree: true})) { a.cancel(); a.play(); }
+  centre();
 };
 element.addEventListener('mouseover', (event) => {
   const node = event.target.closest('[data-tip]');
@@ -293,7 +314,10 @@ element.addEventListener('mousemove', (event) => {
 element.addEventListener('mouseleave', () => tip()?.classList.remove('on'));
 element.addEventListener('click', (event) => {
   const button = event.target.closest('[data-tree-view]');
-  if (button && !button.disabled) document.body.classList.toggle('tv-show-verified', button.dataset.treeView === 'verified');
+  if (button && !button.disabled) {
+    document.body.classList.toggle('tv-show-verified', button.dataset.treeView === 'verified');
+    centre();
+  }
 });
 watch('value', restart);
 restart();

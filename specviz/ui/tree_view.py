@@ -79,17 +79,16 @@ def shown_tree(record: StepRecord, token_text: Callable[[int], str], offered: bo
     faded = _refused_subtrees(record)
     depth = {n.id: n.depth for n in record.nodes}
     verified = len(record.nodes) - 1
-    path = [n.id for n in record.nodes if n.status in ACCEPTED_STATUSES]
-    path_depth = max((depth[i] for i in path), default=0)
-    max_depth = max(depth.values(), default=0)
+    max_depth = max([*depth.values(), *((depth[p] + 1) for p in (record.cut_nodes.parents if cut_nodes else ())
+                                        if p in depth)], default=0)
 
     def appear(sources, d) -> float:
         stage = min((stages.index(s) for s in sources if s in stages), default=0)
         slot = DRAFT_END / max(1, len(stages))
         return round(stage * slot + slot * 0.85 * (d - 1) / max(1, max_depth), 3)
 
-    def reveal(d) -> float:
-        return round(ACCEPT_START + (ACCEPT_END - ACCEPT_START) * (d - 1) / max(1, max(path_depth, 1)), 3)
+    def reveal(d) -> float:  # the target's verdicts come in depth by depth, all within the accept phase
+        return round(ACCEPT_START + (ACCEPT_END - ACCEPT_START) * (d - 1) / max(1, max_depth - 1), 3)
 
     nodes: list[ShownNode] = []
     for n in record.nodes:

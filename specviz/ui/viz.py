@@ -80,8 +80,8 @@ TOKEN_CSS = "\n".join(
      "border-left: 3px solid #bbb; padding: 2px 8px; margin-bottom: 8px; }",
      ".badge { background: #222; color: #fff; border-radius: 4px; padding: 0 6px; font-size: 0.85em; "
      "text-transform: uppercase; letter-spacing: 0.04em; }",
-     ".tv-anim .tok-new { animation: tv-show calc(var(--pace) * 0.05s) both; "
-     "animation-delay: calc(var(--pace) * var(--c) * 1s); }"]
+     ".tv-anim .tok-new { animation-name: tv-show; animation-duration: calc(var(--pace) * 0.05s); "
+     "animation-fill-mode: both; animation-delay: calc(var(--pace) * var(--c) * 1s); }"]
     + [".document { white-space: pre-wrap; max-height: 360px; overflow-y: auto; font-size: 0.9em; }",
        ".chunk { border-left: 2px solid #ddd; } .chunk-chosen { background: #2ca02c22; border-left: 3px solid #2ca02c; }"]
     + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
