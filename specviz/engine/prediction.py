@@ -20,7 +20,7 @@ class SpeedupCheck:
     measured: float | None      # tokens per ms over ar's tokens per ms (None: no ar measured)
     expected_tokens: float      # what the planner expected the steps to commit (priced steps only)
     tokens: int                 # what they committed
-    priced_ms: float            # draft + verify cost the planner priced them at
+    priced_ms: float            # draft + overhead + verify cost the planner priced them at
     taken_ms: float             # what they took (draft, verify, acceptance, update)
     ar_priced_ms: float         # the one-token verify the planner priced ar's token at (mean over steps)
     ar_ms: float | None         # ar's measured ms per token
@@ -44,7 +44,7 @@ def check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCh
     ar's measured decode time per token (None: ar not measured)."""
     priced = [r for r in records if r.plan is not None and r.plan.cut is not None and r.plan.verify_ms]
     expected = sum(1 + r.plan.cut.expected_accepted for r in priced)
-    priced_ms = sum(r.plan.cut.draft_ms + r.plan.verify_ms[r.plan.cut.kept] for r in priced)
+    priced_ms = sum(r.plan.cut.fixed_ms + r.plan.verify_ms[r.plan.cut.kept] for r in priced)
     ar_priced = sum(r.plan.verify_ms[0] for r in priced) / len(priced) if priced else 0.0
     measured_over = priced or records
     tokens = sum(len(r.accepted_tokens) for r in measured_over)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -174,6 +176,7 @@ class Session:
             self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
+        self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
         return self
 
     # ---- reading --------------------------------------------------------------------------------
@@ -240,7 +243,8 @@ class Session:
         draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
         chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
         if self.budget == "auto":
-            chosen = plan_tree(offered, self.acceptance, self.online_cost, limit, draft_ms, chances=chances)
+            chosen = plan_tree(offered, self.acceptance, self.online_cost, limit, draft_ms, self.overhead_ms,
+                               chances=chances)
             kept = offered.truncate(len(chosen.kept), chosen.kept)
             return Drafted(kept, len(chosen.kept), split, chosen.expected, chosen.cut,
                            chances if kept is offered else None, offered, chosen)
@@ -335,7 +339,14 @@ class Session:
             "draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1, "update": t3 - t2, "total": t3 - t0}.items()})
         self.records.append(record)
         self.step_s += t3 - t0
+        self._outside_ms.append(timings_ms["total"] - timings_ms["draft"] - timings_ms["forward"])
         return record
+
+    @property
+    def overhead_ms(self) -> float:
+        """A step's time besides drafting and the verify forward (acceptance, cache and drafter updates, the
+        record): the median of the recent steps, which the planner prices with the draft time."""
+        return statistics.median(self._outside_ms) if self._outside_ms else 0.0
 
     def _record(self, drafted: "Drafted", verification, committed, past_len, timings_ms: dict, decision, sampling,
                 drafter_notes, chances: list[float]) -> StepRecord:

@@ -298,7 +298,7 @@ def cost_figure(cost_curve: dict | None, expected_curve: list[float] | None, cho
     figure.add_trace(go.Scatter(
         x=k, y=speedup, mode="lines+markers", line=dict(color="#2a2a2a"), marker=dict(size=5), showlegend=False,
         name="expected speedup",
-        hovertext=[f"keep {i} nodes: E[accepted] {e:.2f}, verify {c:.1f} ms + draft {draft_ms:.1f} ms<br>"
+        hovertext=[f"keep {i} nodes: E[accepted] {e:.2f}, verify {c:.1f} ms + draft and overhead {draft_ms:.1f} ms<br>"
                    f"→ {1 + e:.2f} tokens per {draft_ms + c:.1f} ms = {s:.2f}× plain"
                    for i, e, c, s in zip(k, expected, cost, speedup)], hoverinfo="text"), row=1, col=2)
     best = int(np.argmax(speedup))

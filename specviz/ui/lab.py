@@ -483,7 +483,7 @@ class Lab:
             curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
-        draft_ms = (plan.cut.draft_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
+        draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
         ar_ms = self.ar_ms_per_token()
         return AccountingView(
             sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
