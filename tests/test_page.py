@@ -88,7 +88,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
     }""")
     assert font >= 14
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ')", timeout=10_000)
-    page.wait_for_timeout(1700)  # the step's animation to its commit (the pace is 2 s a step)
+    page.wait_for_timeout(2000)  # the step's animation to its end (the pace is 2.5 s a step)
     page.screenshot(path=str(SHOTS / f"first-{width}x{height}.png"))
     page.close()
 
@@ -199,7 +199,7 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     phases = page.evaluate("() => document.querySelector('#tree-box').getAnimations({subtree: true})"
                            ".map(a => a.animationName)")
     assert "tv-ph" in phases and "tv-in" in phases and "tv-pulse" in phases  # draft ... commit are under way
-    page.wait_for_timeout(2400)  # the pace is 2 s a step
+    page.wait_for_timeout(2400)  # the pace is 2.5 s a step: the step is whole from 0.75 of it
     late = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
     assert float(early) < 0.5 and float(late) == 1.0  # the bonus comes in at the commit, at the end of the step
     new_tokens = page.locator("#generated .tok-new").count()

@@ -11,7 +11,7 @@ from specviz.ui.lab import AUTOPLAY_FLAG, Lab
 from specviz.ui.recording import user_message
 from specviz.ui.views import LabView
 
-FIRST_PACE_S = 2.0  # seconds per step while a first visit plays: time to see each phase of a step
+FIRST_PACE_S = 2.5  # seconds per step while a first visit plays: each phase of a step, then the step held still
 
 
 @dataclass(frozen=True)

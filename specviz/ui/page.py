@@ -30,14 +30,14 @@ LAYOUT_CSS = """
 body.presenting #settings-panel, body.presenting .sidebar, body.presenting #topbar > :not(#present-btn),
 body.presenting #details-tabs, body.presenting #timeline-row, body.presenting #message, body.presenting footer,
 body.presenting #counters { display: none !important; }
-body.presenting #topbar { position: fixed !important; top: 6px; right: 10px; z-index: 50; width: auto !important; }
+body.presenting #topbar { position: fixed !important; top: auto !important; bottom: 8px; right: 10px; z-index: 50; width: auto !important; }
 body.presenting #tree-box .tv-scroll { --tree-max-height: calc(100vh - 130px); }
 body.presenting #tree-col { flex: 1 1 0 !important; min-width: 0 !important; }
-body.presenting #text-col { flex: 0 0 22% !important; min-width: 0 !important; }
+body.presenting #text-col { flex: 0 0 20% !important; min-width: 0 !important; }
 body.presenting .gradio-container { padding-left: 8px !important; padding-right: 8px !important; }
 body.presenting .tv-bar, body.presenting .tv-legend { font-size: 19px !important; }
 body.presenting .ph, body.presenting .tv-sw { font-size: 18px !important; }
-body.presenting #generated .generated { font-size: 19px !important; max-height: calc(100vh - 260px) !important; }
+body.presenting #generated .generated { font-size: 18px !important; max-height: calc(100vh - 260px) !important; }
 body.presenting #step-caption, body.presenting .prompt { font-size: 18px !important; }
 """
 

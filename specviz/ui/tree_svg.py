@@ -19,8 +19,8 @@ from specviz.records.step import StepRecord
 from specviz.tree import sources as source_registry
 from specviz.ui.svg_text import attr, escape, num, points
 from specviz.ui.tree_layout import CANVAS, LABEL_GAP, RADIUS, TreeGeometry, layout
-from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, VERIFY_AT, ShownNode,
-                                  ShownTree, shown_tree)
+from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, STILL_AT, VERIFY_AT,
+                                  ShownNode, ShownTree, shown_tree)
 
 MONO = "'DejaVu Sans Mono', ui-monospace, Menlo, Consolas, monospace"
 ROOT_COLOUR, BONUS_COLOUR, TEXT, SEVERAL = "#8c8c8c", "#000000", "#1a1a1a", "#999999"
@@ -199,7 +199,7 @@ def _phases(tree: ShownTree, record: StepRecord) -> str:
         chips.append(("plan", PLAN_AT, VERIFY_AT, f"plan: keep {tree.verified} of {tree.verified + tree.cut}"))
     chips += [("verify", VERIFY_AT, ACCEPT_START, f"verify: one forward, {tree.verified + 1} tokens"),
               ("accept", ACCEPT_START, COMMIT_AT, f"accept: {tree.accepted}"),
-              ("commit", COMMIT_AT, 1.0, f"commit: +{tokens} token{'s' if tokens != 1 else ''}")]
+              ("commit", COMMIT_AT, STILL_AT, f"commit: +{tokens} token{'s' if tokens != 1 else ''}")]
     return '<span class="tv-phases">' + "".join(
         f'<span class="ph ph-{name}" style="--a:{start};--d:{round(end - start, 3)}">{escape(text)}</span>'
         for name, start, end, text in chips) + "</span>"

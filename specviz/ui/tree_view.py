@@ -19,9 +19,9 @@ BONUS = "bonus"    # the target's own token after the accepted path: every step 
 MAX_LABEL_CHARS = 12  # a longer token is cut with an ellipsis on its label (its hover has it whole)
 
 # the step's animation, as fractions of one play interval: each source drafts in turn, the planner cuts,
-# one forward verifies the kept tree, the accepted path lights up depth by depth, the text grows
-DRAFT_END, PLAN_AT, VERIFY_AT, ACCEPT_START, ACCEPT_END, COMMIT_AT = 0.38, 0.42, 0.50, 0.62, 0.82, 0.86
-PHASES = (("draft", 0.0), ("plan", PLAN_AT), ("verify", VERIFY_AT), ("accept", ACCEPT_START), ("commit", COMMIT_AT))
+# one forward verifies the kept tree, the accepted path lights up depth by depth, the text grows; the whole
+# step then holds still for the last quarter of the interval
+DRAFT_END, PLAN_AT, VERIFY_AT, ACCEPT_START, ACCEPT_END, COMMIT_AT, STILL_AT = 0.28, 0.31, 0.37, 0.46, 0.60, 0.64, 0.75
 
 
 def display_token(text: str) -> str:

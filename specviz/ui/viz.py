@@ -47,7 +47,7 @@ def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorde
         new = animate_last and index == len(records) - 1
         for k, (token, origin) in enumerate(zip(record.accepted_tokens, record.accepted_origins)):
             css = origin_class(origin) + (" tok-new" if new else "")
-            timing = f' style="--c:{round(COMMIT_AT + 0.1 * k / max(1, len(record.accepted_tokens)), 3)}"' if new else ""
+            timing = f' style="--c:{round(COMMIT_AT + 0.08 * k / max(1, len(record.accepted_tokens)), 3)}"' if new else ""
             title = html.escape(f"step {record.step}: {origin} (click: show this step)", quote=True)
             spans.append(f'<span class="tok tok-{css}" data-token="{len(spans)}" title="{title}"{timing}>'
                          f'{html.escape(token_text(token))}</span>')
