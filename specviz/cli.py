@@ -172,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     longc.add_argument("--json", default=None, metavar="OUT", help="write the rows here")
     _model_args(longc)
 
+    cost = commands.add_parser("state-cost", help="bytes and ms of carrying a session's state through a ZeroGPU call")
+    cost.add_argument("--contexts", default="500,4000", help="context lengths in tokens, comma-separated")
+    cost.add_argument("--method", default="unified")
+    cost.add_argument("--repeats", type=int, default=5)
+
+    bundle = commands.add_parser("space-bundle", help="write what a Hugging Face Space repository needs into a folder")
+    bundle.add_argument("--out", required=True, help="a new or empty folder")
+
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
     return parser
@@ -487,7 +495,25 @@ def cmd_app_load(args) -> dict:
     return _emit(table, report, args.json)
 
 
-COMMANDS = {"app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+def cmd_state_cost(args) -> None:
+    from specviz.runtime.shared import shared_model
+    from specviz.tools.state_cost import measure
+
+    rows = measure(shared_model(None), [int(c) for c in args.contexts.split(",")], args.method, args.repeats)
+    for row in rows:
+        print(f"{row['method']} at {row['context_tokens']} tokens of context: {row['bytes'] / 2**20:.1f} MB, "
+              f"pickled in {row['dump_ms']} ms, read back in {row['load_ms']} ms")
+
+
+def cmd_space_bundle(args) -> None:
+    from specviz.tools.space_bundle import write_bundle
+
+    files = write_bundle(args.out)
+    top = sorted({f.split("/")[0] for f in files})
+    print(f"wrote {len(files)} files into {args.out}: {', '.join(top)}")
+
+
+COMMANDS = {"space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
             "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
 
