@@ -76,10 +76,17 @@ class Compare:
         if self.a.wanted is None or self.b.wanted is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
         call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
-        with self.a.stepping, self.b.stepping:
-            for states, _, _ in gpu.call(call, [self.a.state, self.b.state]):
-                self.a.state, self.b.state = states
+        replies = gpu.call(call, [self.a.state, self.b.state])
+        try:
+            while True:
+                with self.a.stepping, self.b.stepping:  # held while the call works, not while a reply is shown
+                    reply = next(replies, None)
+                if reply is None:
+                    return
+                self.a.state, self.b.state = reply[0]
                 yield
+        finally:
+            replies.close()
 
     def step(self, max_new_tokens: int) -> None:
         for _ in self._call("step", max_new_tokens):

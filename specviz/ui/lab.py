@@ -124,19 +124,23 @@ class Lab:
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
-        call; Stop closes it)."""
+        call; Stop closes it). The session's lock is held while the call works, not while the page shows a
+        reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
         self.replay, self.at, self.selected_node = None, None, None
         self.stop_requested = False
-        with self.stepping:
-            replies = self._call("run", max_new_tokens, every_s)
-            try:
-                for message in replies:
-                    self.message = message
-                    if self.stop_requested:
-                        break
-                    yield
-            finally:
-                replies.close()
+        replies = self._call("run", max_new_tokens, every_s)
+        try:
+            while True:
+                with self.stepping:
+                    message = next(replies, None)
+                if message is None:
+                    break
+                self.message = message
+                if self.stop_requested:
+                    break
+                yield
+        finally:
+            replies.close()
         if self.stop_requested:
             self.stop()
         yield

@@ -63,6 +63,7 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         status.current = "loading the model"
         lm = shared_model(model)
         status.mark("model loaded")
+        print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
         status.current = "reading READER's datastore"
         datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
         datastore.shared_datastore(lm)
