@@ -502,7 +502,7 @@ def cmd_app_load(args) -> dict:
 
 def cmd_state_cost(args) -> None:
     from specviz.runtime.shared import shared_model
-    from specviz.tools.state_cost import measure
+    from specviz.ui.state_cost import measure
 
     rows = measure(shared_model(None), [int(c) for c in args.contexts.split(",")], args.method, args.repeats)
     for row in rows:

@@ -375,29 +375,40 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
           ", ".join(f"{w:.1f}" for w in waits) + " s")
 
 
+def held_by_session(lab) -> list:
+    """Weak references to everything of a Lab's live session that holds memory: the Session, its KV cache and
+    each layer's key and value buffers, its drafters' caches, the greedy reference."""
+    import weakref
+
+    state = lab.state
+    held = []
+    for session in (state.session, state.reference):
+        if session is None:
+            continue
+        held += [weakref.ref(session), weakref.ref(session.cache)]
+        for layer in session.cache.layers:
+            held += [weakref.ref(t) for t in (getattr(layer, "_keys", None), getattr(layer, "_values", None))
+                     if t is not None]
+        for drafter in session.method.stages:
+            cache = getattr(getattr(drafter, "inner", drafter), "cache", None)
+            if cache is not None:
+                held.append(weakref.ref(cache))
+    return held
+
+
 def test_abandoned_sessions_are_freed(lm):
     """Sessions a client opens, stays connected to and abandons are released after their time to live
-    (gr.State's delete_callback). The sessions are followed by weak reference, so that sessions of earlier
-    tests, freed or not meanwhile, cannot make this pass or fail."""
+    (gr.State's delete_callback). Each abandoned session is followed by weak reference, from its own browser
+    session's Lab down to its KV cache's buffers: any of them still alive is a leak."""
     import gc
     import time
-    import weakref
 
     from gradio_client import Client
 
-    from specviz.engine.session import Session
-
-    def holding_caches() -> list[weakref.ref]:
-        gc.collect()
-        return [weakref.ref(o) for o in gc.get_objects() if isinstance(o, Session) and o.cache is not None]
-
-    def still_holding(refs: list[weakref.ref]) -> int:
-        gc.collect()
-        return sum(r() is not None and r().cache is not None for r in refs)
+    from specviz.ui import visitors
 
     ttl = app.SESSION_TTL_S
-    # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine; with
-    # 2 s, a slow step let some expire first, and the test counted 3 of its 6 sessions
+    # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
     app.SESSION_TTL_S = 8
     try:
         demo = app.build_app().queue()
@@ -406,18 +417,25 @@ def test_abandoned_sessions_are_freed(lm):
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
     try:
-        known = holding_caches()  # earlier tests' sessions, then each client's as it appears
-        opened = []
+        followed = []
         clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
         for n, client in enumerate(clients):
             client.predict(**settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
-            new = [r for r in holding_caches() if all(k() is not r() for k in known)]
-            known, opened = known + new, opened + new
-        assert len(opened) == 6
+            labs = [r() for r in visitors._open.get(client.session_hash, [])]
+            held = [ref for lab in labs if lab is not None and lab.session is not None for ref in held_by_session(lab)]
+            assert held, f"client {n}'s session was not found"
+            followed.append(held)
+            del labs
+        assert len(followed) == 6
+
+        def alive() -> int:
+            gc.collect()
+            return sum(ref() is not None for held in followed for ref in held)
+
         deadline = time.monotonic() + 40  # time to live 8 s; Gradio sweeps expired state every second
-        while still_holding(opened) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert still_holding(opened) == 0, "abandoned sessions still hold their KV caches 30 s after their time to live"
+        assert alive() == 0, "abandoned sessions (or their KV caches) are still alive 30 s after their time to live"
         for client in clients:
             client.close()
     finally:

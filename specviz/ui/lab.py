@@ -3,7 +3,6 @@ baseline of the same prompt, and the counters. app.py only wires widgets to thes
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 
@@ -14,8 +13,6 @@ from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
 from specviz.runtime.shared import mode_key, model_key
-from specviz.runtime.prompts import validate_messages
-from specviz.engine.suite import long_context_prompt
 from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
@@ -23,28 +20,8 @@ from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown, tree_figure)
-from specviz.ui.lab_state import LabState, ModelCall, Settings
+from specviz.ui.lab_state import LabState, ModelCall, Settings, parse_prompt
 from specviz.ui.views import AccountingView, LabView
-
-def parse_prompt(text: str):
-    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
-    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
-    stripped = (text or "").strip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError:
-            return text  # not JSON after all: the model reads it as text
-        if isinstance(data, dict) and "messages" in data:
-            return validate_messages(data["messages"])
-        if isinstance(data, dict) and {"document", "question"} <= data.keys():
-            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
-                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
-            return long_context_prompt(data["document"], data["question"])
-    if not stripped:
-        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
-    return text
-
 
 @dataclass
 class Lab:

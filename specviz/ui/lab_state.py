@@ -8,6 +8,7 @@ result: everything a step depends on is in the state or in the shared read-only 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,9 @@ from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.runtime import portable
 from specviz.runtime.modes import parse_mode
+from specviz.runtime.prompts import validate_messages
 from specviz.runtime.shared import shared_draft, shared_model
+from specviz.engine.suite import long_context_prompt
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,29 @@ class CarriedStates:
         return self._states
 
 
+def parse_prompt(text: str):
+    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
+    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
+    stripped = (text or "").strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError:
+            return text  # not JSON after all: the model reads it as text
+        if isinstance(data, dict) and "messages" in data:
+            return validate_messages(data["messages"])
+        if isinstance(data, dict) and {"document", "question"} <= data.keys():
+            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
+                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
+            return long_context_prompt(data["document"], data["question"])
+    if not stripped:
+        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
+    return text
+
+
 # ---- the actions --------------------------------------------------------------------------------
 def start_session(state: LabState, settings: Settings) -> str:
     """Make the state's session match settings (a fresh generation when any setting changed); the message."""
-    from specviz.ui.lab import parse_prompt
-
     if settings == state.settings and state.session is not None:
         return ""
     parsed = parse_prompt(settings.prompt)
