@@ -35,11 +35,19 @@ N = 10
 
 @pytest.fixture
 def through_forks():
-    """Model calls as ZeroGPU makes them: each in a fresh fork, pickles both ways."""
+    """Model calls as ZeroGPU makes them: each in a fresh fork, pickles both ways. One compute thread, here and
+    in the forks: GNU OpenMP's thread pool does not survive a fork (a forked child's first parallel region
+    waits forever for workers it does not have), and this test process has computed before it forks, which
+    ZeroGPU's main process never does (its models sit on cuda there)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     entry = forked(gpu.run_model)
     gpu.use(entry)
     yield entry.log
     gpu.use(None)
+    torch.set_num_threads(threads)
 
 
 def trail(session) -> tuple:
@@ -115,7 +123,7 @@ def test_a_state_is_its_session_plus_keys(lm):
     lab.step(N)
     blob = pickle.dumps(CarriedStates([lab.state]))
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    assert len(blob) < weights / 20
+    assert len(blob) < weights / 5
     back = pickle.loads(blob).states[0]
     assert back.session.lm is lm and back.session.output_ids == lab.session.output_ids
     assert back.session.method.stages[-1].table.base is lab.session.method.stages[-1].table.base  # warm rows: shared
@@ -206,8 +214,9 @@ def test_model_slots_release_the_least_recently_used(lm, tiny_models):
         assert shared.shared_model(tiny_models["same"]) is not same  # loaded again when asked for
     finally:
         shared.set_model_slots(None)
-        for name in tiny_models.values():
-            shared.release(("model", name, "fp32"))
+        for key in shared.loaded("model"):
+            if key[1] in tiny_models.values():
+                shared.release(key)
 
 
 def test_threads_follow_the_cgroup_quota(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,22 @@ def _send(out, kind: str, value) -> None:
     out.flush()
 
 
-def forked(fn, log: CallLog | None = None):
+def _read_exact(fd: int, n: int, timeout_s: float) -> bytes:
+    """n bytes from fd ("" at the end), or TimeoutError when the worker sends nothing for timeout_s."""
+    chunks, left = [], n
+    while left:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        if not ready:
+            raise TimeoutError(f"the forked worker sent nothing for {timeout_s} s")
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def forked(fn, log: CallLog | None = None, timeout_s: float = 300):
     """fn (a generator function) wrapped as ZeroGPU runs it: one fork per call, pickles both ways."""
     log = log if log is not None else CallLog()
 
@@ -55,18 +71,18 @@ def forked(fn, log: CallLog | None = None):
         os.close(write)
         finished = False
         try:
-            with os.fdopen(read, "rb") as results:
-                while header := results.read(8):
-                    blob = results.read(int.from_bytes(header, "little"))
-                    log.result_bytes.append(len(blob))
-                    started = time.perf_counter()
-                    kind, value = pickle.loads(blob)
-                    log.pickle_s.append(time.perf_counter() - started)
-                    if kind == "error":
-                        raise RuntimeError(f"worker error: {value}")
-                    yield value
+            while header := _read_exact(read, 8, timeout_s):
+                blob = _read_exact(read, int.from_bytes(header, "little"), timeout_s)
+                log.result_bytes.append(len(blob))
+                started = time.perf_counter()
+                kind, value = pickle.loads(blob)
+                log.pickle_s.append(time.perf_counter() - started)
+                if kind == "error":
+                    raise RuntimeError(f"worker error: {value}")
+                yield value
             finished = True
         finally:
+            os.close(read)
             if not finished:
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)

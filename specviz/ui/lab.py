@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything
+from specviz.runtime.modes import parse_mode
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
@@ -77,8 +78,11 @@ class Lab:
               mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
         """Take the widgets' settings for the next model call; a change of any setting starts a fresh
         generation there. Bad input raises SpecvizError and changes nothing."""
-        self.wanted = self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature,
-                                       top_p, seed)
+        wanted = self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature, top_p, seed)
+        if wanted != self.wanted:  # a mode this machine cannot run or does not know: said at once, no model needed
+            notes = parse_mode(wanted.mode).notes
+            self.message = " ".join(f"⚠️ {note}" for note in notes) if notes else self.message
+        self.wanted = wanted
 
     # ---- actions --------------------------------------------------------------------------------
     def _call(self, action: str, max_new_tokens: int, every_s: float = 0.25):

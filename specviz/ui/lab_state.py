@@ -220,7 +220,7 @@ def perform(call: ModelCall, states: list[LabState]):
             raise SpecvizError(f"Side {'AB'[i]}: {error}" if len(states) > 1 else str(error)) from None
     if call.action in ("step", "warm"):
         for i, state in enumerate(states):
-            messages[i] = step_once(state, call.max_new_tokens) or messages[i]
+            messages[i] = step_once(state, call.max_new_tokens)
             _settle(state)
         yield tuple(messages)
         return
