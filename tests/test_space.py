@@ -253,3 +253,21 @@ def test_every_endpoint_has_a_name_and_named_parameters(monkeypatch, public):
         assert not [p for p in endpoint["parameters"] if p["parameter_name"].startswith("param_")], name
     step = [p["parameter_name"] for p in info["named_endpoints"]["/step"]["parameters"]]
     assert step[:4] == ["max_new_tokens", "model", "draft_model", "mode"] and "tau" in step and "eta" in step
+
+
+def test_a_release_stops_a_run_and_frees_its_session(lm):
+    """A visitor who leaves in the middle of a Run: the release stops the Run (it would otherwise step to its
+    limit and then run the ar baseline for nobody) and nothing of the session survives it."""
+    import gc
+    import weakref
+
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    run = lab.run(1000, every_s=0)
+    next(run)
+    held = [weakref.ref(lab.session), weakref.ref(lab.session.cache)]
+    lab.release()
+    left = sum(1 for _ in run)
+    gc.collect()
+    assert left <= 2 and lab.session is None
+    assert [ref() for ref in held] == [None, None]

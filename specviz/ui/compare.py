@@ -76,13 +76,14 @@ class Compare:
         if self.a.wanted is None or self.b.wanted is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
         call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
+        generations = (self.a.generation, self.b.generation)
         replies = gpu.call(call, [self.a.state, self.b.state])
         try:
             while True:
                 with self.a.stepping, self.b.stepping:  # held while the call works, not while a reply is shown
                     reply = next(replies, None)
-                if reply is None:
-                    return
+                if reply is None or (self.a.generation, self.b.generation) != generations:
+                    return  # done, or reset / released meanwhile (the visitor left): the reply is dropped
                 self.a.state, self.b.state = reply[0]
                 yield
         finally:

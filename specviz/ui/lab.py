@@ -40,6 +40,7 @@ class Lab:
     at: int | None = None              # the timeline's step; None follows the newest one
     selected_node: int | None = None   # a node picked through its token in the text, ringed in the tree
     playing: bool = False
+    generation: int = 0                # bumped by reset and release: a call begun before does not write back
 
     # the model side, read by the views
     @property
@@ -93,7 +94,10 @@ class Lab:
             verb = {"run": "Run"}.get(action, "Step")
             raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
+        generation = self.generation
         for states, messages, _ in gpu.call(call, [self.state]):
+            if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
+                return
             self.state = states[0]
             yield messages[0]
 
@@ -110,6 +114,7 @@ class Lab:
         self.replay, self.at, self.selected_node = None, None, None
         self.stop_requested = False
         replies = self._call("run", max_new_tokens, every_s)
+        generation = self.generation
         try:
             while True:
                 with self.stepping:
@@ -122,7 +127,11 @@ class Lab:
                 yield
         finally:
             replies.close()
-        if self.stop_requested:
+            if self.generation != generation:
+                # released while this Run was still holding the session: the release's collection ran while it
+                # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
+                collect_everything()
+        if self.stop_requested and self.state.session is not None:
             self.stop()
         yield
 
@@ -137,10 +146,14 @@ class Lab:
     def reset(self) -> None:
         self.state, self.wanted, self.stop_requested, self.message = LabState(), None, False, "Reset."
         self.replay, self.at, self.selected_node, self.playing = None, None, None, False
+        self.generation += 1
 
     def release(self) -> None:
-        """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
+        """The browser session ended: stop a Run still going (it would step to its limit and run the ar
+        baseline for nobody, holding the session all along), drop the KV caches and baselines now, and hand the
+        freed memory back."""
         self.reset()
+        self.stop_requested = True
         collect_everything()  # a session's objects refer to each other: free them now, frozen or not
         give_back_freed_memory()
 
