@@ -1,22 +1,24 @@
 """Public mode: what a visitor of a public Space may ask for, and the refusals that say what is allowed.
 
 On when SPACE_ID is set (a Hugging Face Space) or with `app.py --public`. The model and the draft model come
-from an allow-list (the Space owner's SPECVIZ_ALLOWED_MODELS, comma-separated; default the SmolLM2 family),
+from an allow-list (the Space owner's SPECVIZ_ALLOWED_MODELS, comma-separated; default SmolLM2 135M and 360M),
 never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded (runtime.shared releases the
 least recently used); compile modes are not offered; new tokens, sweep size and upload size have limits. A refusal
 names what is allowed and nothing about the server: the same sentence whether a path exists there or not.
 
-The limits and the figures behind them (docs/benchmarks.md, "Public mode's limits", measured by
-`python -m specviz space-figures`):
-- MODEL_SLOTS 2: a loaded SmolLM2-135M costs about 0.7 GB of process memory in fp32, and the family's largest,
-  1.7B, about 13x that (its parameter count), so two models, the largest among them, fit a free CPU Space's 16 GB
-  with room for the sessions' caches; a third could not.
-- MAX_NEW_TOKENS 512: `ar` ran about 30 tokens/s on a 2-core CPU here, so a Run of 512 tokens holds one of
-  the two model slots' queue places for about 17 s; the recorded traces show a method in 128.
-- MAX_SWEEP_RUNS 24 runs of at most MAX_SWEEP_TOKENS 64 tokens (plus the ar references): about a minute of a
-  2-core CPU; the private limit (400 runs) would hold the queue for half an hour.
-- MAX_UPLOAD_BYTES 4 MB: a 512-token run at budget 64 traced about 1.5 MB; twice the largest run a visitor can
-  make, and reading it back is well under a second.
+The limits and the figures behind them (`python -m specviz space-figures`, 2026-11-25, 2-core CPU, fp32; see
+docs/benchmarks.md, "Public mode's limits"):
+- MODEL_SLOTS 2: loading the default SmolLM2-135M took 1.73 GB of process memory (12.9 bytes per parameter with
+  the packed weight copies and the runtime's own set-up), which projects to 4.7 GB for SmolLM2-360M: the two fit
+  a free CPU Space's 16 GB with room for sessions (a unified session at 4,000 tokens of context holds 0.36 GB of
+  KV caches); a third model, or SmolLM2-1.7B at all (22 GB projected), would not. The default list is therefore
+  135M and 360M; an owner with more memory lists the 1.7B in SPECVIZ_ALLOWED_MODELS.
+- MAX_NEW_TOKENS 512: `ar` ran 79 tokens/s here, so a Run of 512 tokens holds a model-queue place for about
+  6.5 s with the default model (about 2.7x that with the 360M).
+- MAX_SWEEP_RUNS 24 of at most MAX_SWEEP_TOKENS 64 tokens: one 64-token run took 0.87 s, so a full sweep (with its
+  ar references) is under a minute of the queue; the private limit (400 runs) would hold it for many minutes.
+- MAX_UPLOAD_BYTES 4 MB: a 512-token run at budget 64 traced 1.79 MB (read back in 0.03 s): twice the largest
+  run a visitor can make here.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from specviz.errors import SpecvizError
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared import SELF_DRAFT
 
-DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct")
+DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
 # drafts a visitor may pick besides an allowed model: the target's own weights, or its first K layers
 SELF_DRAFTS = ("", "self-skip:4", "self-skip:8", "self-skip:12")
 MODEL_SLOTS = 2
@@ -44,7 +46,7 @@ def public_requested(flag: bool = False) -> bool:
 
 
 def allowed_models() -> tuple[str, ...]:
-    """The Space owner's list (SPECVIZ_ALLOWED_MODELS, comma-separated), else the SmolLM2 family."""
+    """The Space owner's list (SPECVIZ_ALLOWED_MODELS, comma-separated), else SmolLM2 135M and 360M Instruct."""
     names = [n.strip() for n in os.environ.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if n.strip()]
     return tuple(dict.fromkeys(names)) or DEFAULT_ALLOWED
 
