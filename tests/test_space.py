@@ -204,19 +204,26 @@ def test_outside_public_mode_a_folder_still_loads(lm, tiny_models, monkeypatch):
 
 
 def test_model_slots_release_the_least_recently_used(lm, tiny_models):
-    shared.set_model_slots(2)
-    try:
-        same = shared.shared_model(tiny_models["same"])
-        shared.shared_model(None)  # the default, used last
-        shared.shared_model(tiny_models["other"])
-        names = {key[1] for key in shared.loaded("model")}
-        assert tiny_models["same"] not in names and tiny_models["other"] in names and len(names) == 2
-        assert shared.shared_model(tiny_models["same"]) is not same  # loaded again when asked for
-    finally:
-        shared.set_model_slots(None)
+    def release_tiny():
         for key in shared.loaded("model"):
             if key[1] in tiny_models.values():
                 shared.release(key)
+
+    release_tiny()
+    assert shared.shared_model(None) is lm  # the default, most recently used: it stays
+    shared.set_model_slots(2)
+    try:
+        same = shared.shared_model(tiny_models["same"])  # the other models loaded earlier go
+        shared.shared_model(None)
+        shared.shared_model(tiny_models["other"])  # "same" is now the least recently used
+        names = {key[1] for key in shared.loaded("model")}
+        assert names == {shared.model_key(None), tiny_models["other"]}, names
+        shared.shared_model(None)
+        assert shared.shared_model(tiny_models["same"]) is not same  # loaded again when asked for ("other" goes)
+        assert shared.shared_model(None) is lm
+    finally:
+        shared.set_model_slots(None)
+        release_tiny()
 
 
 def test_threads_follow_the_cgroup_quota(tmp_path, monkeypatch):

@@ -20,10 +20,10 @@ try:  # ZeroGPU: `spaces` before torch touches CUDA (app.py imports it first of 
 except ImportError:  # not on a Space: the function runs as it is
     spaces = None
 
-# GPU time a call asks for. A generated token costs the method's step and, once a Run ends, the ar baseline's:
-# 0.06 s each is three times the 20 ms per token `ar` took on a T4 (docs/benchmarks.md, GPU checks).
+# GPU time a call asks for: 0.06 s a generated token is three times the 20 ms per token `ar` took on a T4
+# (docs/benchmarks.md, GPU checks); a Run's tokens count twice (the ar baseline measured when it ends).
 CALL_BASE_S = 15
-SECONDS_PER_TOKEN = 2 * 0.06
+SECONDS_PER_TOKEN = 0.06
 MAX_CALL_S = 120  # the longest call this app asks ZeroGPU for
 
 
@@ -32,20 +32,37 @@ def zero_gpu() -> bool:
     return spaces is not None and os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
 
 
+def _tokens(call: ModelCall) -> int:
+    """Tokens a call generates at most: a Run's (and its baseline's) on each state, a sweep's runs (its points
+    and the ar references on each prompt), one step's."""
+    if call.action == "sweep":
+        points = 1
+        for _, values in call.sweep.axes:
+            points *= len(values)
+        return (points + 2) * len(call.sweep.prompts) * call.sweep.max_new_tokens
+    per_state = 2 * call.max_new_tokens if call.action == "run" else 1
+    return per_state * max(1, len(call.settings))
+
+
 def call_seconds(call: ModelCall, carried: CarriedStates | None = None) -> int:
-    """The GPU time a call asks for: a base for the prefill and one step, plus the Run's tokens."""
-    tokens = call.max_new_tokens if call.action == "run" else 1
-    return int(CALL_BASE_S + SECONDS_PER_TOKEN * tokens * max(1, len(call.settings)))
+    """The GPU time a call asks for (spaces.GPU's duration, given the call's own arguments)."""
+    return int(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call))
 
 
 def check_duration(call: ModelCall) -> None:
-    """Refuse a call longer than MAX_CALL_S (a Run's tokens), saying how many tokens fit."""
+    """Refuse a call longer than MAX_CALL_S, saying how much fits."""
     seconds = call_seconds(call)
-    if seconds > MAX_CALL_S:
-        fits = int((MAX_CALL_S - CALL_BASE_S) / (SECONDS_PER_TOKEN * max(1, len(call.settings))))
-        raise SpecvizError(f"A Run of {call.max_new_tokens} new tokens needs about {seconds} s of GPU time and a "
-                           f"call may take at most {MAX_CALL_S} s here: ask for at most {fits} tokens (Run again "
-                           "to go on from where it stopped).")
+    if seconds <= MAX_CALL_S:
+        return
+    fits = int((MAX_CALL_S - CALL_BASE_S) / SECONDS_PER_TOKEN)
+    if call.action == "sweep":
+        raise SpecvizError(f"This sweep generates up to {_tokens(call)} tokens, about {seconds} s of GPU time, and a "
+                           f"call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
+                           "tokens in all, the ar references included).")
+    per_token = _tokens(call) // max(1, call.max_new_tokens)
+    raise SpecvizError(f"A Run of {call.max_new_tokens} new tokens needs about {seconds} s of GPU time and a call "
+                       f"may take at most {MAX_CALL_S} s here: ask for at most {fits // per_token} tokens (Run again "
+                       "to go on from where it stopped).")
 
 
 def run_model(call: ModelCall, carried: CarriedStates) -> Iterator[ModelReply]:
