@@ -259,7 +259,7 @@ class Session:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        verification = self.method.accept(tree, logits, self.sampling, self.generator)
+        verification = self.method.accept(tree, logits, self.sampling, self.generator, past_len)
         t2 = time.perf_counter()
 
         committed = verification.accepted_tokens
