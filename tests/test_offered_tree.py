@@ -48,7 +48,7 @@ def test_ar_is_stepped_between_the_runs_steps(lm):
               method="racer", budget="auto", params={})
     for _ in range(3):
         lab.step(24)
-        assert len(lab.paired.ar.output_ids) == len(lab.session.output_ids)  # caught up after every step
+        assert len(lab.state.paired.ar.output_ids) == len(lab.session.output_ids)  # caught up after every step
     for _ in lab.run(24):
         pass
     baseline = lab.baseline_so_far()
@@ -56,3 +56,28 @@ def test_ar_is_stepped_between_the_runs_steps(lm):
     assert len(baseline.records) == len(lab.session.output_ids)                    # ar: one token a step
     counters = lab.counters_markdown()
     assert "stepped between this run's steps" in counters and "identical to greedy ar" in counters
+
+
+def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same(lm):
+    """The page's seed and a shared link with it: two visitors opening the link get the same tokens, and
+    the ar run stepped beside each (same seed) emits them too (accept.position_noise)."""
+    from urllib.parse import parse_qsl
+
+    import app
+    from specviz.ui.share import query_from_settings, settings_from_query
+
+    query = query_from_settings("racer", "auto", 24, 0.8, 1.0, 11, {}, "code-edit: code-rename")
+    settings, notes = settings_from_query(dict(parse_qsl(query[1:])), app.EXAMPLES)
+    assert not notes and settings["seed"] == 11
+    outputs = []
+    for _ in range(2):
+        lab = Lab()
+        lab.apply(model="", prompt=app.EXAMPLES[settings["example"]], method=settings["method"],
+                  budget=settings["budget"], params={}, temperature=settings["temperature"],
+                  top_p=settings["top_p"], seed=settings["seed"])
+        for _ in lab.run(settings["max_new_tokens"]):
+            pass
+        outputs.append(list(lab.session.output_ids))
+        assert lab.baseline_so_far().output_ids == lab.session.output_ids
+        assert "identical to ar sampled at temperature 0.8, seed 11" in lab.counters_markdown()
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 24

@@ -3,82 +3,43 @@ baseline of the same prompt, and the counters. app.py only wires widgets to thes
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from dataclasses import dataclass, field
 
 from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything
-from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.runtime.modes import parse_mode
-from specviz.engine.paired_baseline import PairedBaseline
-from specviz.engine.prediction import ar_ms_per_token, check
-from specviz.engine.run import RunResult, run_method
+from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
-from specviz.runtime.shared import mode_key, model_key, shared_draft, shared_model
-from specviz.runtime.prompts import validate_messages
-from specviz.engine.token_diff import token_diff
-from specviz.engine.suite import long_context_prompt
+from specviz.runtime.shared import mode_key, model_key
 from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
-from specviz.ui.recording import Recording, shipped_ar_trace, why_small
-from specviz.ui.recording import user_message
+from specviz.engine.prediction import ar_ms_per_token, check
+from specviz.engine.run import RunResult
+from specviz.ui.recording import Recording, shipped_ar_trace, user_message, why_small
 from specviz.ui.tree_svg import tree_html
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown)
+from specviz.ui.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
 from specviz.ui.views import AccountingView, LabView
 
 # in the text's HTML while a first visit's recording plays by itself: the page's script stops it at the first touch
 AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
 
 
-def parse_prompt(text: str):
-    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
-    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
-    stripped = (text or "").strip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError:
-            return text  # not JSON after all: the model reads it as text
-        if isinstance(data, dict) and "messages" in data:
-            return validate_messages(data["messages"])
-        if isinstance(data, dict) and {"document", "question"} <= data.keys():
-            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
-                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
-            return long_context_prompt(data["document"], data["question"])
-    if not stripped:
-        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
-    return text
-
-
-@dataclass(frozen=True)
-class Settings:
-    model: str
-    prompt: str
-    method: str
-    budget: int | str
-    params: tuple           # sorted (name, value) pairs of the method's own parameters
-    draft_model: str = ""   # a method's draft model; "" = the target's own weights
-    mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
-    sampling: SamplingSettings = SamplingSettings()
-
-
 @dataclass
 class Lab:
-    session: Session | None = None
-    settings: Settings | None = None
+    """One browser session as the page sees it: its model-side state (LabState, changed only by model calls
+    through ui.gpu) and what the page shows of it (a replayed trace, the timeline's step, the message, Play)."""
+    state: LabState = field(default_factory=LabState)
+    wanted: Settings | None = None     # the settings the next model call starts from (Lab.apply)
     stop_requested: bool = False
-    baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar's RunResult
-    reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
-    paired: PairedBaseline | None = None  # ar on the same prompt, stepped between the run's steps (same load)
     message: str = ""
-    # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
+    # one call at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     replay: Trace | None = None        # a loaded trace shown instead of the live run (no model needed)
@@ -88,6 +49,20 @@ class Lab:
     playing: bool = False
     autoplay: bool = False             # a first visit's recording plays by itself until the visitor acts
     streaming: bool = False            # inside Run: views are drawn still (a step animation needs a play pace)
+    generation: int = 0                # bumped by reset and release: a call begun before does not write back
+
+    # the model side, read by the views
+    @property
+    def session(self) -> Session | None:
+        return self.state.session
+
+    @property
+    def settings(self) -> Settings | None:
+        return self.state.settings
+
+    @property
+    def baselines(self) -> dict:
+        return self.state.baselines
 
     # ---- settings -------------------------------------------------------------------------------
     @staticmethod
@@ -95,82 +70,80 @@ class Lab:
         """The prompt box's text as the model reads it (text, chat or long-context JSON), or a clear error."""
         return parse_prompt(prompt)
 
-    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
-              mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
-        """Make the session match the widgets; a change of any setting starts a fresh generation."""
+    @staticmethod
+    def settings_of(model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
+                    mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> Settings:
+        """The widgets' values as checked Settings (no model needed): SpecvizError for bad input."""
         spec = get_method(method)
         own = {p.name: params[p.name] for p in spec.params if p.name in params}
         draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
         sampling = SamplingSettings.checked(temperature, top_p, seed)
         resolved = spec.resolve_params(own)
         spec.check_sampling(resolved, sampling)
-        settings = Settings(model_key(model), prompt, method, parse_budget(budget),
-                            tuple(sorted(resolved.items())), draft_name, mode_key(mode), sampling)
-        if settings == self.settings and self.session is not None:
-            return
-        parsed = parse_prompt(prompt)
-        lm = shared_model(settings.model, settings.mode)
-        draft = shared_draft(lm, draft_name, settings.mode)
-        session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft,
-                          sampling=sampling).start(parsed)
-        restarted = self.session is not None and self.session.records
-        self.session, self.settings = session, settings
-        self.message = "Settings changed: generation restarted." if restarted else ""
-        # a mode name we do not know, a mode this machine cannot run, a branch that is off
-        warnings = [*parse_mode(settings.mode).notes, *lm.notes, *session.method.warnings]
-        if warnings:
-            self.message = " ".join([self.message, *(f"⚠️ {w}" for w in warnings)]).strip()
+        parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
+        return Settings(model_key(model), prompt, method, parse_budget(budget), tuple(sorted(resolved.items())),
+                        draft_name, mode_key(mode), sampling)
+
+    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
+              mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
+        """Take the widgets' settings for the next model call; a change of any setting starts a fresh
+        generation there. Bad input raises SpecvizError and changes nothing."""
+        wanted = self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature, top_p, seed)
+        if wanted != self.wanted:  # a mode this machine cannot run or does not know: said at once, no model needed
+            notes = parse_mode(wanted.mode).notes
+            self.message = " ".join(f"⚠️ {note}" for note in notes) if notes else self.message
+        self.wanted = wanted
 
     # ---- actions --------------------------------------------------------------------------------
+    def _call(self, action: str, max_new_tokens: int, every_s: float = 0.25):
+        """Generator over one model call on this session's state: each reply becomes the state."""
+        from specviz.ui import gpu
+
+        if self.wanted is None:
+            verb = {"run": "Run"}.get(action, "Step")
+            raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
+        call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
+        generation = self.generation
+        for states, messages, _ in gpu.call(call, [self.state]):
+            if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
+                return
+            self.state = states[0]
+            yield messages[0]
+
     def step(self, max_new_tokens: int) -> None:
-        if self.session is None:
-            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         self.autoplay = False
         with self.stepping:
-            if self.session.finished:
-                self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
-                return
-            if len(self.session.output_ids) >= max_new_tokens:
-                self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
-                return
-            self.session.step(max_new_tokens)
-            self._keep_ar_up()
-        self.message = ""
-
-    def _keep_ar_up(self) -> None:
-        """After a step of the run: `ar` on the same prompt steps until it has as many tokens (under the
-        stepping lock), so that the speedup compares two runs timed under the same load."""
-        if self.session.name == "ar":
-            return
-        if self.paired is None or not self.paired.follows(self.session):
-            self.paired = PairedBaseline(self.session)
-        self.paired.keep_up()
+            for message in self._call("step", max_new_tokens):
+                self.message = message
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
-        """Generator for Run: steps until done or stopped, yielding at most every every_s seconds."""
-        if self.session is None:
-            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Run.")
+        """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
+        call; Stop closes it). The session's lock is held while the call works, not while the page shows a
+        reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
         self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
         self.stop_requested, self.streaming = False, True
-        last = 0.0
+        replies = self._call("run", max_new_tokens, every_s)
+        generation = self.generation
         try:
-            while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
+            while True:
+                with self.stepping:
+                    message = next(replies, None)
+                if message is None:
+                    break
+                self.message = message
                 if self.stop_requested:
                     break
-                with self.stepping:
-                    if not self.session.finished and len(self.session.output_ids) < max_new_tokens:
-                        self.session.step(max_new_tokens)
-                        self._keep_ar_up()
-                if time.perf_counter() - last >= every_s:
-                    last = time.perf_counter()
-                    yield
-            else:
-                self.message = f"Done ({self.session.finish_reason or 'token limit'})."
-                self.session.report_finish()
-            self.measure_baseline()
+                yield
         finally:
+            replies.close()
             self.streaming = False
+            if self.generation != generation:
+                # released while this Run was still holding the session: the release's collection ran while it
+                # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
+                collect_everything()
+        if self.stop_requested and self.state.session is not None:
+            self.stop()
         yield
 
     def stop(self) -> None:
@@ -182,14 +155,16 @@ class Lab:
                             f"({len(self.session.output_ids)} tokens kept). Step or Run to continue.")
 
     def reset(self) -> None:
-        self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
-        self.reference, self.replay, self.at, self.selected_node, self.playing = None, None, None, None, False
-        self.autoplay, self.paired = False, None
+        self.state, self.wanted, self.stop_requested, self.message = LabState(), None, False, "Reset."
+        self.replay, self.at, self.selected_node, self.playing, self.autoplay = None, None, None, False, False
+        self.generation += 1
 
     def release(self) -> None:
-        """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
+        """The browser session ended: stop a Run still going (it would step to its limit and run the ar
+        baseline for nobody, holding the session all along), drop the KV caches and baselines now, and hand the
+        freed memory back."""
         self.reset()
-        self.baselines.clear()
+        self.stop_requested = True
         collect_everything()  # a session's objects refer to each other: free them now, frozen or not
         give_back_freed_memory()
 
@@ -237,20 +212,24 @@ class Lab:
         """Play: one step forward (through the recorded steps, then live ones); False when there is none.
         A first visit's recording plays from its first step again when it reaches its end."""
         recording = self.recording()
-        if self.autoplay and recording is not None and self.shown_step() == len(recording.records) - 1:
+        shown = self.shown_step()
+        if self.autoplay and recording is not None and shown == len(recording.records) - 1:
             self.go_to(0)
             return True
-        shown = self.shown_step()
         if recording is not None and shown is not None and shown < len(recording.records) - 1:
             self.go_to(shown + 1)
             return True
+        from specviz.ui import gpu
+
         live = self.replay is None and self.session is not None and not self.session.finished \
             and len(self.session.output_ids) < max_new_tokens
-        if live:
+        if live and not gpu.zero_gpu():
             self.step(max_new_tokens)
             return True
         self.playing = False
-        self.message = "End of the run: Play stopped."
+        # on ZeroGPU Play walks the recorded steps only: a GPU call per tick would spend the visitor's quota
+        self.message = ("End of the recorded steps: Play stopped. Step or Run to generate more." if live
+                        else "End of the run: Play stopped.")
         return False
 
     def play(self) -> bool:
@@ -318,58 +297,21 @@ class Lab:
         return str(path)
 
     def lossless_diff(self):
-        """The output against plain greedy decoding of the same prompt, when this method may differ
-        from it (the method declares itself lossy for its parameters at this temperature); None
-        otherwise. The greedy reference is generated as far as the output goes, once, and kept."""
-        session = self.session
-        if session is None or not session.output_ids or session.lossless or session.temperature > 0:
-            return None
-        n = len(session.output_ids)
-        if self.paired is not None and self.paired.follows(session) and self.paired.covers(n):
-            return token_diff(self.paired.ar.output_ids[:n], session.output_ids)  # the greedy ar beside the run
-        with self.stepping:
-            if self.reference is None or self.reference.prompt_ids != session.prompt_ids \
-                    or self.reference.lm is not session.lm:
-                self.reference = Session(session.lm, "ar").start_ids(session.prompt_ids)
-            self.reference.run(len(session.output_ids))
-            return token_diff(self.reference.output_ids, session.output_ids)
+        """The output against greedy decoding where the method may differ from it (computed by the last model
+        call: ui.lab_state.update_diff); None otherwise."""
+        return self.state.diff
 
     def _baseline_key(self, new_tokens: int) -> tuple:
-        return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
-                self.session.sampling)
+        return self.state.baseline_key(new_tokens)
 
     def baseline_so_far(self) -> RunResult | None:
-        """`ar`'s run on the same prompt and sampling for as many tokens as the run has, where one was
-        measured: stepped between the run's steps (PairedBaseline), or alone once a Run ended without one;
-        an `ar` session is its own baseline."""
-        session = self.session
-        if session is None or not session.output_ids:
-            return None
-        if session.name == "ar":
-            return RunResult.of_session(session)
-        n = len(session.output_ids)
-        if self.paired is not None and self.paired.follows(session) and self.paired.covers(n):
-            return self.paired.result()
-        return self.baselines.get(self._baseline_key(n))
-
-    def measure_baseline(self) -> RunResult | None:
-        """baseline_so_far, measured now (alone) where there is none (once per prompt, length and sampling
-        settings)."""
-        session = self.session
-        if session is None or not session.output_ids:
-            return None
-        found = self.baseline_so_far()
-        if found is not None:
-            return found
-        n = len(session.output_ids)
-        key = self._baseline_key(n)
-        self.baselines[key] = run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
-                                         sampling=session.sampling, max_new_tokens=n)
-        return self.baselines[key]
+        """ar on the same prompt and sampling for as many tokens as the run has, where one was measured (stepped
+        between the run's steps: ui.lab_state.keep_ar_up)."""
+        return baseline_so_far(self.state)
 
     def lanes(self) -> list[tuple[str, float, list]]:
         """The two-lane wall-clock view: the shown run, and plain ar on the same prompt when there is one
-        (measured when a Run ends; for a replay, a shipped ar trace of the same prompt)."""
+        (stepped between the run's steps; for a replay, a shipped ar trace of the same prompt)."""
         recording = self.recording()
         if recording is None or not recording.records:
             return []
@@ -407,14 +349,16 @@ class Lab:
         parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
         if "speedup_vs_ar" in c:
-            if self.session.temperature > 0:
-                same = (f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}: "
-                        "tokens differ from ar's by design, the distribution does not"
-                        + ("" if self.session.lossless else " (except with eta > 0: see below)"))
+            if self.session.temperature > 0:  # the seed fixes ar's draws (accept.position_noise): same tokens
+                seeded = f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}"
+                same = (f"identical to ar {seeded}" if c["identical_to_ar"] else
+                        f"{seeded}: eta > 0 moved the tokens from ar's (lossy, see below)" if not self.session.lossless
+                        else f"⚠️ {seeded}: the tokens differ from ar's with the same seed")
             else:
                 same = ("identical to greedy ar" if c["identical_to_ar"] else
                         c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            paired = self.session.name != "ar" and self.paired is not None and self.paired.follows(self.session)
+            paired = self.session.name != "ar" and self.state.paired is not None \
+                and self.state.paired.follows(self.session)
             how = "stepped between this run's steps, so both ran under the same load" if paired else "run alone"
             parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling, {how}: "
                          f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
@@ -479,8 +423,8 @@ class Lab:
         record = records[-1] if records else None
         curve = recording.cost_curve if recording else None
         if curve is None and self.replay is None and self.session is not None and self.session.started:
-            cost = self.session.cost_model  # measured once per model and mode, then cached on disk
-            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
+            cost = self.session._cost_model  # loaded by the model call (budget auto), else not shown
+            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)} if cost is not None else None
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
         draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
