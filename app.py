@@ -94,16 +94,11 @@ def _settings(lab: Lab | None, settings: dict) -> Lab:
 
 def _widget_values(view: LabView) -> dict:
     """Each VIEW_WIDGETS widget's value from the view's fields: the node list becomes the dropdown's
-    choices, steps and shown_step the timeline slider, every other field goes as it is; a panel with
-    nothing to show is hidden."""
+    choices, steps and shown_step the timeline slider, every other field goes as it is (a panel with nothing
+    to show is hidden by the page's CSS, from the tree box's flags: the API's values stay plain)."""
     values = {name: getattr(view, name) for name in VIEW_WIDGETS if hasattr(view, name)}
     choices = view.node_choices
     values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
-    hidden = view.hidden()
-    for name in ("node_choices", "distribution", "document_html", "token_diff_html", "method_step", "prediction"):
-        value = values[name]
-        values[name] = gr.update(**(value if isinstance(value, dict) else {"value": value}),
-                                 visible=name not in hidden)
     values["timeline"] = gr.update(maximum=max(view.steps - 1, 1), value=view.shown_step or 0,
                                    interactive=view.steps > 1)
     return values
@@ -631,10 +626,9 @@ def build_app() -> gr.Blocks:
                                            elem_id="document")
                     with gr.Column(scale=2):
                         node = gr.Dropdown([], label="Node of the shown step (sampling): p, q and p_hat at its "
-                                           "position", elem_id="node-pick", visible=False)
+                                           "position", elem_id="node-pick")
                         distribution = gr.Plot(value=distribution_figure(None, None, str), elem_id="distribution-plot",
-                                               label="p (target), q (draft), p_hat (eta) and what was emitted",
-                                               visible=False)
+                                               label="p (target), q (draft), p_hat (eta) and what was emitted")
                 with gr.Row():
                     trace_btn = gr.DownloadButton("Download trace (JSON)", elem_id="download-trace")
                     svg_btn = gr.DownloadButton("Tree for slides (SVG, light theme)", elem_id="download-svg")

@@ -52,6 +52,16 @@ def shown_step(page) -> int:
     return int(page.evaluate(CAPTION).split("Showing step ")[1].split(" ")[0])
 
 
+def paused_page(browser, page_url):
+    """A first visit at 1280x720, its autoplay stopped by the Pause button."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(page_url, wait_until="load")
+    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=30_000)
+    page.locator("#pause-btn").click()
+    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=30_000)
+    return page
+
+
 def visible_area(page, selector: str) -> float:
     """The part of an element's box inside the viewport, in px²."""
     return page.evaluate("""(selector) => {
@@ -90,6 +100,15 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ')", timeout=10_000)
     page.wait_for_timeout(2000)  # the step's animation to its end (the pace is 2.5 s a step)
     page.screenshot(path=str(SHOTS / f"first-{width}x{height}.png"))
+    status = page.locator("#live-status")  # the start-up line, where it says anything, is on the first screen
+    if status.inner_text().strip():
+        assert status.bounding_box()["y"] + status.bounding_box()["height"] <= height
+    # the first touch stops the autoplay: the shown step stays
+    page.locator("#brand").click()
+    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=10_000)
+    touched = shown_step(page)
+    page.wait_for_timeout(3500)
+    assert shown_step(page) == touched
     page.close()
 
 
@@ -153,10 +172,7 @@ def offered_trace(path: Path, drafted: int = 64, kept: int = 9, seed: int = 3) -
 
 
 def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser, tmp_path):
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(page_url, wait_until="load")
-    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=30_000)
-    page.locator("#pause-btn").click()
+    page = paused_page(browser, page_url)
     page.get_by_role("tab", name="Replay").click()
     page.locator("#upload-trace input[type=file]").set_input_files(str(offered_trace(tmp_path / "offered.json")))
     page.wait_for_function("(document.querySelector('#tree-box .tv-title')?.innerText || '').includes('of 64 offered')",
@@ -172,7 +188,33 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
             assert not overlap, (a, b)
     heights = [b[3] - b[1] for b in boxes]
     assert min(heights) >= 14  # the labels' glyph boxes: at least 14 px text
+    markers = page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered g.n')).map(g => {
+        const r = g.querySelector('.m-final').getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""")
+    for i, m in enumerate(markers):  # no label over another node's marker
+        for j, b in enumerate(boxes):
+            assert i == j or not (m[0] < b[2] and b[0] < m[2] and m[1] < b[3] and b[1] < m[3]), (m, b)
     page.screenshot(path=str(SHOTS / "offered-64-1280x720.png"))
+    # the tree is taller than its box: a hint says so; scrolled to the end, its last band ends inside the box,
+    # above the legend
+    scroll = page.locator("#tree-box .tv-scroll")
+    if page.evaluate("() => { const b = document.querySelector('#tree-box .tv-scroll'); "
+                     "return b.scrollHeight > b.clientHeight + 2; }"):
+        scroll.evaluate("b => { b.scrollTop = 0; b.dispatchEvent(new Event('scroll')); }")
+        assert page.locator("#tree-box .tv-more-down").is_visible()
+        scroll.evaluate("b => { b.scrollTop = b.scrollHeight; b.dispatchEvent(new Event('scroll')); }")
+        page.wait_for_timeout(100)
+        assert not page.locator("#tree-box .tv-more-down").is_visible()
+        assert page.locator("#tree-box .tv-more-up").is_visible()
+    lowest = max(page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered text.lbl'))
+        .map(t => t.getBoundingClientRect().bottom)"""))
+    frame, legend = scroll.bounding_box(), page.locator("#tree-box .tv-legend").bounding_box()
+    assert lowest <= frame["y"] + frame["height"] and lowest <= legend["y"]
+    page.screenshot(path=str(SHOTS / "offered-64-scrolled-1280x720.png"))
+    # greedy: the p / q / p_hat panel has nothing to show and is hidden; the planner's predictions are shown
+    page.get_by_role("tab", name="Step details").click()
+    page.wait_for_timeout(300)
+    assert not page.locator("#distribution-plot").is_visible() and not page.locator("#node-pick").is_visible()
+    assert page.locator("#prediction-plot").is_visible()
     # a cut node says why on hover; the switch shows the verified tree alone
     page.locator("#tree-box svg.tv-offered g.n-cut").first.hover()
     tip = page.locator("#tree-box .tv-tip")
@@ -186,11 +228,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
 
 
 def test_a_step_is_animated_at_the_play_pace(page_url, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(page_url, wait_until="load")
-    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=30_000)
-    page.locator("#pause-btn").click()
-    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=30_000)
+    page = paused_page(browser, page_url)
     shown = shown_step(page)
     page.locator("#next-btn").click()
     page.wait_for_function(f"{CAPTION}.includes('Showing step {shown + 1} ')", timeout=30_000)
@@ -199,7 +237,9 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     phases = page.evaluate("() => document.querySelector('#tree-box').getAnimations({subtree: true})"
                            ".map(a => a.animationName)")
     assert "tv-ph" in phases and "tv-in" in phases and "tv-pulse" in phases  # draft ... commit are under way
-    page.wait_for_timeout(2400)  # the pace is 2.5 s a step: the step is whole from 0.75 of it
+    page.wait_for_timeout(900)
+    page.screenshot(path=str(SHOTS / "animation-frame-1280x720.png"))  # mid-step: verified, accepting
+    page.wait_for_timeout(1500)  # the pace is 2.5 s a step: the step is whole from 0.75 of it
     late = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
     assert float(early) < 0.5 and float(late) == 1.0  # the bonus comes in at the commit, at the end of the step
     new_tokens = page.locator("#generated .tok-new").count()
@@ -208,11 +248,7 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
 
 
 def test_presentation_mode_hides_the_controls_and_enlarges_the_tree(page_url, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(page_url, wait_until="load")
-    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=30_000)
-    page.locator("#pause-btn").click()
-    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=30_000)
+    page = paused_page(browser, page_url)
     page.locator("#next-btn").click()
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ') || {CAPTION}.includes('Showing step 2 ')",
                            timeout=30_000)

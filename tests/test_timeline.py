@@ -111,7 +111,7 @@ def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
     assert "recorded run" in first.view.text_html and "Rename the function" in first.view.text_html
     assert "autoplay-flag" not in first.view.text_html and first.example is None and "Rename" in first.prompt
     assert 'class="tv tv-anim"' in first.view.tree  # the step is drawn to play
-    assert "distribution" in first.view.hidden() and "document_html" in first.view.hidden()  # greedy, no document
+    assert 'data-has-sampling="0"' in first.view.tree and 'data-has-plan="1"' in first.view.tree  # greedy, planned
     lab = open_first_visit(Lab(), path, "unified-code-rename")
     assert lab.playing and lab.autoplay and lab.shown_step() == 0 and "autoplay-flag" in lab.view().text_html
     assert lab.view().tree == first.view.tree  # the session's first view draws what the page painted first

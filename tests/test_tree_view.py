@@ -11,7 +11,7 @@ from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
-from specviz.ui.tree_layout import CANVAS, FONT_PX, MIN_PITCH, layout, text_width
+from specviz.ui.tree_layout import CANVAS, FONT_PX, MIN_PITCH, Box, layout, text_width
 from specviz.ui.tree_svg import svg_element, tree_html
 from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, VERIFY_AT, short_label,
                                   shown_tree)
@@ -113,6 +113,10 @@ def test_no_two_labels_overlap_and_depths_are_layered(count):
         for i, (a, box_a) in enumerate(boxes):
             for b, box_b in boxes[i + 1:]:
                 assert not box_a.overlaps(box_b), (count, seed, a, b)
+        r = geometry.radius * 1.4  # the widest marker (a star)
+        for a, (x, y) in geometry.centres.items():  # no label over a marker
+            mark = Box(x - r, y - r, x + r, y + r)
+            assert not any(box.overlaps(mark) for b, box in boxes if b != a), (count, seed, a)
         depth = {n.id: n.depth for n in nodes}
         band = {i: geometry.band_of[d] for i, d in depth.items()}
         for a, (xa, ya) in geometry.centres.items():
@@ -144,6 +148,26 @@ def test_small_trees_spread_over_the_box_and_siblings_go_by_chance():
     same_depth = [abs(geometry.centres[a][1] - geometry.centres[b][1]) for a in depth for b in depth
                   if a < b and depth[a] == depth[b]]
     assert min(same_depth) >= MIN_PITCH  # a depth's labels are at least a row apart
+
+
+def test_a_bushy_tree_takes_fewer_rows_than_leaves_and_keeps_its_order():
+    """A shallow leaf's row is free to deeper nodes further down (one depth per column): the packing takes
+    fewer rows than the tree has leaves, and edges between two columns never cross (children keep their
+    parents' order)."""
+    for seed in range(3):
+        nodes = random_nodes(64, seed)
+        geometry = layout(nodes, canvas=(4000, 0))  # one band: the rows are the packing's alone
+        parents = {n.parent for n in nodes}
+        leaves = sum(1 for n in nodes if n.id not in parents)
+        ys = [y for _, y in geometry.centres.values()]
+        rows = (max(ys) - min(ys)) / MIN_PITCH + 1  # no room asked for: rows at the smallest pitch
+        assert rows < leaves, (seed, rows, leaves)
+        y = {i: c[1] for i, c in geometry.centres.items()}
+        edges = [(y[n.parent], y[n.id], n.depth) for n in nodes if n.parent >= 0]
+        for pa, ca, d in edges:
+            for pb, cb, e in edges:
+                if d == e and pa < pb:
+                    assert ca < cb  # the child of the upper parent stays above
 
 
 def test_a_deep_chain_wraps_into_bands_that_fill_the_box():

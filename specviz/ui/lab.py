@@ -462,15 +462,22 @@ class Lab:
         choices = self.node_choices()
         transfer = transfer_markdown(shown, recording.lossless) if recording else ""
         animate = not self.streaming
+        document = self.document_view()
+        diff = token_diff_html(self.lossless_diff() if newest_live else None, token_text)
+        # the panels with nothing to show, flagged on the tree box for the page's CSS: p / q / p_hat without
+        # sampling, the planner's predictions where it planned nothing, the document without RAPID, the diff
+        # where there is nothing to compare
+        panels = {"sampling": bool(choices), "plan": any(r.plan is not None for r in records),
+                  "document": bool(document), "diff": bool(diff)}
         return LabView(
-            tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node),
+            tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node, panels=panels),
             text_html=tokens_html(shown, token_text, self.shown_prompt(), recorded=self.replay is not None,
                                   animate_last=animate) + (AUTOPLAY_FLAG if self.autoplay else ""),
             counters=self.counters_markdown() if newest_live else self.timeline_markdown(),
             budget_split=budget_split_markdown(record),
             method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),
                                                    search_step_markdown(record), transfer])),
-            token_diff_html=token_diff_html(self.lossless_diff() if newest_live else None, token_text),
-            prediction=prediction_figure(records), message=self.message, document_html=self.document_view(),
+            token_diff_html=diff,
+            prediction=prediction_figure(records), message=self.message, document_html=document,
             node_choices=choices, distribution=self.distribution(choices[0][1] if choices else None),
             steps=len(records), shown_step=k, caption=self.step_caption())

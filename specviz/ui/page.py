@@ -21,6 +21,12 @@ LAYOUT_CSS = """
 #generated .generated { max-height: calc(100vh - 390px); overflow-y: auto; }
 #counters, #step-caption { font-size: 14px; }
 #paper-note { font-size: 13px; }
+/* panels with nothing to show, from the tree box's flags (ui/lab.py: view) */
+body:has(#tree-box .tv[data-has-sampling="0"]) #distribution-plot,
+body:has(#tree-box .tv[data-has-sampling="0"]) #node-pick,
+body:has(#tree-box .tv[data-has-plan="0"]) #prediction-plot,
+body:has(#tree-box .tv[data-has-document="0"]) #document,
+body:has(#tree-box .tv[data-has-diff="0"]) #token-diff { display: none !important; }
 /* tables: a word is never broken across lines; a wide table scrolls instead */
 .prose table, table { word-break: normal !important; overflow-wrap: normal !important; }
 .prose th, .prose td { white-space: nowrap; }
@@ -29,9 +35,12 @@ LAYOUT_CSS = """
    classes, so rules keyed on <body> need !important to win) */
 body.presenting #settings-panel, body.presenting .sidebar, body.presenting #topbar > :not(#present-btn),
 body.presenting #details-tabs, body.presenting #timeline-row, body.presenting #message, body.presenting footer,
-body.presenting #counters { display: none !important; }
+body.presenting #counters, body.presenting #live-status { display: none !important; }
 body.presenting #topbar { position: fixed !important; top: auto !important; bottom: 8px; right: 10px; z-index: 50; width: auto !important; }
-body.presenting #tree-box .tv-scroll { --tree-max-height: calc(100vh - 130px); }
+/* the tree box fills the screen's height: its bar and legend take what they need, the drawing the rest */
+body.presenting #tree-box .tv { display: flex; flex-direction: column; height: calc(100vh - 24px); }
+body.presenting #tree-box .tv-frame { flex: 1 1 auto; min-height: 0; }
+body.presenting #tree-box .tv-scroll { --tree-max-height: 100%; height: 100%; }
 body.presenting #tree-col { flex: 1 1 0 !important; min-width: 0 !important; }
 body.presenting #text-col { flex: 0 0 20% !important; min-width: 0 !important; }
 body.presenting .gradio-container { padding-left: 8px !important; padding-right: 8px !important; }

@@ -6,7 +6,8 @@ below it, and an edge into the next band runs down the right margin and in from 
 No two labels overlap, by construction: within a band a depth's labels all start at the same x and its
 column is as wide as its widest label, so labels of different depths are apart; within a depth two nodes lie
 in disjoint row ranges of a tidy layout (a parent sits between its first and last child), so their centres
-are at least one row pitch apart, and the pitch is taller than a label; bands take disjoint rows. Labels are
+are at least one row pitch apart (the packing keeps every depth column's rows apart), and the pitch is
+taller than a label; bands take disjoint rows. Labels are
 measured in a monospace font (every character the same advance), so the widths computed here are the
 widths drawn."""
 
@@ -146,7 +147,7 @@ def layout(nodes: list[ShownNode], canvas: tuple[float, float] = CANVAS, font_px
 def _band_rows(children: dict[int, list[int]], depth: dict[int, int], band_of: dict[int, int],
                n_bands: int) -> tuple[dict[int, float], list[int]]:
     """Each node's row within its band, and each band's row count. A band holds the subtrees that start at its
-    first depth, in the order a depth-first walk of the whole tree meets them; within it, tidy rows."""
+    first depth, in the order a depth-first walk of the whole tree meets them; within it, packed rows."""
     rows: dict[int, float] = {}
     band_rows = [0] * n_bands
     roots: list[list[int]] = [[] for _ in range(n_bands)]
@@ -158,11 +159,12 @@ def _band_rows(children: dict[int, list[int]], depth: dict[int, int], band_of: d
             roots[band_of[depth[node]]].append(node)
         stack.extend(reversed(kids))
     for b in range(n_bands):
-        in_band = {node: [c for c in children.get(node, []) if band_of[depth[c]] == b] for node in _walk(children, roots[b], depth, band_of, b)}
-        next_row = 0
-        for root in roots[b]:
-            next_row = _rows(in_band, root, rows, next_row)
-        band_rows[b] = next_row
+        in_band = {node: [c for c in children.get(node, []) if band_of[depth[c]] == b]
+                   for node in _walk(children, roots[b], depth, band_of, b)}
+        band = _pack(in_band, depth, roots[b])
+        low = min(band.values())
+        rows.update({node: row - low for node, row in band.items()})
+        band_rows[b] = round(max(band.values()) - low) + 1
     return rows, band_rows
 
 
@@ -176,20 +178,41 @@ def _walk(children, roots, depth, band_of, band) -> list[int]:
     return found
 
 
-def _rows(children: dict[int, list[int]], root: int, rows: dict[int, float], next_row: int) -> int:
-    """Tidy rows below root: leaves on consecutive rows from next_row in depth-first order (likeliest sibling
-    first), a parent midway between its first and last child; returns the next free row. Iterative, so that
-    a 256-deep chain is no recursion problem."""
-    stack = [(root, False)]
+def _pack(children: dict[int, list[int]], depth: dict[int, int], roots: list[int]) -> dict[int, float]:
+    """Rows for a forest drawn one depth per column: subtrees one under the other in order (likeliest sibling
+    first), each moved up as far as its outline allows: in every depth column the two subtrees share, its
+    top node comes at least a row below the one above (Reingold and Tilford's contours, by depth). A parent
+    sits midway between its first and last child. Only nodes of one depth share a column, so a shallow
+    leaf leaves its row free to deeper nodes further on: the tree takes fewer rows than it has leaves.
+    Iterative, so that a 256-deep chain is no recursion problem."""
+    rows: dict[int, float] = {}
+    members: dict[int, list[int]] = {}                      # subtree root -> its nodes
+    outline: dict[int, dict[int, tuple[float, float]]] = {}  # subtree root -> depth -> (top row, bottom row)
+
+    def stack_up(tops: list[int]) -> tuple[list[int], dict[int, tuple[float, float]]]:
+        nodes, joined = [], {}
+        for top in tops:
+            shift = max((joined[d][1] + 1 - lo for d, (lo, _) in outline[top].items() if d in joined), default=0.0)
+            for node in members[top]:
+                rows[node] += shift
+            for d, (lo, hi) in outline[top].items():
+                lo, hi = lo + shift, hi + shift
+                joined[d] = (min(joined[d][0], lo), max(joined[d][1], hi)) if d in joined else (lo, hi)
+            nodes.extend(members.pop(top))
+            del outline[top]
+        return nodes, joined
+
+    stack = [(root, False) for root in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         kids = children.get(node, [])
-        if not kids:
-            rows[node] = float(next_row)
-            next_row += 1
-        elif expanded:
-            rows[node] = (rows[kids[0]] + rows[kids[-1]]) / 2
-        else:
+        if kids and not expanded:
             stack.append((node, True))
             stack.extend((c, False) for c in reversed(kids))
-    return next_row
+            continue
+        nodes, joined = stack_up(kids)
+        rows[node] = (rows[kids[0]] + rows[kids[-1]]) / 2 if kids else 0.0
+        joined[depth[node]] = (rows[node], rows[node])
+        members[node], outline[node] = [node, *nodes], joined
+    stack_up(list(roots))
+    return rows

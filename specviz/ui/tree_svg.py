@@ -149,24 +149,30 @@ def _node(n: ShownNode, g: TreeGeometry, picked: bool, animated: bool) -> str:
 
 def svg_element(tree: ShownTree, css: str, highlight: int | None = None, animated: bool = False,
                 canvas: tuple[float, float] = CANVAS) -> str:
-    """The tree as one <svg> element for the page: as wide as its box, never narrower than its layout
-    (the box scrolls), so labels keep their size."""
+    """The tree as one <svg> element for the page: as wide as its box, never narrower than its layout (the box
+    scrolls); the page's script narrows a tall one to fit its box's height while its labels stay MIN_LABEL_PX or
+    more (data-font: the labels' size in the layout)."""
     geometry = layout(tree.nodes, canvas)
     body = "".join(tree_svg_body(tree, geometry, highlight, animated))
     return (f'<svg class="tv-svg {css}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {num(geometry.width)} '
             f'{num(geometry.height)}" width="{num(geometry.width)}" height="{num(geometry.height)}" '
-            f'style="min-width:{num(geometry.width)}px" font-family="{attr(MONO)}" role="img" '
+            f'style="min-width:{num(geometry.width)}px" data-font="{num(geometry.font_px)}" font-family="{attr(MONO)}" '
+            f'role="img" '
             f'aria-label="{attr(tree.title)}">{body}</svg>')
 
 
 # ---- the page's tree box ------------------------------------------------------------------------------------
 def tree_html(record: StepRecord | None, token_text: Callable[[int], str], animate: bool = False,
-              highlight: int | None = None, empty: str = "No step yet: press Step or Run, or replay a trace.") -> str:
+              highlight: int | None = None, empty: str = "No step yet: press Step or Run, or replay a trace.",
+              panels: dict[str, bool] | None = None) -> str:
     """The tree box: its title, the offered / verified switch, the step's phases (animated while it plays),
     the drawing (both views when the planner cut something; CSS shows the one the switch picked), the
-    legend and the hover tip."""
+    legend and the hover tip. panels: which of the page's other panels have something to show, as flags
+    (data-has-NAME) the page's CSS hides the others by."""
+    flags = "".join(f' data-has-{name}="{int(bool(shown))}"' for name, shown in (panels or {}).items())
     if record is None:
-        return f'<div class="tv tv-static"><div class="tv-bar"><span class="tv-title">{escape(empty)}</span></div></div>'
+        return (f'<div class="tv tv-static"{flags}><div class="tv-bar"><span class="tv-title">{escape(empty)}</span>'
+                '</div></div>')
     offered = shown_tree(record, token_text, offered=True)
     verified = shown_tree(record, token_text, offered=False) if offered.has_cut else offered
     if offered.has_cut:
@@ -175,10 +181,16 @@ def tree_html(record: StepRecord | None, token_text: Callable[[int], str], anima
     else:
         drawings = svg_element(offered, "tv-only", highlight, animate)
     mode = "tv-anim" if animate else "tv-static"
-    return (f'<div class="tv {mode}" data-step="{record.step}">'
+    return (f'<div class="tv {mode}" data-step="{record.step}"{flags}>'
             f'<div class="tv-bar"><span class="tv-title">{escape(offered.title)}</span>{_switch(offered)}'
-            f'{_phases(offered, record)}</div><div class="tv-scroll">{drawings}</div>'
+            f'{_phases(offered, record)}</div><div class="tv-frame"><div class="tv-scroll">{drawings}</div>{MORE_HINTS}</div>'
             f'{legend_html(offered)}<div class="tv-tip" role="tooltip"></div></div>')
+
+
+# shown by the page's script over the box's edges while part of a tall tree is scrolled out of it
+MORE_HINTS = ('<span class="tv-more tv-more-up" aria-hidden="true">&#8593; more of the tree above</span>'
+              '<span class="tv-more tv-more-down" aria-hidden="true">more of the tree below &#8595; scroll</span>')
+MIN_LABEL_PX = 14   # the smallest label size the page's script may narrow a tall tree to
 
 
 def _switch(tree: ShownTree) -> str:
@@ -247,8 +259,14 @@ body:not(.tv-show-verified) .tv-verified, body.tv-show-verified .tv-offered {{ d
 .tv-anim .ph {{ animation-name: tv-ph; animation-duration: calc(var(--pace) * var(--d) * 1s);
   animation-timing-function: linear; animation-delay: calc(var(--pace) * var(--a) * 1s); }}
 @keyframes tv-ph {{ from, to {{ background: #222; color: #fff; }} }}
+.tv-frame {{ position: relative; }}
 .tv-scroll {{ overflow: auto; max-height: var(--tree-max-height, calc(100vh - 250px)); }}
-.tv-svg {{ display: block; width: 100%; height: auto; background: #fff; }}
+.tv-svg {{ display: block; width: 100%; height: auto; margin: 0 auto; background: #fff; }}
+.tv-more {{ position: absolute; right: 14px; display: none; padding: 1px 9px; border-radius: 10px; font-size: 14px;
+  background: rgba(34, 34, 34, 0.82); color: #fff; pointer-events: none; }}
+.tv-more-up {{ top: 4px; }}
+.tv-more-down {{ bottom: 4px; }}
+.tv-frame.more-up .tv-more-up, .tv-frame.more-down .tv-more-down {{ display: block; }}
 .tv-svg .n {{ cursor: default; }}
 .tv-anim .n-in, .tv-anim .e {{ animation-name: tv-in; animation-duration: calc(var(--pace) * 0.05s);
   animation-timing-function: ease-out; animation-fill-mode: both; animation-delay: calc(var(--pace) * var(--a) * 1s); }}
@@ -279,6 +297,7 @@ body:not(.tv-show-verified) .tv-verified, body.tv-show-verified .tv-offered {{ d
 # js_on_load of the tree box: hover tips, the offered / verified switch (a class on <body>, so it survives
 # every update of the box), and on each new value the step's animation from its start at the current pace
 TREE_JS = """
+const MIN_LABEL_PX = """ + str(MIN_LABEL_PX) + """;
 const tip = () => element.querySelector('.tv-tip');
 const pace = () => parseFloat(document.querySelector('#pace input')?.value) || 2;
 // a tree taller than its box: scroll so that the accepted path is in the middle of it
@@ -291,11 +310,43 @@ const centre = () => {
   const ys = path.map((g) => { const r = g.getBoundingClientRect(); return (r.top + r.bottom) / 2 - top + box.scrollTop; });
   box.scrollTop = Math.max(0, (Math.min(...ys) + Math.max(...ys)) / 2 - box.clientHeight / 2);
 };
+// a tree taller than its box: narrower (so shorter), down to labels of MIN_LABEL_PX px, before the box scrolls
+const fit = () => {
+  const box = element.querySelector('.tv-scroll');
+  if (!box) return;
+  const limit = getComputedStyle(box).maxHeight;  // px, or a share of the frame that holds it
+  const room = limit.endsWith('px') ? parseFloat(limit) : box.parentElement.clientHeight;
+  for (const svg of box.querySelectorAll('svg.tv-svg')) {
+    const view = svg.viewBox.baseVal;
+    const narrowest = view.width * MIN_LABEL_PX / (parseFloat(svg.dataset.font) || MIN_LABEL_PX);
+    svg.style.minWidth = narrowest + 'px';
+    svg.style.width = Math.min(box.clientWidth, Math.max(narrowest, room * view.width / view.height)) + 'px';
+  }
+};
+// the hints over the box's edges: which parts of a tall tree are scrolled out of it
+const edges = () => {
+  const box = element.querySelector('.tv-scroll');
+  const frame = element.querySelector('.tv-frame');
+  if (!box || !frame) return;
+  frame.classList.toggle('more-up', box.scrollTop > 2);
+  frame.classList.toggle('more-down', box.scrollTop + box.clientHeight < box.scrollHeight - 2);
+};
 const restart = () => {
   document.documentElement.style.setProperty('--pace', String(pace()));
   for (const a of element.getAnimations({subtree: true})) { a.cancel(); a.play(); }
+  fit();
   centre();
+  edges();
 };
+element.addEventListener('scroll', edges, true);
+// the box wider or narrower (a resized window, presentation mode): fit again
+let boxWidth = 0;
+new ResizeObserver(() => {
+  if (element.clientWidth === boxWidth) return;
+  boxWidth = element.clientWidth;
+  fit();
+  edges();
+}).observe(element);
 element.addEventListener('mouseover', (event) => {
   const node = event.target.closest('[data-tip]');
   const box = tip();
@@ -316,7 +367,9 @@ element.addEventListener('click', (event) => {
   const button = event.target.closest('[data-tree-view]');
   if (button && !button.disabled) {
     document.body.classList.toggle('tv-show-verified', button.dataset.treeView === 'verified');
+    fit();
     centre();
+    edges();
   }
 });
 watch('value', restart);

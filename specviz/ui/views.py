@@ -24,16 +24,6 @@ class LabView:
     shown_step: int | None        # index of the step on screen; None before the first
     caption: str                  # which step is on screen and why its tree is small when it is
 
-    def hidden(self) -> set[str]:
-        """The panels with nothing to show (the page hides them): p / q / p_hat without sampling, the
-        document without RAPID, the diff of a lossless run, ReSpec's and READER's notes of other methods,
-        the planner's predictions where it planned nothing."""
-        empty = {"distribution": not self.node_choices, "node_choices": not self.node_choices,
-                 "document_html": not self.document_html, "token_diff_html": not self.token_diff_html,
-                 "method_step": not self.method_step,
-                 "prediction": not any(len(trace.x or ()) for trace in getattr(self.prediction, "data", ()))}
-        return {name for name, nothing in empty.items() if nothing}
-
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))

@@ -57,8 +57,9 @@ def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorde
     if prompt:
         badge = '<span class="badge">recorded run</span> ' if recorded else ""
         head = f'<div class="prompt">{badge}<strong>Prompt</strong>: {html.escape(prompt)}</div>'
-    return (f'{head}<div class="generated{" tv-anim" if animate_last else ""}">{body}</div>'
-            f'<div class="legend">drafted and accepted by: {legend}</div>')
+    # the generated text comes last, in a plain div (ui.app_load.text_of reads it from there)
+    return (f'<div class="{"tv-anim" if animate_last else "tv-static"}">{head}'
+            f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div></div>')
 
 
 def source_legend_html() -> str:
@@ -75,7 +76,7 @@ def source_legend_html() -> str:
 
 TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
-     ".tok { border-radius: 3px; padding: 0 1px; cursor: pointer; }", ".legend { margin-top: 6px; font-size: 0.9em; }",
+     ".tok { border-radius: 3px; padding: 0 1px; cursor: pointer; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }",
      ".prompt { max-height: 7.5em; overflow: auto; white-space: pre-wrap; font-size: 0.9em; color: #333; "
      "border-left: 3px solid #bbb; padding: 2px 8px; margin-bottom: 8px; }",
      ".badge { background: #222; color: #fff; border-radius: 4px; padding: 0 6px; font-size: 0.85em; "
