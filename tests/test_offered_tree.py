@@ -2,6 +2,8 @@
 sources offered and the planner cut, in one id space with the verified ones, with their chances; the trace
 carries their texts and loads back equal. And the speedup's ar baseline: stepped between the run's steps."""
 
+import pytest
+
 from specviz.engine.session import Session
 from specviz.engine.suite import load_suite
 from specviz.records.offered import NOT_RANKED
@@ -56,6 +58,26 @@ def test_ar_is_stepped_between_the_runs_steps(lm):
     assert len(baseline.records) == len(lab.session.output_ids)                    # ar: one token a step
     counters = lab.counters_markdown()
     assert "stepped between this run's steps" in counters and "identical to greedy ar" in counters
+
+
+def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm):
+    """After every other update of a Run, ar steps before the run (engine.paired_baseline): one token ahead at
+    most, and what the page compares is ar's first tokens, as many as the run has."""
+    from specviz.engine.paired_baseline import PairedBaseline
+
+    run = Session(lm, "racer").start("Repeat exactly: one two three four, one two three four.")
+    paired = PairedBaseline(run)
+    for turn in range(4):
+        if turn % 2:
+            paired.lead()
+            paired.lead()  # at most one token ahead
+            assert len(paired.ar.output_ids) == len(run.output_ids) + 1
+        run.step(24)
+        paired.keep_up()
+        result = paired.result()
+        assert result.output_ids == run.output_ids  # greedy: the same tokens, cut to the run's length
+        assert len(result.records) == result.steps == len(run.output_ids)
+        assert result.decode_s == pytest.approx(sum(r.timings_ms["total"] for r in result.records) / 1000, rel=1e-3)
 
 
 def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same(lm):

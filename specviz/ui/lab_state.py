@@ -170,15 +170,28 @@ def step_once(state: LabState, max_new_tokens: int, paired: bool = True) -> str:
     return ""
 
 
+def _paired(state: LabState) -> PairedBaseline | None:
+    """The ar run stepped beside the session's run (started where there is none yet; None for ar itself)."""
+    session = state.session
+    if session is None or session.name == "ar":
+        return None
+    if state.paired is None or not state.paired.follows(session):
+        state.paired = PairedBaseline(session)
+    return state.paired
+
+
 def keep_ar_up(state: LabState) -> None:
     """After a step of the run: ar on the same prompt and sampling steps until it has as many tokens, so that
     the speedup compares two runs timed under the same load (engine.paired_baseline)."""
-    session = state.session
-    if session is None or session.name == "ar":
-        return
-    if state.paired is None or not state.paired.follows(session):
-        state.paired = PairedBaseline(session)
-    state.paired.keep_up()
+    if (paired := _paired(state)) is not None:
+        paired.keep_up()
+
+
+def lead_ar(state: LabState) -> None:
+    """Before a step of the run: ar one step ahead (the step after an update takes the brunt of the browser
+    drawing it; engine.paired_baseline)."""
+    if (paired := _paired(state)) is not None:
+        paired.lead()
 
 
 def baseline_so_far(state: LabState) -> RunResult | None:
@@ -262,16 +275,23 @@ def perform(call: ModelCall, states: list[LabState]):
     if call.action != "run":
         raise ValueError(f"unknown model action {call.action!r}")
     last = time.perf_counter()
+    paired = len(states) == 1  # a Lab's run (A/B sides compare with each other, not with ar)
+    updates, ar_first = 0, False
     while any(can_step(state, call.max_new_tokens) for state in states):
         for state in states:
             if can_step(state, call.max_new_tokens):
+                if paired and ar_first:  # after every other update ar steps first (engine.paired_baseline)
+                    lead_ar(state)
                 state.session.step(call.max_new_tokens)
-                if len(states) == 1:  # a Lab's run (A/B sides compare with each other, not with ar)
+                if paired:
                     keep_ar_up(state)
+        ar_first = False
         if time.perf_counter() - last >= call.every_s:
             for state in states:
                 _settle(state)
             yield tuple(messages)
+            updates += 1
+            ar_first = updates % 2 == 1
             last = time.perf_counter()
     for i, state in enumerate(states):
         messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."
