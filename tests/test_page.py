@@ -178,6 +178,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.wait_for_function("(document.querySelector('#tree-box .tv-title')?.innerText || '').includes('of 64 offered')",
                            timeout=30_000)
     page.evaluate("() => window.scrollTo(0, 0)")
+    page.mouse.move(1270, 600)  # off the tree: no hover tip in the screenshots
     page.wait_for_timeout(2500)  # the step's animation, to its end
     boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered text.lbl')).map(t => {
         const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, t.textContent]; })""")
