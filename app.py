@@ -25,7 +25,11 @@ from specviz.engine.suite import example_prompts, load_suite
 from specviz.accept.sampling import SamplingSettings
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.runtime.loading import DEFAULT_MODEL
-from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
+from specviz.ui.viz import distribution_figure, prediction_figure
+from specviz.ui.first_visit import FIRST_PACE_S, first_view, open_first_visit
+from specviz.ui.page import PAGE_CSS, PAGE_JS, PRESENT_JS, TITLE_HTML
+from specviz.ui.paper_settings import paper_settings_markdown, widget_values
+from specviz.ui.tree_svg import TREE_JS
 from specviz.ui import visitors
 from specviz.ui.compare import Compare
 from specviz.ui.presets import BY_NAME as PRESETS
@@ -50,22 +54,11 @@ VIEW_WIDGETS = ("tree", "text_html", "counters", "budget_split", "method_step", 
 TRACES = shipped_traces()
 FIRST_TRACE = (f"{DEFAULT_METHOD}-code-rename" if f"{DEFAULT_METHOD}-code-rename" in TRACES
                else next(iter(TRACES), None))
-DEFAULT_PACE_S = 1.0
-# the ← / → keys move the timeline (not while typing in a field)
-KEYS_JS = """
-() => {
-  document.addEventListener('keydown', (event) => {
-    const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(event.target.tagName) || event.target.isContentEditable;
-    if (typing || event.altKey || event.ctrlKey || event.metaKey) return;
-    const id = {ArrowRight: 'next-btn', ArrowLeft: 'prev-btn'}[event.key];
-    if (id) { document.getElementById(id)?.click(); event.preventDefault(); }
-  });
-}
-"""
+DEFAULT_PACE_S = FIRST_PACE_S
 # a click on a token of the generated text sends its index
 TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
                   "if (token) trigger('click', {token: Number(token.dataset.token)}); });")
-LAUNCH_OPTIONS = {"css": TOKEN_CSS, "js": KEYS_JS}
+LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
 # model events at once: 2 answered 8 concurrent visitors sooner than 1 or 4 on 2 cores (README, "Many visitors")
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
@@ -101,7 +94,8 @@ def _settings(lab: Lab | None, settings: dict) -> Lab:
 
 def _widget_values(view: LabView) -> dict:
     """Each VIEW_WIDGETS widget's value from the view's fields: the node list becomes the dropdown's
-    choices, steps and shown_step the timeline slider, every other field goes as it is."""
+    choices, steps and shown_step the timeline slider, every other field goes as it is (a panel with nothing
+    to show is hidden by the page's CSS, from the tree box's flags: the API's values stay plain)."""
     values = {name: getattr(view, name) for name in VIEW_WIDGETS if hasattr(view, name)}
     choices = view.node_choices
     values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
@@ -274,13 +268,12 @@ def on_upload(lab, path):
 
 
 def on_first_view(lab, compare, request: gr.Request):
-    """A new visitor: the shipped trace replays at once (no model needed); the session's objects are
-    registered so that closing the tab frees them (on_close)."""
+    """A new visitor: the shipped trace plays from its first step at once (no model needed) until the visitor
+    touches the page; the session's objects are registered so that closing the tab frees them (on_close)."""
     lab, compare = lab or Lab(), compare or Compare()
-    if lab.recording() is None and FIRST_TRACE:
-        lab.load_trace(TRACES[FIRST_TRACE], FIRST_TRACE)
+    open_first_visit(lab, TRACES.get(FIRST_TRACE), FIRST_TRACE)
     visitors.register(getattr(request, "session_hash", None), lab, compare)
-    return (*_shown(lab), compare)
+    return (*_shown(lab), compare, gr.Timer(value=FIRST_PACE_S, active=lab.autoplay))
 
 
 def on_live_status():
@@ -304,10 +297,11 @@ def on_download_trace(lab):
 
 def on_download_svg(lab):
     lab = lab or Lab()
-    record, _ = lab.shown_record()
+    record, token_text = lab.shown_record()
     if record is None:
         raise gr.Error("No step to export yet: Step, Run or load a trace first.")
-    return str(write_tree_svg(record, Path(_download_folder()) / f"specviz-tree-step{record.step}.svg"))
+    return str(write_tree_svg(record, Path(_download_folder()) / f"specviz-tree-step{record.step}.svg",
+                              token_text=token_text))
 
 
 def _download_folder() -> str:
@@ -378,6 +372,15 @@ def on_preset(name):
     return [EXAMPLES[preset.example], preset.method, preset.temperature, preset.max_new_tokens, preset.side_a,
             preset.side_b, f"**{preset.name}.** {preset.question} Press **Run both** in *A/B compare*.",
             *[gr.update(value=values[p.name], visible=p in METHODS[preset.method].params) for p in PARAMS]]
+
+
+def on_paper_settings(method: str, which: str):
+    """The paper's configuration of the method (which="paper") or our tuned default ("ours") into the widgets."""
+    values = widget_values(method, which, {p.name: p.default for p in PARAMS})
+    budget = values["budget"]
+    return [gr.update(value=budget == "auto"), gr.update() if budget == "auto" else gr.update(value=budget),
+            gr.update(value=values["temperature"]),
+            *(gr.update(value=values[p.name]) if p.name in values else gr.update() for p in PARAMS)]
 
 
 def _param_update(p, settings: dict):
@@ -534,54 +537,71 @@ def model_widgets():
 
 
 def build_app() -> gr.Blocks:
+    # what a new visitor sees at once: the initial values, before any event answers
+    first = first_view(TRACES.get(FIRST_TRACE), FIRST_TRACE, EXAMPLES)
+    shown = first.view
     with gr.Blocks(title="specviz: speculative decoding with draft trees") as demo:
         lab = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda lab: lab and lab.release())
         compare = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda c: c and c.reset())
-        gr.Markdown("# specviz\nEach step drafts a tree of candidate tokens, verifies it in **one forward pass** "
-                    "with tree attention, and keeps the longest path the target model agrees with, plus one token "
-                    "of its own (the bonus). Colour = where a node came from; marker = what the target did with it.")
-        with gr.Row():
-            preset = gr.Dropdown(list(PRESETS), value=None, label="Presets: one click, one question", scale=1,
-                                 elem_id="preset")
-            preset_question = gr.Markdown(elem_id="preset-question")
-        with gr.Row():
-            with gr.Column(scale=2):
-                example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)", value=None)
-                prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=7,
-                                    elem_id="prompt")
-            with gr.Column(scale=1):
-                method = gr.Dropdown(list(METHODS), value=DEFAULT_METHOD, label="Method", elem_id="method")
-                auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
-                                          elem_id="auto-budget")
-                budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)",
-                                   elem_id="budget")
-                max_new_tokens = gr.Slider(1, POLICY.max_new_tokens or 1024, value=128, step=1, label="Max new tokens",
-                                           elem_id="max-new-tokens")
-                with gr.Accordion("Sampling", open=False):
-                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, elem_id="temperature",
-                                            label="Temperature (0 = greedy; > 0 samples, verified by lossless "
-                                                  "speculative sampling)")
-                    top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p (nucleus mass)", elem_id="top-p")
-                    seed = gr.Number(value=0, label="Seed (whole number; the same seed repeats a sampled run)",
-                                     elem_id="seed")
-                with gr.Accordion("Method parameters", open=False):
-                    param_inputs = [param_input(p) for p in PARAMS]
-                with gr.Accordion("Model", open=False):
-                    model, draft_model, mode = model_widgets()
-                    load = gr.Button("Load model", visible=not POLICY.public)
-                    model_status = gr.Markdown()
-        with gr.Row():
-            step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
-            run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-            stop_btn = gr.Button("Stop", elem_id="stop-btn")
-            reset_btn = gr.Button("Reset", elem_id="reset-btn")
-        with gr.Row(equal_height=True):
-            prev_btn = gr.Button("◀ Previous", elem_id="prev-btn", scale=0, min_width=110)
-            timeline = gr.Slider(0, 1, value=0, step=1, label="Timeline: step shown", elem_id="timeline", scale=4,
-                                 interactive=False)
-            next_btn = gr.Button("Next ▶", elem_id="next-btn", scale=0, min_width=110)
-            play_btn = gr.Button("▶ Play", elem_id="play-btn", scale=0, min_width=90)
-            pause_btn = gr.Button("Pause", elem_id="pause-btn", scale=0, min_width=90)
+        # the settings: a side panel, closed at first so that the tree has the screen
+        with gr.Sidebar(label="Settings", open=False, width=360, elem_id="settings-panel"):
+            example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)",
+                                  value=first.example, elem_id="example")
+            prompt = gr.Textbox(label="Prompt (text, or {\"messages\": [...]} JSON for a chat)", lines=4,
+                                max_lines=12, value=first.prompt, elem_id="prompt")
+            method = gr.Dropdown(list(METHODS), value=DEFAULT_METHOD, label="Method", elem_id="method")
+            with gr.Row(elem_id="paper-row"):
+                paper_btn = gr.Button("Paper's settings", size="sm", elem_id="paper-btn")
+                tuned_btn = gr.Button("Our default", size="sm", elem_id="tuned-btn")
+            paper_note = gr.Markdown(paper_settings_markdown(DEFAULT_METHOD), elem_id="paper-note")
+            auto_budget = gr.Checkbox(value=True, label="Budget: auto (from the measured verify cost)",
+                                      elem_id="auto-budget")
+            budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)",
+                               elem_id="budget")
+            max_new_tokens = gr.Slider(1, POLICY.max_new_tokens or 1024, value=128, step=1, label="Max new tokens",
+                                       elem_id="max-new-tokens")
+            with gr.Accordion("Sampling", open=False):
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, elem_id="temperature",
+                                        label="Temperature (0 = greedy; > 0 samples, verified by lossless "
+                                              "speculative sampling)")
+                top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p (nucleus mass)", elem_id="top-p")
+                seed = gr.Number(value=0, label="Seed (whole number; the same seed repeats a sampled run)",
+                                 elem_id="seed")
+            with gr.Accordion("Method parameters", open=False, elem_id="method-params"):
+                param_inputs = [param_input(p) for p in PARAMS]
+            with gr.Accordion("Presets: one click, one question", open=False):
+                preset = gr.Dropdown(list(PRESETS), value=None, label="Preset", elem_id="preset")
+                preset_question = gr.Markdown(elem_id="preset-question")
+            with gr.Accordion("Model", open=False):
+                model, draft_model, mode = model_widgets()
+                load = gr.Button("Load model", visible=not POLICY.public)
+                model_status = gr.Markdown()
+        # one bar of controls, then the stage: the tree, the text beside it
+        with gr.Row(elem_id="topbar", equal_height=True):
+            gr.HTML(TITLE_HTML, elem_id="brand", padding=False)
+            step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", scale=0, min_width=70)
+            run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=0, min_width=70)
+            stop_btn = gr.Button("Stop", elem_id="stop-btn", scale=0, min_width=70)
+            reset_btn = gr.Button("Reset", elem_id="reset-btn", scale=0, min_width=70)
+            prev_btn = gr.Button("◀", elem_id="prev-btn", scale=0, min_width=48)
+            next_btn = gr.Button("▶", elem_id="next-btn", scale=0, min_width=48)
+            play_btn = gr.Button("▶ Play", elem_id="play-btn", scale=0, min_width=86)
+            pause_btn = gr.Button("Pause", elem_id="pause-btn", scale=0, min_width=76)
+            present_btn = gr.Button("Present", elem_id="present-btn", scale=0, min_width=90)
+        with gr.Row(elem_id="stage", equal_height=False):
+            with gr.Column(scale=17, elem_id="tree-col", min_width=560):
+                tree = gr.HTML(shown.tree, elem_id="tree-box", js_on_load=TREE_JS, padding=False)
+            with gr.Column(scale=8, elem_id="text-col", min_width=320):
+                caption = gr.Markdown(shown.caption, elem_id="step-caption")
+                text = gr.HTML(shown.text_html, label="Generated text (click a token: its step and node)",
+                               elem_id="generated", js_on_load=TOKEN_CLICK_JS)
+                counters = gr.Markdown(shown.counters, elem_id="counters")
+                live_status = gr.Markdown(elem_id="live-status")
+        message = gr.Markdown(shown.message, elem_id="message")
+        with gr.Row(equal_height=True, elem_id="timeline-row"):
+            timeline = gr.Slider(0, max(shown.steps - 1, 1), value=shown.shown_step or 0, step=1,
+                                 label="Timeline: step shown (← / → keys)", elem_id="timeline", scale=4,
+                                 interactive=shown.steps > 1)
             pace = gr.Slider(0.2, 5.0, value=DEFAULT_PACE_S, step=0.1, label="Play pace (s per step)", scale=1,
                              elem_id="pace")
         timer = gr.Timer(DEFAULT_PACE_S, active=False)
@@ -590,22 +610,15 @@ def build_app() -> gr.Blocks:
                     "auto_budget": auto_budget, "budget": budget, "temperature": temperature, "top_p": top_p,
                     "seed": seed, **{p.name: widget for p, widget in zip(PARAMS, param_inputs)}}
         run_inputs = {"max_new_tokens": max_new_tokens, **settings}
-        message = gr.Markdown(elem_id="message")
-        counters = gr.Markdown(elem_id="counters")
-        caption = gr.Markdown(elem_id="step-caption")
-        with gr.Tabs():
-            with gr.Tab("Tree", id="tab-tree"):
+        with gr.Tabs(elem_id="details-tabs"):
+            with gr.Tab("Step details", id="tab-tree"):
                 with gr.Row():
-                    with gr.Column(scale=5):
-                        tree = gr.Plot(value=tree_figure(None), label="Draft tree of the shown step",
-                                       elem_id="tree-plot")
                     with gr.Column(scale=3, min_width=360):
                         split = gr.Markdown(elem_id="budget-split")
                         method_step = gr.Markdown(elem_id="method-step")
-                text = gr.HTML(label="Generated text (click a token: its step and node)", elem_id="generated",
-                               js_on_load=TOKEN_CLICK_JS)
-                prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
-                                     elem_id="prediction-plot")
+                    with gr.Column(scale=4):
+                        prediction = gr.Plot(value=prediction_figure([]), label="Predicted vs measured accepted drafts",
+                                             elem_id="prediction-plot")
                 diff = gr.HTML(label="Difference from the lossless output", elem_id="token-diff")
                 with gr.Row():
                     with gr.Column(scale=3):
@@ -645,11 +658,11 @@ def build_app() -> gr.Blocks:
                 with gr.Row():
                     with gr.Column():
                         summary_a = gr.Markdown(elem_id="summary-a")
-                        tree_a = gr.Plot(elem_id="tree-a", label="A: tree of the last step")
+                        tree_a = gr.HTML(elem_id="tree-a", label="A: tree of the last step", js_on_load=TREE_JS)
                         text_a = gr.HTML(elem_id="text-a")
                     with gr.Column():
                         summary_b = gr.Markdown(elem_id="summary-b")
-                        tree_b = gr.Plot(elem_id="tree-b", label="B: tree of the last step")
+                        tree_b = gr.HTML(elem_id="tree-b", label="B: tree of the last step", js_on_load=TREE_JS)
                         text_b = gr.HTML(elem_id="text-b")
                 ab_diff = gr.HTML(elem_id="ab-diff")
             with gr.Tab("Replay", id="tab-replay"):
@@ -661,7 +674,6 @@ def build_app() -> gr.Blocks:
                     replay_btn = gr.Button("Replay", elem_id="replay-btn")
                 upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
             sweep_tab(settings, max_new_tokens)
-        live_status = gr.Markdown(elem_id="live-status")
         live_timer = gr.Timer(2.0, active=True)
 
         view_widgets = {"tree": tree, "text_html": text, "counters": counters, "budget_split": split,
@@ -679,11 +691,16 @@ def build_app() -> gr.Blocks:
         model_events = dict(concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
         private = dict(api_visibility="private")  # page plumbing: no API endpoint
         method.change(param_visibility, method, param_inputs, **private)
+        method.change(paper_settings_markdown, method, paper_note, **private)
+        paper_outputs = [auto_budget, budget, temperature, *param_inputs]
+        paper_btn.click(lambda m: on_paper_settings(m, "paper"), method, paper_outputs, **private)
+        tuned_btn.click(lambda m: on_paper_settings(m, "ours"), method, paper_outputs, **private)
+        present_btn.click(None, js=PRESENT_JS, **private)
         eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")
         temperature.change(eta_state, temperature, eta, **private)
         demo.load(eta_state, temperature, eta, **private)
         # the shipped trace first, then the URL's settings (their message must come last)
-        demo.load(on_first_view, [lab, compare], [*outputs, compare], **private).then(
+        demo.load(on_first_view, [lab, compare], [*outputs, compare, timer], **private).then(
             on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
                            *param_inputs, message], api_name="url_settings", **private)
         demo.unload(on_close)

@@ -1,4 +1,4 @@
-"""Command line: generate, bench, overhead, memory, calibrate, params (see README)."""
+"""Command line: generate, bench, sweep, overhead, predict, memory, calibrate, params, ... (see README)."""
 
 from __future__ import annotations
 
@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     over.add_argument("--max-new-tokens", type=int, default=48)
     over.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     _model_args(over)
+
+    pred = commands.add_parser("predict", help="the planner's predicted speedup over ar against the measured one")
+    pred.add_argument("--suite", required=True)
+    pred.add_argument("--method", default="unified")
+    pred.add_argument("--max-new-tokens", type=int, default=64)
+    pred.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    pred.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
+    _model_args(pred)
 
     mem = commands.add_parser("memory", help="RACER automaton size after N generated tokens")
     mem.add_argument("--suite", default="assets/suite.jsonl")
@@ -309,6 +317,19 @@ def cmd_overhead(args) -> None:
     for budget in budgets:
         print(json.dumps(step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
                                        parse_assignments(args.param))), flush=True)
+
+
+def cmd_predict(args) -> dict:
+    from specviz.engine.suite import load_suite
+    from specviz.params import parse_assignments
+    from specviz.tools.prediction import format_table, predicted_against_measured
+
+    lm = _load_target(args)
+    draft = _draft_model(args, [args.method], lm)
+    report = predicted_against_measured(lm, load_suite(args.suite), args.method,
+                                        _positive("--max-new-tokens", args.max_new_tokens),
+                                        parse_assignments(args.param), draft)
+    return _emit(format_table(report), report, args.json)
 
 
 def cmd_memory(args) -> None:
@@ -524,7 +545,7 @@ def cmd_space_bundle(args) -> None:
     print(f"wrote {len(files)} files into {args.out}: {', '.join(top)}")
 
 
-COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "predict": cmd_predict, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
             "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
 

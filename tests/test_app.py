@@ -23,6 +23,16 @@ def launch_chromium(playwright):
         "--disable-sync", "--no-first-run"])
 
 
+def open_settings(page) -> None:
+    """Open the Settings side panel (closed on a first visit, so that the tree has the screen)."""
+    panel = page.locator("#settings-panel")
+    panel.wait_for(state="attached", timeout=30_000)
+    if "open" not in (panel.get_attribute("class") or "").split():
+        panel.locator(".toggle-button").click()
+        page.wait_for_function("document.querySelector('#settings-panel').classList.contains('open')", timeout=10_000)
+        page.wait_for_timeout(400)  # the panel slides in
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,7 +131,8 @@ def test_browser_step_draws_tree(url):
     with sync_playwright() as p:
         browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
-        page.goto(url)
+        page.goto(url, wait_until="load")
+        open_settings(page)
         page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
         page.locator("#auto-budget input").uncheck()  # fixed budget 16: the default method (unified) fills it on copied code
         most_points = 0
@@ -130,12 +141,12 @@ def test_browser_step_draws_tree(url):
             page.wait_for_function(f"document.querySelector('#counters').innerText.includes('steps {step} ')",
                                    timeout=60_000)
             page.wait_for_timeout(300)
-            most_points = max(most_points, page.locator("#tree-plot .scatterlayer .point").count())
+            most_points = max(most_points, page.locator("#tree-box svg.tv-svg:not(.tv-verified) g.n").count())
         generated = page.locator("#generated").inner_text()
         split = page.locator("#budget-split").inner_text()
         page.screenshot(path=str(SCREENSHOTS / "step.png"), full_page=True)
         browser.close()
-    assert most_points >= 3  # the root and drafted nodes were drawn
+    assert most_points >= 3  # the root, drafted nodes and the bonus were drawn
     assert "Budget split" in split and "retrieval" in split
     assert "Nothing generated yet" not in generated
 
@@ -257,6 +268,7 @@ def test_browser_rapid_document_and_distribution(url):
         browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 2200})
         page.goto(url, wait_until="load")
+        open_settings(page)
         page.locator("#prompt textarea").fill(rapid_prompt())
         page.get_by_label("Method").first.click()
         page.get_by_role("option", name="rapid", exact=True).click()
@@ -456,17 +468,26 @@ def test_browser_timeline_play_pause_and_token_link(url):
         browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.goto(url, wait_until="load")
-        # a visitor sees a full recorded run at once, with no model needed
-        page.wait_for_function(f"{caption}.includes('Showing step {last} of {last}')", timeout=60_000)
+        # a visitor sees a recorded run at once, from its first step, with no model needed; a touch stops it
+        page.wait_for_function(f"{caption}.includes('Showing step ') && {caption}.includes(' of {last}')",
+                               timeout=60_000)
+        page.locator("#pause-btn").click()
+        page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('stopped playing')",
+                               timeout=30_000)
+        at = int(page.evaluate(caption).split("Showing step ")[1].split(" ")[0])
+        for _ in range(max(0, 3 - at)):  # at least two steps to go back to
+            page.locator("#next-btn").click()
+            at += 1
+            page.wait_for_function(f"{caption}.includes('Showing step {at} of')", timeout=30_000)
         page.locator("#prev-btn").click()
-        page.wait_for_function(f"{caption}.includes('Showing step {last - 1} of')", timeout=30_000)
+        page.wait_for_function(f"{caption}.includes('Showing step {at - 1} of')", timeout=30_000)
         page.locator("body").click(position={"x": 5, "y": 5})
         page.keyboard.press("ArrowLeft")
-        page.wait_for_function(f"{caption}.includes('Showing step {last - 2} of')", timeout=30_000)
+        page.wait_for_function(f"{caption}.includes('Showing step {at - 2} of')", timeout=30_000)
         page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"{caption}.includes('Showing step {last - 1} of')", timeout=30_000)
-        page.locator("#generated [data-token='5']").click()   # a token: its step, its node ringed
-        page.wait_for_function("document.querySelector('#message').innerText.includes('Token 5 was committed in step')",
+        page.wait_for_function(f"{caption}.includes('Showing step {at - 1} of')", timeout=30_000)
+        page.locator("#generated [data-token='1']").click()   # a token: its step, its node ringed
+        page.wait_for_function("document.querySelector('#message').innerText.includes('Token 1 was committed in step')",
                                timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "timeline.png"), full_page=True)
         shown = int(page.evaluate(caption).split("Showing step ")[1].split(" ")[0])
@@ -502,10 +523,12 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         assert page.locator("#method input").input_value() == "respec"
         assert "Harwick Point lighthouse" in page.locator("#prompt textarea").input_value()
         assert page.locator("#budget input[type=number]").input_value() == "24"
+        open_settings(page)
         page.get_by_text("Method parameters", exact=True).click()
         page.wait_for_timeout(300)
         assert page.locator("#param-tau input[type=number]").input_value() == "3"
         # a preset fills the page and the two sides, and says what to look at
+        page.get_by_text("Presets: one click, one question", exact=True).click()
         page.locator("#preset input").click()
         page.get_by_role("option", name="ReSpec: tau 0 vs 3").click()
         page.wait_for_function("(document.querySelector('#preset-question')?.innerText || '').includes('relaxed')",
@@ -518,7 +541,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.locator("#ab-step").click()
         page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 2')", timeout=120_000)
         page.wait_for_timeout(800)
-        trees = [page.locator(f"#tree-{side} .scatterlayer .point").count() for side in "ab"]
+        trees = [page.locator(f"#tree-{side} svg.tv-svg:not(.tv-verified) g.n").count() for side in "ab"]
         page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
         # upload a shipped trace: it replays with no model
         page.get_by_role("tab", name="Replay").click()

@@ -98,3 +98,24 @@ def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     model.observe_step(t, model.node_chances(t), ["root", "accepted", "accepted", "rejected", "unreached"])
     model.rollback(saved)
     assert model.checkpoint() == saved
+
+
+def test_a_steps_fixed_overhead_is_priced_and_favours_no_smaller_tree():
+    """Theorem 1's denominator is the whole step: a fixed overhead (acceptance, updates, the record) is paid
+    whatever is kept, so pricing it never keeps fewer nodes, and the promise counts it."""
+    from specviz.engine.costmodel import CostModel
+    from specviz.engine.planner import AcceptanceModel, plan_tree
+
+    cost = CostModel(sizes=[1, 2, 8, 32], ms=[10.0, 12.0, 24.0, 40.0], context_len=512, model="m",
+                     device="cpu", dtype="float32", threads=2)
+    tree = DraftTree(1)
+    parent = 0
+    for token, prior in zip(range(5, 13), (0.9, 0.8, 0.6, 0.5, 0.4, 0.35, 0.3, 0.25)):
+        parent = tree.add(parent, token, "retrieval", prior=prior)
+    without = plan_tree(tree, AcceptanceModel(), cost, 64, draft_ms=1.0)
+    with_overhead = plan_tree(tree, AcceptanceModel(), cost, 64, draft_ms=1.0, overhead_ms=6.0)
+    assert len(with_overhead.kept) >= len(without.kept)
+    k = with_overhead.cut.kept
+    assert with_overhead.cut.overhead_ms == 6.0 and with_overhead.cut.fixed_ms == 7.0
+    assert with_overhead.cut.expected_tokens_per_s == round(
+        1000 * (1 + with_overhead.expected[k]) / (7.0 + with_overhead.verify_ms[k]), 2)

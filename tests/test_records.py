@@ -1,9 +1,10 @@
 """The typed step records and the trace format (no model): every shipped trace loads into the typed records,
-a version 3 trace round-trips exactly, versions 1 and 2 are converted, a newer version is refused, and the
+a trace of this version (4) round-trips exactly, version 3 reads without an offered tree, versions 1 and 2 are converted, a newer version is refused, and the
 views show a converted trace as they show it saved again."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,13 @@ from specviz.records.notes import (
     SearchNote,
     TriggerDecision,
 )
+from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
 from specviz.records.trace import FORMAT_VERSION, Trace
 from specviz.ui import viz
+from specviz.ui.tree_svg import tree_html
 from specviz.ui.recording import shipped_traces, why_small
 
 ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED, UNREACHED = (
@@ -31,12 +34,15 @@ ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED, UNREACHED = (
     NodeStatus.UNREACHED)
 
 
-# ---- shipped traces (format version 2) ----------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(shipped_traces()))
-def test_every_shipped_trace_loads_into_typed_records(name, tmp_path):
-    path = shipped_traces()[name]
+# ---- traces of format version 2 (as shipped until version 4) ------------------------------------------------
+V2_TRACES = {path.stem: path for path in sorted((Path(__file__).parent / "fixtures" / "traces_v2").glob("*.json"))}
+
+
+@pytest.mark.parametrize("name", list(V2_TRACES))
+def test_every_version_2_trace_loads_into_typed_records(name, tmp_path):
+    path = V2_TRACES[name]
     raw = json.loads(path.read_text())
-    assert raw["format_version"] == 2  # the shipped traces are older than this format: converted on load
+    assert raw["format_version"] == 2  # older than this format: converted on load
     trace = Trace.load(path)
     assert trace.format_version == FORMAT_VERSION and len(trace.steps) == len(raw["steps"])
     for step, old in zip(trace.steps, raw["steps"]):
@@ -64,24 +70,39 @@ def test_every_shipped_trace_loads_into_typed_records(name, tmp_path):
         assert (step.note(SearchNote) is not None) == ("reader_search" in notes)
         assert (step.note(DeepenNote) is not None) == ("reader_deepen" in notes)
         assert (step.note(ModelStageNote) is not None) == ("model_stage" in notes)
-    # saved again it is a version 3 trace, and it loads back equal
+    # saved again it is a trace of this version, and it loads back equal
     trace.save(tmp_path / "again.json")
     assert json.loads((tmp_path / "again.json").read_text())["format_version"] == FORMAT_VERSION
     assert Trace.load(tmp_path / "again.json") == trace
 
 
-@pytest.mark.parametrize("name", ["respec-code-rename", "unified-code-rename", "reader-code-rename",
-                                  "rapid-lc-ferry-2-t0.8", "pld-code-rename"])
-def test_views_show_a_converted_trace_as_its_version_3_copy(name, tmp_path):
-    trace = Trace.load(shipped_traces()[name])
-    trace.save(tmp_path / "v3.json")
-    again = Trace.load(tmp_path / "v3.json")
+@pytest.mark.parametrize("name", list(V2_TRACES))
+def test_views_show_a_converted_trace_as_its_saved_copy(name, tmp_path):
+    trace = Trace.load(V2_TRACES[name])
+    trace.save(tmp_path / "again.json")
+    again = Trace.load(tmp_path / "again.json")
     for old, new in zip(trace.steps, again.steps):
         for view in (viz.budget_split_markdown, viz.search_step_markdown, why_small):
             assert view(old) == view(new)
         assert viz.respec_step_markdown(old, trace.token_text) == viz.respec_step_markdown(new, trace.token_text)
         assert viz.node_choices(old, trace.token_text) == viz.node_choices(new, trace.token_text)
-        assert viz.tree_figure(old).to_json() == viz.tree_figure(new).to_json()
+        assert tree_html(old, trace.token_text) == tree_html(new, trace.token_text)
+
+
+@pytest.mark.parametrize("name", list(shipped_traces()))
+def test_every_shipped_trace_is_of_this_version_with_its_offered_trees(name, tmp_path):
+    raw = json.loads(shipped_traces()[name].read_text())
+    assert raw["format_version"] == FORMAT_VERSION
+    trace = Trace.load(shipped_traces()[name])
+    trace.save(tmp_path / "again.json")
+    assert Trace.load(tmp_path / "again.json") == trace
+    planned = [step for step in trace.steps if step.plan is not None and step.plan.cut is not None]
+    for step in planned:  # the offered tree is whole: the verified nodes and the cut ones
+        cut = len(step.cut_nodes) if step.cut_nodes else 0
+        assert step.plan.cut.offered == len(step.nodes) - 1 + cut
+        assert all(str(token) in trace.token_texts for token in (step.cut_nodes.tokens if cut else []))
+    if trace.params.get("budget") == "auto" and name.split("-")[0] in ("racer", "unified", "reader"):
+        assert any(step.cut_nodes for step in planned), "an auto run whose planner never cut anything"
 
 
 def test_the_shipped_respec_trace_shows_its_decisions():
@@ -94,7 +115,7 @@ def test_the_shipped_respec_trace_shows_its_decisions():
     assert "**Widening**" in text and "**Draft model stage**" in text and "**Predicted**" in text
 
 
-# ---- version 3 round trip ---------------------------------------------------------------------------------
+# ---- round trip of today's version ---------------------------------------------------------------------------------
 def full_record() -> StepRecord:
     """A step with every kind of typed note, a transfer, a missing float and a key-less trigger (h_min inf)."""
     nodes = [NodeRecord(id=0, parent=-1, depth=0, token_id=5, text=" is", sources=[], status=ROOT),
@@ -115,9 +136,10 @@ def full_record() -> StepRecord:
         timings_ms={"draft": 1.0, "verify": 30.0, "forward": 28.0, "update": 0.4, "total": 31.4},
         split={"model": SourceShare(offered=64, proposed=1, shared=0),
                "retrieval": SourceShare(offered=63, proposed=2, shared=1)},
-        plan=PlanDecision(predicted_accepted=1.25, expected_curve=[0.0, 0.9, 1.3],
-                          cut=BudgetCut(offered=4, kept=4, expected_accepted=1.3, draft_ms=1.0,
-                                        expected_tokens_per_s=70.5)),
+        plan=PlanDecision(predicted_accepted=1.25, expected_curve=[0.0, 0.9, 1.2, 1.3, 1.3, 1.31, 1.32],
+                          cut=BudgetCut(offered=6, kept=4, expected_accepted=1.3, draft_ms=1.0,
+                                        expected_tokens_per_s=70.5),
+                          verify_ms=[15.0, 16.0, 16.5, 17.0, 17.2, 19.0, 19.5]),
         sampling=SamplingCharts(charts={0: PositionChart(tokens=[6, 8], p=[0.7, 0.1], q=[0.6, 0.2], p_hat=[0.72, 0.1],
                                                          out=[0.7, 0.1], tv=0.0),
                                         1: PositionChart(tokens=[7], p=[0.9])}, empty_residuals=1),
@@ -128,10 +150,12 @@ def full_record() -> StepRecord:
                                                           key=[], matches=0, fired=False),
                                   drafted_by="logits", fallback=choice,
                                   retrieval=RetrievalReport(matched=2, passed=1, candidates=[RetrievalCandidate(
-                                      position=9, score=0.5, drafted=2, accepted=1, rate=None, length=16)]))))
+                                      position=9, score=0.5, drafted=2, accepted=1, rate=None, length=16)]))),
+        cut_nodes=CutNodes(parents=[1, 5], tokens=[12, 13], sources=["logits", "logits+model"], chances=[0.04, 0.01],
+                           ranks=[4, NOT_RANKED]))
 
 
-def test_a_version_3_trace_round_trips_exactly(tmp_path):
+def test_a_trace_of_this_version_round_trips_exactly(tmp_path):
     record = full_record()
     record.nodes[4].target_prob = None  # what JSON can hold of a NaN (a trace stores it as null)
     trace = Trace(model="m", method="unified", params={"budget": "auto"}, prompt_ids=[1, 2, 5], output_ids=[6, 7, 11],
@@ -146,12 +170,32 @@ def test_a_version_3_trace_round_trips_exactly(tmp_path):
     # readable JSON: statuses by name, each drafter note with its kind, chart keys the node ids
     data = json.loads((tmp_path / "t.json").read_text())
     step = data["steps"][0]
-    assert data["format_version"] == FORMAT_VERSION == 3
+    assert data["format_version"] == FORMAT_VERSION == 4
     assert [n["status"] for n in step["nodes"]] == ["root", "accepted", "relaxed", "rejected", "unreached"]
     assert step["nodes"][1]["mark"] == "transferred"
     assert [n["kind"] for n in step["drafter_notes"]] == ["model_stage", "reader_search", "reader_deepen", "respec"]
     assert list(step["sampling"]["charts"]) == ["0", "1"] and step["plan"]["cut"]["kept"] == 4
     assert "notes" not in step and "entropy" not in step
+    # the offered tree: the cut nodes columnar, each verified node's planned chance, the priced verify costs
+    assert step["cut_nodes"] == {"parents": [1, 5], "tokens": [12, 13], "sources": ["logits", "logits+model"],
+                                 "chances": [0.04, 0.01], "ranks": [4, -1]}
+    assert loaded.steps[0].cut_nodes.source_list(1) == ["logits", "model"]
+    assert step["plan"]["verify_ms"][4] == 17.2 and loaded.steps[0].plan.promised_tokens_per_s(4) == pytest.approx(
+        1000 * 2.3 / 18.2)
+
+
+def test_a_version_3_step_reads_as_a_step_without_an_offered_tree(tmp_path):
+    data = full_record().to_dict()
+    for key in ("cut_nodes",):
+        data.pop(key)
+    data["plan"].pop("verify_ms")
+    for n in data["nodes"]:
+        n.pop("chance")
+    trace = {"model": "m", "method": "unified", "params": {}, "prompt_ids": [1], "steps": [data], "format_version": 3}
+    (tmp_path / "v3.json").write_text(json.dumps(trace))
+    step = Trace.load(tmp_path / "v3.json").steps[0]
+    assert step.cut_nodes is None and step.plan.verify_ms is None and all(n.chance is None for n in step.nodes)
+    assert "offered" not in tree_html(step, str).split("tv-switch")[0]  # drawn, with nothing cut to switch to
 
 
 def test_a_missing_float_is_stored_as_null():

@@ -1,4 +1,4 @@
-"""The slide export of a draft tree: a standalone SVG written by hand (no model, no plotly image export)."""
+"""The slide export of a draft tree: the page's drawing as a standalone SVG (no model, no plotly image export)."""
 
 import xml.etree.ElementTree as ET
 
@@ -44,16 +44,32 @@ def classes(element) -> set[str]:
     return set(element.get("class", "").split())
 
 
+def node_groups(root):
+    return {int(g.get("data-id")): g for g in root.iter(SVG + "g") if "n" in classes(g)}
+
+
+def final_marker(group):
+    """The status marker of a node group (the first element of its m-final group)."""
+    final = next(g for g in group.iter(SVG + "g") if "m-final" in classes(g))
+    return list(final)[0]
+
+
+def label_of(group):
+    return next(t for t in group.iter(SVG + "text") if "lbl" in classes(t))
+
+
 def test_svg_parses_with_one_marker_per_node():
     record = make_record()
-    root = parse(tree_svg(record))
-    groups = [g for g in root.iter(SVG + "g") if "node" in classes(g)]
-    assert sorted(int(g.get("data-id")) for g in groups) == [n.id for n in record.nodes]
-    for g in groups:  # exactly one marker in each node group, and one token label
-        assert len([e for e in g.iter() if "marker" in classes(e)]) == 1
-        assert len([e for e in g.iter(SVG + "text") if "token" in classes(e)]) == 1
-    statuses = {int(g.get("data-id")): g.get("data-status") for g in groups}
-    assert statuses[3] == "transferred" and statuses[2] == "relaxed"
+    root = parse(tree_svg(record, token_text=lambda t: f"<{t}>"))
+    groups = node_groups(root)
+    # every node of the record, and the bonus token as a node of its own (id 8, after the accepted path)
+    assert sorted(groups) == [n.id for n in record.nodes] + [8]
+    assert groups[8].get("data-status") == "bonus" and label_of(groups[8]).text == "<9>"
+    for g in groups.values():  # one status marker and one label per node; a still drawing has no draft marker
+        assert len([e for e in g.iter(SVG + "g") if "m-final" in classes(e)]) == 1
+        assert not list(next(e for e in g.iter(SVG + "g") if "m-draft" in classes(e)))
+        assert len([e for e in g.iter(SVG + "text") if "lbl" in classes(e)]) == 1
+    assert groups[3].get("data-status") == "transferred" and groups[2].get("data-status") == "relaxed"
     assert float(root.get("width")) > 0 and float(root.get("height")) > 0
 
 
@@ -61,32 +77,30 @@ def test_tokens_are_escaped_and_visible():
     svg = tree_svg(make_record())
     assert "a&lt;&amp;&gt;\"b⏎c" in svg   # markup escaped, the newline shown as a symbol
     assert "<&>" not in svg
-    labels = [t.text for t in parse(svg).iter(SVG + "text") if "token" in classes(t)]
+    labels = [label_of(g).text for g in node_groups(parse(svg)).values()]
     assert 'a<&>"b⏎c' in labels and "␣Rome" in labels
 
 
-def test_marker_shapes_and_two_source_ring():
-    root = parse(tree_svg(make_record()))
-    markers = {int(g.get("data-id")): next(e for e in g.iter() if "marker" in classes(e))
-               for g in root.iter(SVG + "g") if "node" in classes(g)}
+def test_marker_shapes_carry_the_status_and_two_sources_two_colours():
+    markers = {i: final_marker(g) for i, g in node_groups(parse(tree_svg(make_record()))).items()}
     assert markers[0].tag == SVG + "rect"                       # root square
     assert markers[1].tag == SVG + "circle"                     # accepted: filled circle
     assert markers[1].get("fill") != markers[1].get("stroke")  # two sources: fill one, ring the other
     assert markers[2].tag == SVG + "polygon" and len(markers[2].get("points").split()) == 4  # relaxed diamond
-    assert markers[3].tag == SVG + "polygon" and len(markers[3].get("points").split()) == 10  # star
-    assert markers[6].tag == SVG + "g" and markers[7].tag == SVG + "g"  # x and open circle are composites
+    assert markers[3].tag == SVG + "polygon" and len(markers[3].get("points").split()) == 10  # transferred star
+    assert markers[8].tag == SVG + "polygon" and len(markers[8].get("points").split()) == 6   # bonus hexagon
+    assert markers[6].tag == SVG + "g" and markers[7].tag == SVG + "g"  # cross and open circle are composites
 
 
 def test_accepted_edges_thicker_and_faded_subtrees():
     root = parse(tree_svg(make_record()))
-    edges = {int(e.get("data-child")): e for e in root.iter(SVG + "path") if "edge" in classes(e)}
-    assert sorted(edges) == [1, 2, 3, 4, 5, 6, 7]
-    accepted = [float(edges[i].get("stroke-width")) for i in (1, 2, 3)]
-    others = [float(edges[i].get("stroke-width")) for i in (4, 5, 6, 7)]
-    assert min(accepted) > max(others)
-    assert all("edge-accepted" in classes(edges[i]) for i in (1, 2, 3))
-    groups = {int(g.get("data-id")): g for g in root.iter(SVG + "g") if "node" in classes(g)}
-    faded = {i for i, g in groups.items() if g.get("opacity") is not None and float(g.get("opacity")) < 1}
+    edges = {int(e.get("data-child")): e for e in root.iter(SVG + "path") if "e" in classes(e)}
+    dark = {int(e.get("data-child")): e for e in root.iter(SVG + "path") if "e-path" in classes(e)}
+    assert sorted(edges) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert sorted(dark) == [1, 2, 3, 8]  # the accepted path, through to the bonus token
+    assert min(float(e.get("stroke-width")) for e in dark.values()) > max(
+        float(e.get("stroke-width")) for e in edges.values())
+    faded = {i for i, g in node_groups(root).items() if g.get("opacity") is not None and float(g.get("opacity")) < 1}
     assert faded == {4, 5, 6, 7}
 
 
@@ -94,14 +108,14 @@ def test_title_and_legend():
     record = make_record()
     root = parse(tree_svg(record))
     title = next(t for t in root.iter(SVG + "text") if "title" in classes(t))
-    assert title.text == "step 3: 7 draft nodes (budget 8, fixed), 3 accepted + 1 bonus"
+    assert title.text == "step 3: 7 draft nodes verified · 3 accepted + 1 bonus"
     legend = next(g for g in root.iter(SVG + "g") if "legend" in classes(g))
     words = [t.text for t in legend.iter(SVG + "text")]
-    for name in ("logits", "retrieval", "model", "logits+retrieval"):
+    for name in ("logits", "retrieval", "model"):
         assert name in words
     assert "search" not in words and "deepen" not in words   # only the sources present
-    for status in ("committed root", "accepted", "accepted (relaxed)", "accepted by p_hat", "rejected",
-                   "not reached", "accepted path"):
+    for status in ("root (last committed token)", "accepted", "accepted, relaxed rule", "accepted by p_hat",
+                   "rejected", "not reached", "bonus (the target's own token)", "accepted path"):
         assert status in words
     custom = parse(tree_svg(record, title='slide <3> & "more"'))
     assert next(t for t in custom.iter(SVG + "text") if "title" in classes(t)).text == 'slide <3> & "more"'
@@ -110,20 +124,21 @@ def test_title_and_legend():
 def test_layout_fits_the_canvas():
     root = parse(tree_svg(make_record()))
     width, height = float(root.get("width")), float(root.get("height"))
-    for g in (g for g in root.iter(SVG + "g") if "node" in classes(g)):
-        text = next(t for t in g.iter(SVG + "text") if "token" in classes(t))
+    for g in node_groups(root).values():
+        text = label_of(g)
         assert 0 < float(text.get("x")) < width and 0 < float(text.get("y")) < height
-        assert int(text.get("font-size")) >= 16
+        assert float(text.get("font-size")) >= 16
 
 
 def test_empty_cases_parse():
-    for record, expected in ((None, "No step yet"), (StepRecord(
-            step=1, prefix_len=5, budget=0, budget_mode="fixed", nodes=[node(0, -1, 0, "x", [], "root")],
-            accepted_tokens=[7], accepted_origins=["bonus"], allocation={}, timings_ms={}), "step 1")):
-        root = parse(tree_svg(record))
-        texts = [t.text for t in root.iter(SVG + "text")]
-        assert texts[0] == expected and "no draft tree" in texts[1]
-        assert not [g for g in root.iter(SVG + "g") if "node" in classes(g)]
+    root = parse(tree_svg(None))
+    texts = [t.text for t in root.iter(SVG + "text")]
+    assert texts[0] == "No step yet" and "no draft tree" in texts[1]
+    assert not node_groups(root)
+    plain = StepRecord(step=1, prefix_len=5, budget=0, budget_mode="fixed", nodes=[node(0, -1, 0, "x", [], "root")],
+                       accepted_tokens=[7], accepted_origins=["bonus"], allocation={}, timings_ms={})
+    groups = node_groups(parse(tree_svg(plain, token_text=lambda t: "y")))  # plain decoding: root and bonus
+    assert [g.get("data-status") for g in groups.values()] == ["root", "bonus"]
     assert "<b>" not in tree_svg(None, title="<b>")
 
 
@@ -131,9 +146,8 @@ def test_control_characters_and_long_tokens_stay_valid():
     record = make_record()
     record.nodes[7].text = "\x00\x07\r\ud800" + "z" * 60
     root = parse(tree_svg(record))
-    label = next(t.text for g in root.iter(SVG + "g") if g.get("data-id") == "7"
-                 for t in g.iter(SVG + "text") if "token" in classes(t))
-    assert label.startswith("␀␇␍\ufffd") and label.endswith("…") and len(label) <= 22
+    label = label_of(node_groups(root)[7]).text
+    assert label.startswith("␀␇␍\ufffd") and label.endswith("…") and len(label) <= 12
 
 
 def test_write_tree_svg(tmp_path):

@@ -98,3 +98,31 @@ def test_live_timeline_and_play_step_on(lm, tmp_path):
     assert lab.tick(32) and len(lab.session.records) == 4 and lab.at is None  # then live steps
     path = lab.export_trace(tmp_path)
     assert Trace.load(path).steps == lab.session.records
+
+
+# ---- a first visit ---------------------------------------------------------------------------------------------
+def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
+    from specviz.ui.first_visit import first_view, open_first_visit
+
+    path = shipped_traces()["unified-code-rename"]
+    examples = {"code-edit: code-rename": "not this one", "other": "nor this"}
+    first = first_view(path, "unified-code-rename", examples)
+    assert first.view.shown_step == 0 and "Showing step **0**" in first.view.caption
+    assert "recorded run" in first.view.text_html and "Rename the function" in first.view.text_html
+    assert "autoplay-flag" not in first.view.text_html and first.example is None and "Rename" in first.prompt
+    assert 'class="tv tv-anim"' in first.view.tree  # the step is drawn to play
+    assert 'data-has-sampling="0"' in first.view.tree and 'data-has-plan="1"' in first.view.tree  # greedy, planned
+    lab = open_first_visit(Lab(), path, "unified-code-rename")
+    assert lab.playing and lab.autoplay and lab.shown_step() == 0 and "autoplay-flag" in lab.view().text_html
+    assert lab.view().tree == first.view.tree  # the session's first view draws what the page painted first
+    last = len(lab.replay.steps) - 1
+    for k in range(1, last + 1):
+        assert lab.tick(16) and lab.shown_step() == k
+    assert lab.tick(16) and lab.shown_step() == 0  # a first visit plays its recording again from the start
+    lab.pause()
+    assert not lab.playing and not lab.autoplay and "stopped playing" in lab.message
+    assert "autoplay-flag" not in lab.view().text_html
+    again = open_first_visit(Lab(), path, "unified-code-rename")
+    assert not again.play() and again.playing and not again.autoplay and again.message == ""  # Play takes it over
+    again.go_to(last)
+    assert not again.tick(16) and not again.playing  # no longer a first visit: it stops at the end

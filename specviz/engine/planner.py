@@ -2,8 +2,9 @@
 
 Theorem 1: the best tree maximises E(T) / (T_draft + T_verify(|T|)), E(T) = sum of the nodes'
 acceptance chances alpha_i (the root's bonus token counts 1). Here T_draft is the draft time this step
-actually measured (every stage of the method), T_verify the calibrated verify cost curve corrected
-online. Since a child's chance never exceeds its parent's, taking nodes best-first by chance is the
+actually measured (every stage of the method) plus the rest of a step besides its forward (acceptance,
+cache and drafter updates, the record: the session's recent measurement), T_verify the calibrated verify
+cost curve corrected online. Since a child's chance never exceeds its parent's, taking nodes best-first by chance is the
 reverse of READER's Appendix E procedure (prune the lowest-acceptance leaf, again and again); the
 planner evaluates every tree of that sequence and keeps the best one.
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -248,33 +250,64 @@ class OnlineCost:
                 self._band_ratios = None
 
 
+@dataclass(frozen=True)
+class TreePlan:
+    """plan_tree's answer: what to keep, and everything the step's record shows of the choice."""
+    kept: list[int]              # the best-first nodes to keep (offered tree's ids)
+    cut: BudgetCut               # the numbers behind the cut
+    expected: list[float]        # expected accepted drafts of keeping the first k best-first nodes, k = 0..
+    order: list[int]             # every ranked node best-first (at most max_nodes): kept = order[:cut.kept]
+    chances: list[float]         # per offered node: its calibrated unconditional chance (root: 1)
+    verify_ms: list[float]       # the verify cost of keeping the first k nodes (1 + k tokens), k = 0..
+
+
 def best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
                chances: list[float] | None = None) -> tuple[list[int], list[float]]:
     """The tree's nodes best-first by calibrated chance (a parent before its children), at most max_nodes,
     and the expected accepted drafts of keeping the first k of them (index k = 0..len(order)).
     chances: acceptance.node_chances(tree), where the caller has them already."""
+    order, expected, _ = _best_first(tree, acceptance, max_nodes, chances)
+    return order, expected
+
+
+def _best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
+                chances: list[float] | None) -> tuple[list[int], list[float], list[float]]:
+    """best_first, and the calibrated chances it ordered by."""
     chances = acceptance.calibrated(tree, chances if chances is not None else acceptance.node_chances(tree))
     order = tree.best_first(chances)[:max_nodes]
-    return order, [0.0, *itertools.accumulate(chances[n] for n in order)]
+    return order, [0.0, *itertools.accumulate(chances[n] for n in order)], chances
 
 
 def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
          margin: float = PLAIN_MARGIN, chances: list[float] | None = None) -> tuple[list[int], BudgetCut, list[float]]:
     """The best-first nodes to keep, the numbers behind the cut, and the expected accepted drafts of keeping
-    the first k nodes of the best-first order (k = 0..).
+    the first k nodes of the best-first order (k = 0..): plan_tree's answer in short."""
+    chosen = plan_tree(tree, acceptance, cost, max_nodes, draft_ms, margin=margin, chances=chances)
+    return chosen.kept, chosen.cut, chosen.expected
+
+
+def plan_tree(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
+              overhead_ms: float = 0.0, margin: float = PLAIN_MARGIN,
+              chances: list[float] | None = None) -> TreePlan:
+    """Which best-first prefix of the tree to verify.
     cost: anything with cost_ms(q) and costs_ms(n) (a CostModel or an OnlineCost); draft_ms: this step's
-    measured draft time (spent whatever is kept). A tree must promise more than `margin` times the rate of plain
-    decoding (1 / (draft + one-token verify)) before it replaces it (margin > 1: a safety factor).
+    measured draft time and overhead_ms the rest of a step besides its forward (acceptance, updates, the
+    record), both spent whatever is kept. A tree must promise more than `margin` times the rate of plain
+    decoding (1 / (draft + overhead + one-token verify)) before it replaces it (margin > 1: a safety factor).
     chances: acceptance.node_chances(tree), where the caller has them already."""
+    fixed = draft_ms + overhead_ms
     if tree.num_drafted == 0 or max_nodes <= 0:  # nothing to choose (the sources were silent): plain decoding
-        rate = 1.0 / (draft_ms + cost.cost_ms(1))
-        return [], BudgetCut(offered=tree.num_drafted, kept=0, expected_accepted=0.0, draft_ms=round(draft_ms, 2),
-                             expected_tokens_per_s=round(1000 * rate, 2)), [0.0]
-    order, expected = best_first(tree, acceptance, max_nodes, chances)
+        one = cost.cost_ms(1)
+        rate = 1.0 / (fixed + one)
+        return TreePlan([], BudgetCut(offered=tree.num_drafted, kept=0, expected_accepted=0.0,
+                                      draft_ms=round(draft_ms, 2), expected_tokens_per_s=round(1000 * rate, 2),
+                                      overhead_ms=round(overhead_ms, 2)),
+                        [0.0], [], [1.0] * len(tree), [round(one, 2)])
+    order, expected, calibrated = _best_first(tree, acceptance, max_nodes, chances)
     # tokens per ms of every best-first prefix (index k: keep k nodes); plain decoding must be beaten by margin.
     # Python lists, not numpy: 65 numbers, and right after a forward each numpy call costs tens of us
     costs = cost.costs_ms(1 + len(order)).tolist()
-    rates = [(1.0 + e) / (draft_ms + c) for e, c in zip(expected, costs)]
+    rates = [(1.0 + e) / (fixed + c) for e, c in zip(expected, costs)]
     best_keep = 0
     if len(order):
         candidate = max(range(1, len(rates)), key=rates.__getitem__)  # the first best, as np.argmax
@@ -282,7 +315,8 @@ def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, dra
             best_keep = candidate
     expected_kept = expected[best_keep]
     rate = rates[best_keep]
-    return (order[:best_keep],
-            BudgetCut(offered=tree.num_drafted, kept=best_keep, expected_accepted=round(expected_kept, 3),
-                      draft_ms=round(draft_ms, 2), expected_tokens_per_s=round(1000 * rate, 2)),
-            [round(e, 3) for e in expected])
+    return TreePlan(order[:best_keep],
+                    BudgetCut(offered=tree.num_drafted, kept=best_keep, expected_accepted=round(expected_kept, 3),
+                              draft_ms=round(draft_ms, 2), expected_tokens_per_s=round(1000 * rate, 2),
+                              overhead_ms=round(overhead_ms, 2)),
+                    [round(e, 3) for e in expected], order, calibrated, [round(c, 2) for c in costs])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 import weakref
-from dataclasses import replace
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -17,10 +19,12 @@ from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.kv import cache_length, keep_accepted, new_cache
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.loading import check_same_vocabulary
-from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
+from specviz.engine.planner import AcceptanceModel, OnlineCost, TreePlan, best_first, plan_tree
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.prompts import PromptText, encode
 from specviz.records.charts import SamplingCharts
+from specviz.records.offered import NOT_RANKED, CutNodes
+from specviz.records.plan import BudgetCut, SourceSplit
 from specviz.records.plan import PlanDecision
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
@@ -75,6 +79,39 @@ class TokenTexts:
     def __call__(self, token: int) -> str:
         texts = self.texts
         return texts[token] if 0 <= token < len(texts) else self.tokenizer.decode([token])
+
+
+@dataclass
+class Drafted:
+    """Session._draft's answer: the tree to verify and how it was chosen."""
+    tree: DraftTree                         # the tree the target verifies
+    budget: int                             # the draft nodes it was held to
+    split: SourceSplit | None = None        # per source: offered, proposed, shared (None: no draft stage)
+    curve: list[float] | None = None        # expected accepted drafts of keeping the best k nodes
+    cut: BudgetCut | None = None            # budget=auto: the planner's cut
+    chances: list[float] | None = None      # the tree's node_chances where the planner computed them for it
+    offered: DraftTree | None = None        # budget=auto: the whole tree the sources offered ...
+    plan: TreePlan | None = None            # ... and the planner's choice in it
+
+    def cut_nodes(self) -> CutNodes | None:
+        """The offered nodes the verified tree left out, in the record's id space (None: none cut)."""
+        offered, plan = self.offered, self.plan
+        if offered is None or plan is None or len(plan.kept) >= offered.num_drafted:
+            return None
+        # truncate() keeps the chosen nodes in their offered order: kept node j is the j-th of them
+        new_id = {0: 0, **{node: j for j, node in enumerate(sorted(plan.kept), start=1)}}
+        rank = {node: r for r, node in enumerate(plan.order)}
+        cut = CutNodes()
+        for node in range(1, len(offered)):
+            if node in new_id:
+                continue
+            new_id[node] = len(plan.kept) + 1 + len(cut)
+            cut.parents.append(new_id[offered.parents[node]])
+            cut.tokens.append(offered.tokens[node])
+            cut.sources.append("+".join(sorted(offered.sources[node])))
+            cut.chances.append(round(plan.chances[node], 4))
+            cut.ranks.append(rank.get(node, NOT_RANKED))
+        return cut
 
 
 class Session:
@@ -145,6 +182,7 @@ class Session:
             self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
+        self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
         return self
 
     # ---- reading --------------------------------------------------------------------------------
@@ -189,36 +227,37 @@ class Session:
                      prompt_ids=list(self.prompt_ids), output_ids=self.output_ids,
                      finish_reason=self.finish_reason or "length", steps=list(self.records),
                      token_texts={str(t): self.token_text(t) for t in dict.fromkeys(
-                         [*self.output_ids, *(n.token_id for r in self.records for n in r.nodes)])},
+                         [*self.output_ids, *(n.token_id for r in self.records for n in r.nodes),
+                          *(t for r in self.records if r.cut_nodes for t in r.cut_nodes.tokens)])},
                      prompt_text=self.lm.tokenizer.decode(self.prompt_ids), recorded_on=machine_label(self.lm),
                      prefill_ms=round(self.prefill_s * 1000, 3), lossless=self.lossless,
                      cost_curve=({"sizes": list(self._cost_model.sizes), "ms": list(self._cost_model.ms)}
                                  if self._cost_model is not None else None))
 
     # ---- one step -------------------------------------------------------------------------------
-    def _draft(self, room: int) -> tuple:
-        """The tree to verify, the budget it was held to, the per-source split (None: no draft stage), the
-        expected curve and the planner's cut where they were computed (else None), and the tree's node
-        chances (acceptance.node_chances) where the planner computed them for this very tree (else None)."""
+    def _draft(self, room: int) -> "Drafted":
+        """The tree to verify and how it was chosen from what the sources offered."""
         started = time.perf_counter()
         if not self.method.stages:
-            return DraftTree(self.context[-1]), 0, None, None, None, None
+            return Drafted(DraftTree(self.context[-1]), 0)
         limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
         offered, split = self.method.draft(self.context, limit)
         if offered.draft_dists:
             # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
             # own probability would bias the sampled output (accept.sampling)
-            return offered, limit, split, None, None, None
+            return Drafted(offered, limit, split)
         draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
         chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
         if self.budget == "auto":
-            order, cut, curve = plan(offered, self.acceptance, self.online_cost, limit, draft_ms, chances=chances)
-            kept = offered.truncate(len(order), order)
-            return kept, len(order), split, curve, cut, chances if kept is offered else None
+            chosen = plan_tree(offered, self.acceptance, self.online_cost, limit, draft_ms, self.overhead_ms,
+                               chances=chances)
+            kept = offered.truncate(len(chosen.kept), chosen.kept)
+            return Drafted(kept, len(chosen.kept), split, chosen.expected, chosen.cut,
+                           chances if kept is offered else None, offered, chosen)
         # a fixed budget keeps the drafters' own order; the curve still shows what a smaller tree would expect
         curve = [round(float(e), 3) for e in best_first(offered, self.acceptance, limit, chances)[1]]
         kept = offered.truncate(limit)
-        return kept, limit, split, curve, None, chances if kept is offered else None
+        return Drafted(kept, limit, split, curve, None, chances if kept is offered else None)
 
     @torch.inference_mode()
     def step(self, max_new_tokens: int | None = None) -> StepRecord:
@@ -250,10 +289,12 @@ class Session:
     def _step(self, past_len: int, max_new_tokens: int | None) -> StepRecord:
         t0 = time.perf_counter()
         room = self.lm.max_context - len(self.context)  # positions left for draft nodes
-        tree, budget, split, curve, cut, chances = self._draft(room)
+        drafted = self._draft(room)
+        tree, chances = drafted.tree, drafted.chances
         if chances is None:
             chances = self.acceptance.node_chances(tree)
-        predicted = sum(self.acceptance.calibrated(tree, chances)[1:])
+        calibrated = self.acceptance.calibrated(tree, chances)
+        predicted = sum(calibrated[1:])
         t1 = time.perf_counter()
         logits = tree_forward(self.lm, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":
@@ -282,7 +323,8 @@ class Session:
                               forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load)
         self.method.observe(outcome)
         drafter_notes = self.method.step_notes()
-        decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=curve, cut=cut)
+        decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=drafted.curve, cut=drafted.cut,
+                                verify_ms=drafted.plan.verify_ms if drafted.plan is not None else None)
         # sampling: p (q, p_hat) at the visited nodes, for the app's chart
         sampling = (SamplingCharts(charts=verification.charts, empty_residuals=verification.empty_residuals)
                     if verification.charts is not None else None)
@@ -296,17 +338,25 @@ class Session:
         elif len(self.context) >= self.lm.max_context:
             self.finish_reason = "context"
         timings_ms: dict[str, float] = {}
-        record = self._record(tree, verification, committed, past_len, budget, timings_ms, split, decision, sampling,
-                              drafter_notes)
+        record = self._record(drafted, verification, committed, past_len, timings_ms, decision, sampling,
+                              drafter_notes, calibrated)
         t3 = time.perf_counter()  # the step record is part of the step's cost (update includes it)
         timings_ms.update({k: round(v * 1000, 3) for k, v in {
             "draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1, "update": t3 - t2, "total": t3 - t0}.items()})
         self.records.append(record)
         self.step_s += t3 - t0
+        self._outside_ms.append(timings_ms["total"] - timings_ms["draft"] - timings_ms["forward"])
         return record
 
-    def _record(self, tree, verification, committed, past_len, budget, timings_ms: dict, split, decision, sampling,
-                drafter_notes) -> StepRecord:
+    @property
+    def overhead_ms(self) -> float:
+        """A step's time besides drafting and the verify forward (acceptance, cache and drafter updates, the
+        record): the median of the recent steps, which the planner prices with the draft time."""
+        return statistics.median(self._outside_ms) if self._outside_ms else 0.0
+
+    def _record(self, drafted: "Drafted", verification, committed, past_len, timings_ms: dict, decision, sampling,
+                drafter_notes, chances: list[float]) -> StepRecord:
+        tree = drafted.tree
         # per-node numbers as Python lists first: one conversion per array, not per node
         probs = [round(p, 6) for p in verification.target_probs.tolist()]
         ranks = verification.target_ranks.tolist()
@@ -325,15 +375,16 @@ class Session:
                 mark=transferred if status is transferred else None,
                 target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
-                score=round(tree.score(n), 6), meta=node_meta))
+                score=round(tree.score(n), 6), meta=node_meta, chance=round(chances[n], 4)))
         origins = ["+".join(sorted(tree.sources[n])) + ORIGIN_MARKS.get(statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]
         origins += ["bonus"] * (len(committed) - len(origins))
         return StepRecord(
-            step=len(self.records), prefix_len=past_len + 1, budget=budget,
+            step=len(self.records), prefix_len=past_len + 1, budget=drafted.budget,
             budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
             accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
-            timings_ms=timings_ms, split=split, plan=decision, sampling=sampling, drafter_notes=drafter_notes)
+            timings_ms=timings_ms, split=drafted.split, plan=decision, sampling=sampling, drafter_notes=drafter_notes,
+            cut_nodes=drafted.cut_nodes())
 
     # ---- many steps -----------------------------------------------------------------------------
     def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,

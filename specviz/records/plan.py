@@ -29,7 +29,15 @@ class BudgetCut:
     kept: int                       # the best-first prefix kept (0: plain decoding pays best)
     expected_accepted: float        # expected accepted drafts of the kept prefix
     draft_ms: float                 # this step's measured draft time, spent whatever is kept
-    expected_tokens_per_s: float    # what the kept tree promised: (1 + expected) / (draft + verify cost)
+    expected_tokens_per_s: float    # what the kept tree promised: (1 + expected) / (draft + overhead + verify)
+    # the rest of a step the planner prices whatever is kept (acceptance, cache update, drafters' updates, the
+    # record), as the session measured it over its recent steps (0: a trace from before it was priced)
+    overhead_ms: float = 0.0
+
+    @property
+    def fixed_ms(self) -> float:
+        """What a step costs besides its verify forward."""
+        return self.draft_ms + self.overhead_ms
 
 
 @dataclass(frozen=True)
@@ -40,9 +48,19 @@ class PlanDecision:
     # draft stage, or sampled drafts that reach the verifier whole)
     expected_curve: list[float] | None = None
     cut: BudgetCut | None = None               # budget=auto only
+    # budget=auto: the verify cost (ms) the planner priced keeping the first k nodes at, k = 0.. (1 + k tree
+    # tokens, the calibrated curve under this session's online correction); None where it priced nothing
+    verify_ms: list[float] | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "PlanDecision":
         cut = data.get("cut")
         return cls(predicted_accepted=data["predicted_accepted"], expected_curve=data.get("expected_curve"),
-                   cut=None if cut is None else BudgetCut(**cut))
+                   cut=None if cut is None else BudgetCut(**cut), verify_ms=data.get("verify_ms"))
+
+    def promised_tokens_per_s(self, keep: int) -> float | None:
+        """What keeping the first `keep` best-first nodes promised: (1 + expected) / (draft + overhead + verify)."""
+        if self.cut is None or not self.verify_ms or not self.expected_curve or keep >= len(self.verify_ms) \
+                or keep >= len(self.expected_curve):
+            return None
+        return 1000 * (1 + self.expected_curve[keep]) / (self.cut.fixed_ms + self.verify_ms[keep])

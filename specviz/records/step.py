@@ -1,5 +1,6 @@
-"""One step's record: every node of the verified tree with its status, what was committed, and the typed
-notes of how the tree was drafted and sized (split, plan, sampling charts, the drafters' own notes).
+"""One step's record: every node of the verified tree with its status, what was committed, the nodes the
+planner cut, and the typed notes of how the tree was drafted and sized (split, plan, sampling charts, the
+drafters' own notes).
 to_dict / from_dict are this format version's JSON form (records.trace reads the older ones)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import TypeVar
 
 from specviz.records.charts import SamplingCharts
 from specviz.records.notes import DrafterNote, note_from_dict
+from specviz.records.offered import CutNodes
 from specviz.records.plan import PlanDecision, SourceSplit, split_from_dict
 from specviz.records.status import NodeStatus
 
@@ -31,6 +33,7 @@ class NodeRecord:
     score: float | None = None           # best score a source gave it
     meta: dict = field(default_factory=dict)  # per source: what it said about the node
     mark: NodeStatus | None = None       # TRANSFERRED: accepted by RAPID's p_hat where p would have refused it
+    chance: float | None = None          # the planner's calibrated chance that it is accepted (None: not planned)
 
     @property
     def shown_status(self) -> NodeStatus:
@@ -58,6 +61,8 @@ class StepRecord:
     plan: PlanDecision | None = None     # what the planner expected (None: a version-1 trace that had no plan)
     sampling: SamplingCharts | None = None  # temperature > 0: p (q, p_hat) at the visited positions
     drafter_notes: tuple[DrafterNote, ...] = ()  # what each drafter said about its step, in stage order
+    cut_nodes: CutNodes | None = None    # what the sources offered and the planner cut (None: nothing cut, or
+    #                                      a trace older than format version 4)
 
     @property
     def num_accepted_drafts(self) -> int:
@@ -84,6 +89,7 @@ class StepRecord:
         values["sampling"] = None if data.get("sampling") is None else SamplingCharts.from_dict(data["sampling"])
         notes = (note_from_dict(n) for n in data.get("drafter_notes", ()))
         values["drafter_notes"] = tuple(note for note in notes if note is not None)
+        values["cut_nodes"] = CutNodes.from_dict(data.get("cut_nodes"))
         return cls(**values)
 
 

@@ -17,7 +17,10 @@ from specviz.records.step import StepRecord, finite
 # machine it was recorded on, prefill time, the declared losslessness and the verify cost curve, so that
 # a trace replays with no model loaded. 3: the step's notes typed: split, plan, sampling and drafter_notes
 # (each with its kind) instead of one notes dict, ReSpec's trigger inside its drafter note (no entropy field).
-FORMAT_VERSION = 3
+# 4: the offered tree: per step the nodes the planner cut (cut_nodes, columnar), each verified node's
+# planned chance, the verify costs the planner priced (plan.verify_ms); token_texts cover the cut nodes.
+# A version 3 step reads as a version 4 step with none of these.
+FORMAT_VERSION = 4
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a 500-step run of budget 64 is about 6 MB
 
 

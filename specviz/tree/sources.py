@@ -1,6 +1,8 @@
 """Draft sources: an open registry. A source is who proposed a draft node; each belongs to one of the
 three families the app's legend groups by (`logits`, `retrieval`, `model`) and has its own colour and
-legend text. A new source is one `register(...)` call: the tree, the figures and the CSS read this table."""
+legend text. A new source is one `register(...)` call: the tree, the figures and the CSS read this table.
+The colours are Okabe-Ito's palette (told apart by the common colour-vision deficiencies); yellow, sky blue
+and black are left for the views' marks (relaxed, transferred, the bonus token)."""
 
 from __future__ import annotations
 
@@ -35,11 +37,11 @@ def colour(name: str) -> str:
     return SOURCES[name].colour
 
 
-register("logits", "logits", "#1f77b4", "copy-logit logits tree (RACER)")
-register("retrieval", "retrieval", "#ff7f0e", "n-gram retrieval of prompt + output (RACER's automaton, "
+register("logits", "logits", "#0072B2", "copy-logit logits tree (RACER)")
+register("retrieval", "retrieval", "#E69F00", "n-gram retrieval of prompt + output (RACER's automaton, "
                                                "ReSpec's match positions, prompt lookup)")
-register("model", "model", "#2ca02c", "a draft language model (ReSpec's fallback, READER's speculator)")
-register("search", "retrieval", "#8c564b", "READER widening: one deep branch searched in the short-term "
+register("model", "model", "#009E73", "a draft language model (ReSpec's fallback, READER's speculator)")
+register("search", "retrieval", "#D55E00", "READER widening: one deep branch searched in the short-term "
                                            "trie + long-term datastore")
-register("deepen", "retrieval", "#e377c2", "READER deepening: a searched branch seeded from the draft "
+register("deepen", "retrieval", "#CC79A7", "READER deepening: a searched branch seeded from the draft "
                                            "model's best prefix")

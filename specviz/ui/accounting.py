@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from specviz.tree import sources
 from specviz.records.status import ACCEPTED_STATUSES
 from specviz.records.step import StepRecord
+from specviz.engine.prediction import SpeedupCheck
 from specviz.ui.viz import MARK_COLOURS
 
 TIME_PARTS = (("draft", "draft", "#ff7f0e"), ("forward", "verify forward", "#1f77b4"),
@@ -259,10 +260,12 @@ def _cost_at(cost_curve: dict, q) -> np.ndarray:
 
 
 def cost_figure(cost_curve: dict | None, expected_curve: list[float] | None, chosen: int | None,
-                draft_ms: float = 0.0) -> go.Figure:
+                draft_ms: float = 0.0, verify_ms: list[float] | None = None, step: SpeedupCheck | None = None,
+                run: SpeedupCheck | None = None) -> go.Figure:
     """Why a tree pays: left, the measured verify ms by tree size; right, the expected speedup over plain
     decoding when keeping the best k nodes, ((1 + E[k]) / (draft_ms + cost(k + 1))) / (1 / cost(1)), with
-    the chosen budget marked."""
+    the chosen budget marked. verify_ms: the costs the planner priced this step at (its online-corrected
+    curve; else the calibrated one is read). step, run: predicted beside measured speedup over ar."""
     if not cost_curve or not cost_curve.get("sizes"):
         return _empty("Why a tree pays: no measured verify cost yet (the auto budget measures it)")
     figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
@@ -284,14 +287,18 @@ def cost_figure(cost_curve: dict | None, expected_curve: list[float] | None, cho
         return _layout(figure, "Why a tree pays: measured verify cost", top=70)
     k = np.arange(len(expected_curve))
     expected = np.asarray(expected_curve, dtype=np.float64)
-    one = float(_cost_at(cost_curve, 1))
-    cost = _cost_at(cost_curve, k + 1)
+    if verify_ms and len(verify_ms) >= len(expected_curve):  # the planner's own prices this step
+        cost = np.asarray(verify_ms[:len(expected_curve)], dtype=np.float64)
+        one = float(verify_ms[0])
+    else:
+        one = float(_cost_at(cost_curve, 1))
+        cost = _cost_at(cost_curve, k + 1)
     speedup = (1 + expected) / (draft_ms + cost) * one
     figure.add_hline(y=1.0, line=dict(color="#bbb", dash="dot"), row=1, col=2)
     figure.add_trace(go.Scatter(
         x=k, y=speedup, mode="lines+markers", line=dict(color="#2a2a2a"), marker=dict(size=5), showlegend=False,
         name="expected speedup",
-        hovertext=[f"keep {i} nodes: E[accepted] {e:.2f}, verify {c:.1f} ms + draft {draft_ms:.1f} ms<br>"
+        hovertext=[f"keep {i} nodes: E[accepted] {e:.2f}, verify {c:.1f} ms + draft and overhead {draft_ms:.1f} ms<br>"
                    f"→ {1 + e:.2f} tokens per {draft_ms + c:.1f} ms = {s:.2f}× plain"
                    for i, e, c, s in zip(k, expected, cost, speedup)], hoverinfo="text"), row=1, col=2)
     best = int(np.argmax(speedup))
@@ -305,6 +312,24 @@ def cost_figure(cost_curve: dict | None, expected_curve: list[float] | None, cho
         figure.add_annotation(x=chosen, y=speedup[chosen], xref="x2", yref="y2", text=f"chosen k = {chosen}",
                               showarrow=True, arrowhead=2, ax=45, ay=-30, xanchor="left", font=dict(color="#d62728"))
         title += f" · chosen k = {chosen} ({speedup[chosen]:.2f}×)"
+        if step is not None and step.measured is not None:
+            figure.add_trace(go.Scatter(x=[chosen], y=[step.measured], mode="markers", showlegend=False,
+                                        marker=dict(color="#000", size=12, symbol="diamond"), name="measured",
+                                        hovertext=[f"this step measured {step.measured:.2f}× ar"], hoverinfo="text"),
+                             row=1, col=2)
     figure.update_xaxes(title_text="draft nodes kept (k)", row=1, col=2)
     figure.update_yaxes(title_text="× plain decoding", rangemode="tozero", row=1, col=2)
-    return _layout(figure, title, top=70)
+    lines = [line for line in (_check_line("this step", step), _check_line("the run so far", run)) if line]
+    if lines:
+        title += "<br><sup>" + "<br>".join(lines) + "</sup>"
+    return _layout(figure, title, height=380 if lines else 330, top=110 if lines else 70)
+
+
+def _check_line(what: str, c: SpeedupCheck | None) -> str:
+    """'this step: predicted 2.10× ar, measured 1.40× (accepted ×0.90, time ×1.30, ar ×1.05)'."""
+    if c is None or c.predicted is None:
+        return ""
+    measured = f"measured {c.measured:.2f}×" if c.measured is not None else "measured: no ar run yet"
+    factors = [f"{name} ×{value:.2f}" for name, value in
+               (("accepted", c.accepted_factor), ("time", c.time_factor), ("ar", c.ar_factor)) if value is not None]
+    return f"{what}: predicted {c.predicted:.2f}× ar, {measured}" + (f" ({', '.join(factors)})" if factors else "")

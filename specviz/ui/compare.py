@@ -11,7 +11,8 @@ from specviz.methods import get_method
 from specviz.ui.lab import Lab
 from specviz.ui.lab_state import ModelCall
 from specviz.ui.views import CompareView
-from specviz.ui.viz import token_diff_html, tokens_html, tree_figure
+from specviz.ui.tree_svg import tree_html
+from specviz.ui.viz import token_diff_html, tokens_html
 
 # settings of a run that are not method parameters, as Lab.apply names them
 RUN_SETTINGS = ("method", "budget", "temperature", "top_p", "seed", "draft_model")
@@ -141,7 +142,7 @@ class Compare:
         for lab in (self.a, self.b):
             records = lab.session.records if lab.session else []
             token_text = lab.session.token_text if lab.session else str
-            shown.append((tree_figure(records[-1] if records else None), tokens_html(records, token_text)))
+            shown.append((tree_html(records[-1] if records else None, token_text), tokens_html(records, token_text)))
         diff = self.diff()
         token_text = self.a.session.token_text if self.a.session else str
         if diff is None:

@@ -17,12 +17,19 @@ from specviz.runtime.shared import mode_key, model_key
 from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
-from specviz.ui.recording import Recording, shipped_ar_trace, why_small
+from specviz.engine.prediction import ar_ms_per_token, check
+from specviz.engine.run import RunResult
+from specviz.ui.recording import Recording, shipped_ar_trace, user_message, why_small
+from specviz.ui.tree_svg import tree_html
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
-                            transfer_markdown, tree_figure)
-from specviz.ui.lab_state import LabState, ModelCall, Settings, parse_prompt
+                            transfer_markdown)
+from specviz.ui.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
 from specviz.ui.views import AccountingView, LabView
+
+# in the text's HTML while a first visit's recording plays by itself: the page's script stops it at the first touch
+AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
+
 
 @dataclass
 class Lab:
@@ -40,6 +47,8 @@ class Lab:
     at: int | None = None              # the timeline's step; None follows the newest one
     selected_node: int | None = None   # a node picked through its token in the text, ringed in the tree
     playing: bool = False
+    autoplay: bool = False             # a first visit's recording plays by itself until the visitor acts
+    streaming: bool = False            # inside Run: views are drawn still (a step animation needs a play pace)
     generation: int = 0                # bumped by reset and release: a call begun before does not write back
 
     # the model side, read by the views
@@ -103,6 +112,7 @@ class Lab:
 
     def step(self, max_new_tokens: int) -> None:
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
+        self.autoplay = False
         with self.stepping:
             for message in self._call("step", max_new_tokens):
                 self.message = message
@@ -111,8 +121,8 @@ class Lab:
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
         call; Stop closes it). The session's lock is held while the call works, not while the page shows a
         reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
-        self.replay, self.at, self.selected_node = None, None, None
-        self.stop_requested = False
+        self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
+        self.stop_requested, self.streaming = False, True
         replies = self._call("run", max_new_tokens, every_s)
         generation = self.generation
         try:
@@ -127,6 +137,7 @@ class Lab:
                 yield
         finally:
             replies.close()
+            self.streaming = False
             if self.generation != generation:
                 # released while this Run was still holding the session: the release's collection ran while it
                 # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
@@ -145,7 +156,7 @@ class Lab:
 
     def reset(self) -> None:
         self.state, self.wanted, self.stop_requested, self.message = LabState(), None, False, "Reset."
-        self.replay, self.at, self.selected_node, self.playing = None, None, None, False
+        self.replay, self.at, self.selected_node, self.playing, self.autoplay = None, None, None, False, False
         self.generation += 1
 
     def release(self) -> None:
@@ -198,9 +209,13 @@ class Lab:
                         (f"by draft node {found[1]} (ringed)." if found[1] is not None else "as that step's bonus token."))
 
     def tick(self, max_new_tokens: int) -> bool:
-        """Play: one step forward (through the recorded steps, then live ones); False when there is none."""
+        """Play: one step forward (through the recorded steps, then live ones); False when there is none.
+        A first visit's recording plays from its first step again when it reaches its end."""
         recording = self.recording()
         shown = self.shown_step()
+        if self.autoplay and recording is not None and shown == len(recording.records) - 1:
+            self.go_to(0)
+            return True
         if recording is not None and shown is not None and shown < len(recording.records) - 1:
             self.go_to(shown + 1)
             return True
@@ -220,6 +235,9 @@ class Lab:
     def play(self) -> bool:
         """Start Play; False (with a message) when it is already playing. A replay shown at its end plays
         from the start."""
+        if self.playing and self.autoplay:  # the first visit's recording plays on, now as the visitor's Play
+            self.autoplay, self.message = False, ""
+            return False
         if self.playing:
             self.message = "Already playing: press Pause to stop."
             return False
@@ -230,7 +248,15 @@ class Lab:
         return True
 
     def pause(self, message: str = "Paused.") -> None:
-        self.playing, self.message = False, message
+        if self.autoplay:
+            message = "The recorded run stopped playing: ▶ Play goes on with it, Step or Run starts a live one."
+        self.playing, self.autoplay, self.message = False, False, message
+
+    def open_recording(self, path, name: str) -> None:
+        """A first visit: the recording from its first step, playing by itself until the visitor acts."""
+        self.load_trace(path, name)
+        self.at, self.playing, self.autoplay = 0, True, True
+        self.message = ""
 
     def fail(self, error: Exception) -> None:
         """Bad input: say what was wrong; the session and what it generated stay as they were (Play stops)."""
@@ -251,7 +277,7 @@ class Lab:
         if not trace.steps:
             raise SpecvizError("This trace has no steps to replay.")
         self.replay, self.replay_name = trace, name or Path(path).name
-        self.at, self.selected_node, self.playing = None, None, False
+        self.at, self.selected_node, self.playing, self.autoplay = None, None, False, False
         self.message = (f"Replaying {self.replay_name} ({len(trace.steps)} steps, recorded on "
                         f"{trace.recorded_on or 'an unknown machine'}): no model needed. Step or Run returns to "
                         "the live run.")
@@ -278,9 +304,14 @@ class Lab:
     def _baseline_key(self, new_tokens: int) -> tuple:
         return self.state.baseline_key(new_tokens)
 
+    def baseline_so_far(self) -> RunResult | None:
+        """ar on the same prompt and sampling for as many tokens as the run has, where one was measured (stepped
+        between the run's steps: ui.lab_state.keep_ar_up)."""
+        return baseline_so_far(self.state)
+
     def lanes(self) -> list[tuple[str, float, list]]:
         """The two-lane wall-clock view: the shown run, and plain ar on the same prompt when there is one
-        (measured when a Run ends; for a replay, a shipped ar trace of the same prompt)."""
+        (stepped between the run's steps; for a replay, a shipped ar trace of the same prompt)."""
         recording = self.recording()
         if recording is None or not recording.records:
             return []
@@ -290,7 +321,7 @@ class Lab:
             if ar is not None and recording.method != "ar":
                 lanes.append(("ar (shipped trace)", ar.prefill_ms, ar.steps))
         elif self.session is not None and self.session.name != "ar":
-            baseline = self.baselines.get(self._baseline_key(len(self.session.output_ids)))
+            baseline = self.baseline_so_far()
             if baseline is not None:
                 lanes.append(("ar", baseline.prefill_s * 1000, baseline.records))
         return lanes
@@ -300,7 +331,7 @@ class Lab:
         if self.session is None:
             return {}
         stats = self.session.stats()
-        baseline = self.baselines.get(self._baseline_key(stats["new_tokens"]))
+        baseline = self.baseline_so_far()
         if baseline and stats["wall_s"] and baseline.wall_s:
             stats["ar_tokens_per_s"] = round(baseline.tokens_per_s, 3)
             stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
@@ -318,17 +349,21 @@ class Lab:
         parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
         if "speedup_vs_ar" in c:
-            if self.session.temperature > 0:
-                same = (f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}: "
-                        "tokens differ from ar's by design, the distribution does not"
-                        + ("" if self.session.lossless else " (except with eta > 0: see below)"))
+            if self.session.temperature > 0:  # the seed fixes ar's draws (accept.position_noise): same tokens
+                seeded = f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}"
+                same = (f"identical to ar {seeded}" if c["identical_to_ar"] else
+                        f"{seeded}: eta > 0 moved the tokens from ar's (lossy, see below)" if not self.session.lossless
+                        else f"⚠️ {seeded}: the tokens differ from ar's with the same seed")
             else:
                 same = ("identical to greedy ar" if c["identical_to_ar"] else
                         c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling "
+            paired = self.session.name != "ar" and self.state.paired is not None \
+                and self.state.paired.follows(self.session)
+            how = "stepped between this run's steps, so both ran under the same load" if paired else "run alone"
+            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling, {how}: "
                          f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
         else:
-            parts.append("**speedup vs ar** measured when a Run ends")
+            parts.append("**speedup vs ar** measured step by step with the run")
         if self.session.records:
             t = self.session.records[-1].timings_ms
             parts.append(f"**last step** draft {t['draft']:.1f} ms · verify {t['verify']:.1f} ms "
@@ -392,15 +427,32 @@ class Lab:
             curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)} if cost is not None else None
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
-        draft_ms = (plan.cut.draft_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
+        draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
+        ar_ms = self.ar_ms_per_token()
         return AccountingView(
             sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
             waste=accounting.waste_figure(records), time_split=accounting.time_split_figure(records),
             lanes=accounting.lanes_figure(self.lanes()),
-            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms))
+            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms,
+                                        plan.verify_ms if plan else None,
+                                        check([record], ar_ms) if record else None,
+                                        check(records, ar_ms) if records else None))
+
+    def ar_ms_per_token(self) -> float | None:
+        """ar's measured decode ms per token on the shown run's prompt: the lane beside it (stepped between a
+        live run's steps; for a replay, the shipped ar trace of its prompt, recorded on the same machine)."""
+        lanes = self.lanes()
+        return ar_ms_per_token(lanes[1][2]) if len(lanes) > 1 else None
+
+    def shown_prompt(self) -> str:
+        """The user's message of the shown run (a recording's from its decoded prompt)."""
+        if self.replay is not None:
+            return user_message(self.replay.prompt_text)
+        return self.settings.prompt if self.settings is not None and self.session is not None else ""
 
     def view(self) -> LabView:
-        """What the page shows now: the shown step is the timeline's, or the newest."""
+        """What the page shows now: the shown step is the timeline's, or the newest. A step is drawn animated
+        (its draft, verify, accept and commit at the play pace) except while Run streams steps in."""
         recording, k = self.recording(), self.shown_step()
         records = recording.records if recording else []
         token_text = recording.token_text if recording else str
@@ -409,13 +461,23 @@ class Lab:
         newest_live = self.replay is None and (k is None or k == len(records) - 1)
         choices = self.node_choices()
         transfer = transfer_markdown(shown, recording.lossless) if recording else ""
+        animate = not self.streaming
+        document = self.document_view()
+        diff = token_diff_html(self.lossless_diff() if newest_live else None, token_text)
+        # the panels with nothing to show, flagged on the tree box for the page's CSS: p / q / p_hat without
+        # sampling, the planner's predictions where it planned nothing, the document without RAPID, the diff
+        # where there is nothing to compare
+        panels = {"sampling": bool(choices), "plan": any(r.plan is not None for r in records),
+                  "document": bool(document), "diff": bool(diff)}
         return LabView(
-            tree=tree_figure(record, self.selected_node), text_html=tokens_html(shown, token_text),
+            tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node, panels=panels),
+            text_html=tokens_html(shown, token_text, self.shown_prompt(), recorded=self.replay is not None,
+                                  animate_last=animate) + (AUTOPLAY_FLAG if self.autoplay else ""),
             counters=self.counters_markdown() if newest_live else self.timeline_markdown(),
             budget_split=budget_split_markdown(record),
             method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),
                                                    search_step_markdown(record), transfer])),
-            token_diff_html=token_diff_html(self.lossless_diff() if newest_live else None, token_text),
-            prediction=prediction_figure(records), message=self.message, document_html=self.document_view(),
+            token_diff_html=diff,
+            prediction=prediction_figure(records), message=self.message, document_html=document,
             node_choices=choices, distribution=self.distribution(choices[0][1] if choices else None),
             steps=len(records), shown_step=k, caption=self.step_caption())

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from specviz.accept.sampling import SamplingSettings
+from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.engine.token_diff import token_diff
@@ -44,6 +45,7 @@ class LabState:
     baselines: dict = field(default_factory=dict)  # (model, mode, prompt ids, n tokens, sampling) -> ar's RunResult
     reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
     diff: object | None = None         # the output against greedy decoding where the method may differ (TokenDiff)
+    paired: PairedBaseline | None = None  # ar on the same prompt, stepped between the run's steps (same load)
 
     def baseline_key(self, new_tokens: int) -> tuple:
         return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
@@ -155,14 +157,55 @@ def start_session(state: LabState, settings: Settings) -> str:
     return message
 
 
-def step_once(state: LabState, max_new_tokens: int) -> str:
+def step_once(state: LabState, max_new_tokens: int, paired: bool = True) -> str:
+    """One step (paired: and ar on the same prompt kept up with it, for the speedup)."""
     session = state.session
     if session.finished:
         return f"Generation finished ({session.finish_reason}). Press Reset to start again."
     if len(session.output_ids) >= max_new_tokens:
         return f"Reached {max_new_tokens} new tokens: raise the limit to go on."
     session.step(max_new_tokens)
+    if paired:
+        keep_ar_up(state)
     return ""
+
+
+def _paired(state: LabState) -> PairedBaseline | None:
+    """The ar run stepped beside the session's run (started where there is none yet; None for ar itself)."""
+    session = state.session
+    if session is None or session.name == "ar":
+        return None
+    if state.paired is None or not state.paired.follows(session):
+        state.paired = PairedBaseline(session)
+    return state.paired
+
+
+def keep_ar_up(state: LabState) -> None:
+    """After a step of the run: ar on the same prompt and sampling steps until it has as many tokens, so that
+    the speedup compares two runs timed under the same load (engine.paired_baseline)."""
+    if (paired := _paired(state)) is not None:
+        paired.keep_up()
+
+
+def lead_ar(state: LabState) -> None:
+    """Before a step of the run: ar one step ahead (the step after an update takes the brunt of the browser
+    drawing it; engine.paired_baseline)."""
+    if (paired := _paired(state)) is not None:
+        paired.lead()
+
+
+def baseline_so_far(state: LabState) -> RunResult | None:
+    """ar's run on the same prompt and sampling for as many tokens as the run has, where one was measured:
+    stepped between the run's steps, or alone (measure_baseline); an ar session is its own baseline."""
+    session = state.session
+    if session is None or not session.output_ids:
+        return None
+    if session.name == "ar":
+        return RunResult.of_session(session)
+    n = len(session.output_ids)
+    if state.paired is not None and state.paired.follows(session) and state.paired.covers(n):
+        return state.paired.result()
+    return state.baselines.get(state.baseline_key(n))
 
 
 def can_step(state: LabState, max_new_tokens: int) -> bool:
@@ -170,17 +213,18 @@ def can_step(state: LabState, max_new_tokens: int) -> bool:
 
 
 def measure_baseline(state: LabState) -> RunResult | None:
-    """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
-    seed (once per prompt, length and sampling settings); an `ar` session is its own baseline."""
+    """baseline_so_far, or plain `ar` on the same prompt for the same number of tokens, at the same temperature,
+    top-p and seed, measured now (once per prompt, length and sampling settings) where there is none."""
     session = state.session
     if session is None or not session.output_ids:
         return None
+    found = baseline_so_far(state)
+    if found is not None:
+        return found
     n = len(session.output_ids)
     key = state.baseline_key(n)
-    if key not in state.baselines:
-        state.baselines[key] = (RunResult.of_session(session) if session.method.name == "ar" else
-                                run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
-                                           sampling=session.sampling, max_new_tokens=n))
+    state.baselines[key] = run_method(session.lm, "ar", prompt_ids=session.prompt_ids, sampling=session.sampling,
+                                      max_new_tokens=n)
     return state.baselines[key]
 
 
@@ -191,6 +235,10 @@ def update_diff(state: LabState) -> None:
     session = state.session
     if session is None or not session.output_ids or session.lossless or session.temperature > 0:
         state.diff = None
+        return
+    n = len(session.output_ids)
+    if state.paired is not None and state.paired.follows(session) and state.paired.covers(n):
+        state.diff = token_diff(state.paired.ar.output_ids[:n], session.output_ids)  # the greedy ar beside it
         return
     if state.reference is None or state.reference.prompt_ids != session.prompt_ids \
             or state.reference.lm is not session.lm:
@@ -220,21 +268,30 @@ def perform(call: ModelCall, states: list[LabState]):
             raise SpecvizError(f"Side {'AB'[i]}: {error}" if len(states) > 1 else str(error)) from None
     if call.action in ("step", "warm"):
         for i, state in enumerate(states):
-            messages[i] = step_once(state, call.max_new_tokens)
+            messages[i] = step_once(state, call.max_new_tokens, paired=len(states) == 1)
             _settle(state)
         yield tuple(messages)
         return
     if call.action != "run":
         raise ValueError(f"unknown model action {call.action!r}")
     last = time.perf_counter()
+    paired = len(states) == 1  # a Lab's run (A/B sides compare with each other, not with ar)
+    updates, ar_first = 0, False
     while any(can_step(state, call.max_new_tokens) for state in states):
         for state in states:
             if can_step(state, call.max_new_tokens):
+                if paired and ar_first:  # after every other update ar steps first (engine.paired_baseline)
+                    lead_ar(state)
                 state.session.step(call.max_new_tokens)
+                if paired:
+                    keep_ar_up(state)
+        ar_first = False
         if time.perf_counter() - last >= call.every_s:
             for state in states:
                 _settle(state)
             yield tuple(messages)
+            updates += 1
+            ar_first = updates % 2 == 1
             last = time.perf_counter()
     for i, state in enumerate(states):
         messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."

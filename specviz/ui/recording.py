@@ -126,3 +126,13 @@ _SILENT = {"retrieval": "retrieval found no match of the context's suffix",
            "logits": "the copy-logit rows of the last tokens are cold (never seen, so they propose nothing)",
            "model": "the draft model was not run this step",
            "datastore": "the datastore had no continuation of the context's suffix"}
+
+
+def user_message(prompt_text: str) -> str:
+    """The last user message of a decoded chat prompt (ChatML's <|im_start|>user ... <|im_end|>, as the
+    default model's template writes it); the whole text for any other template."""
+    start = prompt_text.rfind("<|im_start|>user\n")
+    if start < 0:
+        return prompt_text
+    body = prompt_text[start + len("<|im_start|>user\n"):]
+    return body.split("<|im_end|>", 1)[0]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 @dataclass(frozen=True)
 class LabView:
     """The Tree tab and the lines above it, for the step on screen (the timeline's, or the newest)."""
-    tree: object                  # plotly figure of the shown step's draft tree
+    tree: str                     # HTML: the shown step's tree box (tree_svg.tree_html)
     text_html: str                # the generated text up to the shown step, each token marked by its origin
     counters: str                 # markdown: steps, tokens, MAT, tokens/s, speedup vs ar, timings
     budget_split: str             # markdown: per source offered / proposed / kept / accepted
@@ -47,8 +47,8 @@ class AccountingView:
 @dataclass(frozen=True)
 class CompareView:
     """The A/B tab: each side's last tree, text and summary, B's difference from A, the message."""
-    tree_a: object
-    tree_b: object
+    tree_a: str          # HTML tree boxes (tree_svg.tree_html)
+    tree_b: str
     text_a: str
     text_b: str
     summary_a: str

@@ -1,4 +1,6 @@
-"""What the app draws: the draft tree of one step (plotly) and the generated text marked by origin (HTML)."""
+"""What the app draws beside the tree (tree_svg draws the tree): the generated text marked by origin (HTML),
+the step's panels (budget split, ReSpec's and READER's decisions), the token diff, and the sampling and
+prediction charts (plotly)."""
 
 from __future__ import annotations
 
@@ -8,124 +10,20 @@ import plotly.graph_objects as go
 
 from specviz.tree import sources
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
-from specviz.records.status import ACCEPTED_STATUSES, BENT_STATUSES, REFUSED_STATUSES, NodeStatus
+from specviz.records.status import BENT_STATUSES, NodeStatus
 from specviz.records.step import StepRecord
+from specviz.ui.tree_view import COMMIT_AT, visible_token
 
-# the statuses accepted by a rule that bends p have their own colour (node fill, committed token)
-STATUS_COLOURS = {NodeStatus.RELAXED: "#e6c200", NodeStatus.TRANSFERRED: "#17becf"}
-# the registered sources' colours, then the marks that are not sources: several sources, the root, the bonus
-# token and the bent statuses
-MARK_COLOURS = {"several": "#9467bd", "root": "#7f7f7f", "bonus": "#d62728", **STATUS_COLOURS}
+# the marks of committed tokens that are not sources (Okabe-Ito's remaining colours): several sources, the
+# target's bonus token, and the statuses accepted by a rule that bends p
+MARK_COLOURS = {"several": "#999999", "bonus": "#000000", NodeStatus.RELAXED: "#F0E442", NodeStatus.TRANSFERRED: "#56B4E9"}
+# and their underline, so that a token's origin never rests on colour alone: per source family, then marks
+UNDERLINES = {"logits": "solid", "retrieval": "dashed", "model": "dotted", "several": "groove", "bonus": "solid",
+              NodeStatus.RELAXED: "double", NodeStatus.TRANSFERRED: "double"}
 
 
 def colour_of(name: str) -> str:
     return sources.colour(name) if sources.is_source(name) else MARK_COLOURS[name]
-STATUS_SYMBOLS = {NodeStatus.ROOT: "square", NodeStatus.ACCEPTED: "circle", NodeStatus.RELAXED: "diamond",
-                  NodeStatus.REJECTED: "x", NodeStatus.UNREACHED: "circle-open", NodeStatus.TRANSFERRED: "star"}
-
-
-def visible_token(text: str) -> str:
-    """Token text made visible and safe: whitespace shown as symbols, markup escaped (quotes stay as
-    they are: they are harmless in text, and plotly would show &quot; literally)."""
-    shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
-    return html.escape(shown, quote=False)
-
-
-def source_group(sources: list[str]) -> str:
-    """'root', one source, or the sources joined by '+' (a node that several sources proposed)."""
-    return "+".join(sorted(sources)) if sources else "root"
-
-
-def group_colours(group: str) -> tuple[str, str]:
-    """(fill, ring) of a marker: a node two sources proposed is filled in one colour, ringed in the other."""
-    parts = group.split("+")
-    return colour_of(parts[-1]), colour_of(parts[0])
-
-
-def tidy_layout(record: StepRecord) -> dict[int, tuple[float, float]]:
-    """Left-to-right tidy tree: x = depth; leaves take consecutive rows in depth-first order and a parent
-    sits midway between its first and last child."""
-    children: dict[int, list[int]] = {n.id: [] for n in record.nodes}
-    for n in record.nodes:
-        if n.parent >= 0:
-            children[n.parent].append(n.id)
-    depth = {n.id: n.depth for n in record.nodes}
-    y: dict[int, float] = {}
-    next_row = 0
-    stack = [(0, False)]
-    while stack:  # iterative post-order: deep chains must not hit the recursion limit
-        node, expanded = stack.pop()
-        if not children[node]:
-            y[node] = float(next_row)
-            next_row += 1
-        elif expanded:
-            y[node] = (y[children[node][0]] + y[children[node][-1]]) / 2
-        else:
-            stack.append((node, True))
-            stack.extend((c, False) for c in reversed(children[node]))
-    return {node: (float(depth[node]), -y[node]) for node in y}
-
-
-def _hover(node) -> str:
-    lines = [f"<b>{visible_token(node.text)}</b> (id {node.token_id})",
-             f"sources: {', '.join(node.sources) or 'committed root'}",
-             f"status: {node.status}" + (" (by p_hat: p alone would have refused it)"
-                                         if node.mark is NodeStatus.TRANSFERRED else "")]
-    if node.target_prob is not None:
-        lines.append(f"target p = {node.target_prob:.4f}, rank {node.target_rank}")
-    if node.draft_prob is not None:
-        lines.append(f"draft p = {node.draft_prob:.4f}")
-    if node.score is not None:
-        lines.append(f"source score = {node.score:.3f}")
-    return "<br>".join(lines)
-
-
-def tree_figure(record: StepRecord | None, highlight: int | None = None) -> go.Figure:
-    """The step's draft tree; `highlight`: a node id to ring (the token the user picked in the text)."""
-    figure = go.Figure()
-    figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=460, plot_bgcolor="white",
-                         xaxis=dict(title="depth", dtick=1, zeroline=False, showgrid=True, gridcolor="#eee"),
-                         yaxis=dict(visible=False), legend=dict(orientation="h", y=-0.08),
-                         hoverlabel=dict(align="left"))
-    if record is None:
-        figure.update_layout(title="No step yet: enter a prompt and press Step or Run")
-        return figure
-    position = tidy_layout(record)
-    by_id = {n.id: n for n in record.nodes}
-    for accepted_edges in (False, True):
-        xs, ys = [], []
-        for n in record.nodes:
-            if n.parent < 0 or (n.status in ACCEPTED_STATUSES) != accepted_edges:
-                continue
-            (x0, y0), (x1, y1) = position[n.parent], position[n.id]
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                                    line=dict(color="#2a2a2a" if accepted_edges else "#c8c8c8",
-                                              width=3 if accepted_edges else 1)))
-    groups: dict[tuple[str, str], list] = {}
-    for n in record.nodes:
-        groups.setdefault((source_group(n.sources), n.shown_status), []).append(n)
-    for (group, status), nodes in sorted(groups.items()):
-        fill, ring = group_colours(group)
-        if status in BENT_STATUSES:  # accepted by a rule that bends p: own fill, source's ring
-            fill, ring = STATUS_COLOURS[status], fill
-        figure.add_trace(go.Scatter(
-            x=[position[n.id][0] for n in nodes], y=[position[n.id][1] for n in nodes],
-            mode="markers+text", name=f"{group} · {status}",
-            text=[visible_token(n.text) for n in nodes], textposition="middle right",
-            textfont=dict(size=11), hovertext=[_hover(n) for n in nodes], hoverinfo="text",
-            marker=dict(symbol=STATUS_SYMBOLS.get(status, "circle"), size=13 if status != NodeStatus.UNREACHED else 10,
-                        color=fill, line=dict(width=3 if fill != ring else 2, color=ring),
-                        opacity=0.45 if status in REFUSED_STATUSES else 1.0)))  # refused subtrees: greyed
-    if highlight is not None and highlight in position:
-        x, y = position[highlight]
-        figure.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name="picked token", hoverinfo="skip",
-                                    marker=dict(symbol="circle-open", size=30, color="#000", line=dict(width=3))))
-    accepted = record.num_accepted_drafts
-    figure.update_layout(title=f"step {record.step}: {len(by_id) - 1} draft nodes "
-                               f"(budget {record.budget}, {record.budget_mode}), {accepted} accepted + 1 bonus")
-    return figure
 
 
 def origin_class(origin: str) -> str:
@@ -139,18 +37,29 @@ def origin_class(origin: str) -> str:
     return origin if "+" not in origin else "several"
 
 
-def tokens_html(records: list[StepRecord], token_text) -> str:
-    """Generated text, each token coloured by how it was produced; every token is HTML-escaped."""
+def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorded: bool = False,
+                animate_last: bool = False) -> str:
+    """The prompt (marked when the run is a recording), then the generated text, each token marked by how it
+    was produced (colour and underline; hover names it), every token HTML-escaped. animate_last: the last
+    step's tokens appear at the step animation's commit phase."""
     spans = []
-    for record in records:
-        for token, origin in zip(record.accepted_tokens, record.accepted_origins):
-            css = origin_class(origin)
+    for index, record in enumerate(records):
+        new = animate_last and index == len(records) - 1
+        for k, (token, origin) in enumerate(zip(record.accepted_tokens, record.accepted_origins)):
+            css = origin_class(origin) + (" tok-new" if new else "")
+            timing = f' style="--c:{round(COMMIT_AT + 0.08 * k / max(1, len(record.accepted_tokens)), 3)}"' if new else ""
             title = html.escape(f"step {record.step}: {origin} (click: show this step)", quote=True)
-            spans.append(f'<span class="tok tok-{css}" data-token="{len(spans)}" title="{title}">'
+            spans.append(f'<span class="tok tok-{css}" data-token="{len(spans)}" title="{title}"{timing}>'
                          f'{html.escape(token_text(token))}</span>')
     legend = source_legend_html()
     body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
-    return f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div>'
+    head = ""
+    if prompt:
+        badge = '<span class="badge">recorded run</span> ' if recorded else ""
+        head = f'<div class="prompt">{badge}<strong>Prompt</strong>: {html.escape(prompt)}</div>'
+    # the generated text comes last, in a plain div (ui.app_load.text_of reads it from there)
+    return (f'<div class="{"tv-anim" if animate_last else "tv-static"}">{head}'
+            f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div></div>')
 
 
 def source_legend_html() -> str:
@@ -167,13 +76,20 @@ def source_legend_html() -> str:
 
 TOKEN_CSS = "\n".join(
     [".generated { white-space: pre-wrap; font-family: ui-monospace, monospace; line-height: 1.7; }",
-     ".tok { border-radius: 3px; padding: 0 1px; cursor: pointer; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }"]
+     ".tok { border-radius: 3px; padding: 0 1px; cursor: pointer; }", ".legend { margin-bottom: 6px; font-size: 0.9em; }",
+     ".prompt { max-height: 7.5em; overflow: auto; white-space: pre-wrap; font-size: 0.9em; color: #333; "
+     "border-left: 3px solid #bbb; padding: 2px 8px; margin-bottom: 8px; }",
+     ".badge { background: #222; color: #fff; border-radius: 4px; padding: 0 6px; font-size: 0.85em; "
+     "text-transform: uppercase; letter-spacing: 0.04em; }",
+     ".tv-anim .tok-new { animation-name: tv-show; animation-duration: calc(var(--pace) * 0.05s); "
+     "animation-fill-mode: both; animation-delay: calc(var(--pace) * var(--c) * 1s); }"]
     + [".document { white-space: pre-wrap; max-height: 360px; overflow-y: auto; font-size: 0.9em; }",
        ".chunk { border-left: 2px solid #ddd; } .chunk-chosen { background: #2ca02c22; border-left: 3px solid #2ca02c; }"]
     + [".diff-lossless { background: #d6272833; }", ".diff-ours { background: #2ca02c33; text-decoration: none; }",
        ".diff-head { margin-bottom: 4px; font-weight: 600; }"]
-    + [f".tok-{k} {{ background: {v}33; border-bottom: 2px solid {v}; }}"
-       for k, v in [*((s.name, s.colour) for s in sources.SOURCES.values()), *MARK_COLOURS.items()]])
+    + [f".tok-{k} {{ background: {v}33; border-bottom: 2px {style} {v}; }}"
+       for k, v, style in [*((s.name, s.colour, UNDERLINES[s.family]) for s in sources.SOURCES.values()),
+                           *((k, v, UNDERLINES[k]) for k, v in MARK_COLOURS.items())]])
 
 
 def budget_split_markdown(record: StepRecord | None) -> str:

@@ -1,0 +1,60 @@
+"""The planner's predicted speedup over `ar` beside the measured one, for a step and for a run.
+
+The planner (budget=auto) chooses the tree that maximises (1 + E[accepted]) / (draft + verify cost): its
+prediction of a step is that many tokens in that many milliseconds, against `ar`'s one token per one-token
+verify. The measurement is the tokens the step committed in the time it took, against `ar`'s measured time
+per token. The gap between the two has three factors, reported apart so that it can be explained:
+accepted (tokens committed / tokens expected), time (ms taken / ms priced) and ar (ar's measured ms per
+token / the one-token verify the planner priced), with measured / predicted = accepted x ar / time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specviz.records.step import StepRecord
+
+
+@dataclass(frozen=True)
+class SpeedupCheck:
+    predicted: float | None     # the planner's expected speedup over ar (None: it priced nothing)
+    measured: float | None      # tokens per ms over ar's tokens per ms (None: no ar measured)
+    expected_tokens: float      # what the planner expected the steps to commit (priced steps only)
+    tokens: int                 # what they committed
+    priced_ms: float            # draft + overhead + verify cost the planner priced them at
+    taken_ms: float             # what they took (draft, verify, acceptance, update)
+    ar_priced_ms: float         # the one-token verify the planner priced ar's token at (mean over steps)
+    ar_ms: float | None         # ar's measured ms per token
+    steps: int                  # steps priced by the planner (a step of a fixed budget is not)
+
+    @property
+    def accepted_factor(self) -> float | None:
+        return self.tokens / self.expected_tokens if self.expected_tokens else None
+
+    @property
+    def time_factor(self) -> float | None:
+        return self.taken_ms / self.priced_ms if self.priced_ms else None
+
+    @property
+    def ar_factor(self) -> float | None:
+        return self.ar_ms / self.ar_priced_ms if self.ar_ms and self.ar_priced_ms else None
+
+
+def check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCheck:
+    """Predicted against measured speedup over the steps the planner priced (budget=auto); ar_ms_per_token:
+    ar's measured decode time per token (None: ar not measured)."""
+    priced = [r for r in records if r.plan is not None and r.plan.cut is not None and r.plan.verify_ms]
+    expected = sum(1 + r.plan.cut.expected_accepted for r in priced)
+    priced_ms = sum(r.plan.cut.fixed_ms + r.plan.verify_ms[r.plan.cut.kept] for r in priced)
+    ar_priced = sum(r.plan.verify_ms[0] for r in priced) / len(priced) if priced else 0.0
+    measured_over = priced or records
+    tokens = sum(len(r.accepted_tokens) for r in measured_over)
+    taken = sum(r.timings_ms["total"] for r in measured_over)
+    predicted = expected / priced_ms * ar_priced if priced and priced_ms else None
+    measured = tokens / taken * ar_ms_per_token if ar_ms_per_token and taken else None
+    return SpeedupCheck(predicted, measured, expected, tokens, priced_ms, taken, ar_priced, ar_ms_per_token, len(priced))
+
+
+def ar_ms_per_token(ar_records: list[StepRecord]) -> float | None:
+    """ar's decode milliseconds per token from its step records (prefill excluded, as a step's is)."""
+    tokens = sum(len(r.accepted_tokens) for r in ar_records)
+    return sum(r.timings_ms["total"] for r in ar_records) / tokens if tokens else None

@@ -1,0 +1,53 @@
+"""Predicted against measured speedup over `ar` on a suite: each prompt runs the method with `ar` stepped
+between its steps (engine.paired_baseline, the app's way), and the planner's prediction is set beside the
+measurement with the three factors of the gap (engine.prediction)."""
+
+from __future__ import annotations
+
+from specviz.engine.paired_baseline import PairedBaseline
+from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, check
+from specviz.engine.run import warm_up
+from specviz.engine.session import Session
+from specviz.runtime.loading import LoadedModel
+
+
+def predicted_against_measured(lm: LoadedModel, suite: list[dict], method: str, max_new_tokens: int,
+                               params: dict | None = None, draft=None) -> dict:
+    """Per prompt and over the suite (all steps pooled): predicted and measured speedup, and the factors."""
+    warm_up(lm, method, suite[0]["messages"], params=params, draft=draft)
+    rows, pooled_records, pooled_ar = [], [], []
+    for item in suite:
+        limit = item.get("max_new_tokens", max_new_tokens)
+        session = Session(lm, method, params, draft=draft).start(item["messages"])
+        paired = PairedBaseline(session)
+        while not session.finished and len(session.output_ids) < limit:
+            session.step(limit)
+            paired.keep_up()
+        rows.append({"id": item["id"], "category": item.get("category", ""),
+                     **_row(check(session.records, ar_ms_per_token(paired.ar.records)))})
+        pooled_records += session.records
+        pooled_ar += paired.ar.records
+    return {"method": method, "max_new_tokens": max_new_tokens, "prompts": rows,
+            "pooled": _row(check(pooled_records, ar_ms_per_token(pooled_ar)))}
+
+
+def _row(c: SpeedupCheck) -> dict:
+    def r(value):
+        return None if value is None else round(value, 3)
+    return {"predicted": r(c.predicted), "measured": r(c.measured), "accepted_factor": r(c.accepted_factor),
+            "time_factor": r(c.time_factor), "ar_factor": r(c.ar_factor), "expected_tokens": r(c.expected_tokens),
+            "tokens": c.tokens, "priced_ms": r(c.priced_ms), "taken_ms": r(c.taken_ms),
+            "ar_priced_ms": r(c.ar_priced_ms), "ar_ms": r(c.ar_ms), "steps": c.steps}
+
+
+def format_table(report: dict) -> str:
+    lines = [f"{report['method']}: predicted vs measured speedup over ar (ar stepped between the run's steps), "
+             f"{report['max_new_tokens']} new tokens",
+             f"{'prompt':<28} {'predicted':>9} {'measured':>9} {'accepted':>9} {'time':>7} {'ar':>7}"]
+    for row in [*report["prompts"], {"id": "POOLED", **report["pooled"]}]:
+        cells = [f"{row[k]:.2f}" if row[k] is not None else "-" for k in
+                 ("predicted", "measured", "accepted_factor", "time_factor", "ar_factor")]
+        lines.append(f"{row['id']:<28} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7} {cells[4]:>7}")
+    lines.append("factors: accepted = tokens committed / expected; time = ms taken / ms priced; ar = ar's ms per "
+                 "token / the one-token verify priced (measured / predicted = accepted x ar / time)")
+    return "\n".join(lines)

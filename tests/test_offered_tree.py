@@ -1,0 +1,105 @@
+"""What the engine records of the offered tree (real model): with budget=auto every step holds the nodes the
+sources offered and the planner cut, in one id space with the verified ones, with their chances; the trace
+carries their texts and loads back equal. And the speedup's ar baseline: stepped between the run's steps."""
+
+import pytest
+
+from specviz.engine.session import Session
+from specviz.engine.suite import load_suite
+from specviz.records.offered import NOT_RANKED
+from specviz.records.trace import Trace
+from specviz.ui.lab import Lab
+
+CODE = next(item for item in load_suite("assets/suite.jsonl") if item["id"] == "code-rename")
+
+
+def test_each_auto_step_records_what_the_planner_cut(lm, tmp_path):
+    session = Session(lm, "unified").start(CODE["messages"])
+    session.run(24)
+    cut_steps = [r for r in session.records if r.cut_nodes]
+    assert cut_steps, "the planner cut nothing in 24 tokens of copied code"
+    for record in session.records:
+        cut, plan = record.cut_nodes, record.plan
+        verified = len(record.nodes)
+        assert plan.cut.offered == verified - 1 + (len(cut) if cut else 0)   # the offered tree is whole
+        assert plan.cut.kept == verified - 1
+        assert plan.verify_ms and len(plan.verify_ms) == len(plan.expected_curve)
+        assert all(n.chance is not None and 0 <= n.chance <= 1 for n in record.nodes[1:])
+        if not cut:
+            continue
+        for i, (parent, rank) in enumerate(zip(cut.parents, cut.ranks)):
+            assert 0 <= parent < verified + i                                  # a parent comes first
+            assert rank == NOT_RANKED or rank >= plan.cut.kept                 # cut: below the kept prefix
+            assert 0 <= cut.chances[i] <= 1 and cut.sources[i]
+        # siblings never repeat a token: the verified and cut children of a node are one trie level
+        children = {}
+        for n in record.nodes[1:]:
+            children.setdefault(n.parent, []).append(n.token_id)
+        for parent, token in zip(cut.parents, cut.tokens):
+            children.setdefault(parent, []).append(token)
+        assert all(len(tokens) == len(set(tokens)) for tokens in children.values())
+    trace = session.trace()
+    assert all(str(t) in trace.token_texts for r in cut_steps for t in r.cut_nodes.tokens)
+    trace.save(tmp_path / "t.json")
+    assert Trace.load(tmp_path / "t.json") == trace
+
+
+def test_ar_is_stepped_between_the_runs_steps(lm):
+    lab = Lab()
+    lab.apply(model="", prompt="Repeat exactly: one two three four, one two three four, one two three four.",
+              method="racer", budget="auto", params={})
+    for _ in range(3):
+        lab.step(24)
+        assert len(lab.state.paired.ar.output_ids) == len(lab.session.output_ids)  # caught up after every step
+    for _ in lab.run(24):
+        pass
+    baseline = lab.baseline_so_far()
+    assert baseline is not None and baseline.output_ids == lab.session.output_ids  # greedy: the same tokens
+    assert len(baseline.records) == len(lab.session.output_ids)                    # ar: one token a step
+    counters = lab.counters_markdown()
+    assert "stepped between this run's steps" in counters and "identical to greedy ar" in counters
+
+
+def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm):
+    """After every other update of a Run, ar steps before the run (engine.paired_baseline): one token ahead at
+    most, and what the page compares is ar's first tokens, as many as the run has."""
+    from specviz.engine.paired_baseline import PairedBaseline
+
+    run = Session(lm, "racer").start("Repeat exactly: one two three four, one two three four.")
+    paired = PairedBaseline(run)
+    for turn in range(4):
+        if turn % 2:
+            paired.lead()
+            paired.lead()  # at most one token ahead
+            assert len(paired.ar.output_ids) == len(run.output_ids) + 1
+        run.step(24)
+        paired.keep_up()
+        result = paired.result()
+        assert result.output_ids == run.output_ids  # greedy: the same tokens, cut to the run's length
+        assert len(result.records) == result.steps == len(run.output_ids)
+        assert result.decode_s == pytest.approx(sum(r.timings_ms["total"] for r in result.records) / 1000, rel=1e-3)
+
+
+def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same(lm):
+    """The page's seed and a shared link with it: two visitors opening the link get the same tokens, and
+    the ar run stepped beside each (same seed) emits them too (accept.position_noise)."""
+    from urllib.parse import parse_qsl
+
+    import app
+    from specviz.ui.share import query_from_settings, settings_from_query
+
+    query = query_from_settings("racer", "auto", 24, 0.8, 1.0, 11, {}, "code-edit: code-rename")
+    settings, notes = settings_from_query(dict(parse_qsl(query[1:])), app.EXAMPLES)
+    assert not notes and settings["seed"] == 11
+    outputs = []
+    for _ in range(2):
+        lab = Lab()
+        lab.apply(model="", prompt=app.EXAMPLES[settings["example"]], method=settings["method"],
+                  budget=settings["budget"], params={}, temperature=settings["temperature"],
+                  top_p=settings["top_p"], seed=settings["seed"])
+        for _ in lab.run(settings["max_new_tokens"]):
+            pass
+        outputs.append(list(lab.session.output_ids))
+        assert lab.baseline_so_far().output_ids == lab.session.output_ids
+        assert "identical to ar sampled at temperature 0.8, seed 11" in lab.counters_markdown()
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 24
