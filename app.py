@@ -20,7 +20,7 @@ from specviz.runtime.shared import shared_draft
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
-from specviz.ui import visitors
+from specviz.ui import head_training, visitors
 from specviz.ui.compare import Compare
 from specviz.ui.presets import BY_NAME as PRESETS
 from specviz.ui.recording import shipped_traces
@@ -64,6 +64,11 @@ LAUNCH_OPTIONS = {"css": TOKEN_CSS, "js": KEYS_JS}
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
 
+DRAFT_MODELS = [("default: the trained draft head when there is one, else self", ""),
+                ("head: the draft head trained for the target (python -m specviz train-head)", "head"),
+                ("self: the target's own weights (self-speculation)", "self"),
+                ("self-skip:8: the target's first 8 layers (cheap, untrained)", "self-skip:8")]
+HEAD_STATUS_EVERY_S = 30  # the page asks how the background training of the head goes this often
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
              ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
@@ -171,6 +176,19 @@ def on_reset(lab):
     lab = lab or Lab()
     lab.reset()
     return _shown(lab)
+
+
+def on_head_status(name):
+    """Where the draft head of the page's model stands (the app trains a missing one in the background); the
+    timer keeps asking while it trains."""
+    from specviz.runtime.shared import loaded, model_key
+
+    key = model_key(name)
+    lm = next((shared_model(k[1], k[2]) for k in loaded("model") if k[1] == key), None)
+    if lm is None:
+        return "", gr.Timer(active=True)  # the model is still loading
+    state = head_training.status(lm)
+    return state.message, gr.Timer(active=state.state == "training")
 
 
 def on_load_model(name, mode=""):
@@ -487,10 +505,12 @@ def build_app() -> gr.Blocks:
                 with gr.Accordion("Model", open=False):
                     model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
                                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-                    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), label="Draft model of the model source (respec, reader, rapid, "
-                                             "unified): blank = the target's own weights (self-speculation); "
-                                             "self-skip:K = only its first K layers (cheap); or a hub id / local "
-                                             "folder with the target's vocabulary", elem_id="draft-model")
+                    draft_model = gr.Dropdown(DRAFT_MODELS, value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""),
+                                              allow_custom_value=True, elem_id="draft-model",
+                                              label="Draft model of the model source (respec, reader, unified, "
+                                                    "rapid), or type a hub id / local folder with the target's "
+                                                    "vocabulary")
+                    head_status = gr.Markdown(elem_id="head-status")
                     mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label="Run mode "
                                        "(precision and compile; a mode this machine cannot run falls back to "
                                        "fp32 eager and says so)", elem_id="run-mode")
@@ -607,6 +627,9 @@ def build_app() -> gr.Blocks:
             on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
                            *param_inputs, message], api_name="url_settings")
         demo.unload(on_close)
+        head_timer = gr.Timer(HEAD_STATUS_EVERY_S, active=False)
+        demo.load(on_head_status, model, [head_status, head_timer])
+        head_timer.tick(on_head_status, model, [head_status, head_timer])
         node.input(on_node, [lab, node], distribution)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
         step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step", **model_events)
@@ -655,6 +678,8 @@ def main() -> None:
         lm = shared_model(None)  # the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
         datastore.ensure(lm)     # READER's datastore from the shipped corpus, built once per tokenizer
         print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
+        training = head_training.start_if_missing(lm)  # the draft head, once per model, in the background
+        print(f"specviz: {training.message}", flush=True)
 
     threading.Thread(target=warm_up, daemon=True).start()
     build_app().queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,

@@ -4,7 +4,9 @@ At every position of the target's greedy continuation the draft model drafts a g
 tokens from the true prefix; level d is accepted when the chain's first d tokens are the target's next d.
 Reported per depth: the acceptance rate (share of positions whose chain is accepted to depth d), the
 conditional rate (accepted at d given accepted at d - 1: the per-level alpha a planner uses) and the
-median milliseconds of one draft level (a one-token forward with the drafter's own KV cache).
+median milliseconds of one draft level (a one-token forward with the drafter's own KV cache; for the
+draft head, one head forward of one node). `self` drafts with the target's own forward: its level is a
+one-token target forward, measured in the same run.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import time
 
 import torch
 
-from specviz.runtime.block_forward import masked_forward
+from specviz.drafters.head import HeadDrafter
+from specviz.runtime.block_forward import causal_forward, masked_forward
+from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
 from specviz.engine.run import run_method
+from specviz.tree.draft_tree import ROOT
 
 
 def _feed(drafter, cache, tokens: list[int], start: int) -> torch.Tensor:
@@ -50,15 +55,45 @@ def chain_acceptance(lm, drafter_model, prompt_ids: list[int], continuation: lis
     return accepted, level_ms
 
 
+@torch.inference_mode()
+def head_chain_acceptance(lm, head: DraftHead, prompt_ids: list[int], continuation: list[int], depth: int):
+    """chain_acceptance for the draft head: the target's features along prompt and continuation come from
+    one causal pass (as a session's prefill gives them), then at each position the head drafts a greedy
+    chain (breadth 1, one node expanded per level, never stopped early)."""
+    ids = list(prompt_ids) + list(continuation)
+    cache, features = new_cache(lm.model.config), []
+    for start in range(0, len(ids) - 1, 512):
+        features.append(causal_forward(lm, cache, ids[start:min(start + 512, len(ids) - 1)], features=True)[1])
+    drafter = HeadDrafter(head, breadth=1, expand=1, depth=depth, nodes=depth)
+    drafter.min_path_chance = 0.0
+    drafter.prefill_chunk(ids, 0, None, torch.cat(features))
+    accepted, level_ms = [], []
+    for t in range(len(continuation)):
+        n = len(prompt_ids) + t
+        tree = drafter.propose(ids[:n], min(depth, len(continuation) - t))
+        if t:  # the first proposal fed the whole prompt
+            level_ms.extend(drafter.forward_ms)
+        matched, node = 0, ROOT
+        for level in range(min(depth, len(continuation) - t)):
+            children = tree.children(node)
+            if not children or tree.tokens[children[0]] != continuation[t + level]:
+                break
+            node, matched = children[0], matched + 1
+        accepted.append(matched)
+    return accepted, level_ms
+
+
 def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_tokens: int = 32) -> dict:
-    """drafters: label -> LoadedModel (the target itself for the full self-draft, its self-skip:K...)."""
+    """drafters: label -> LoadedModel (the target itself for the full self-draft, its self-skip:K...) or
+    DraftHead (the trained head)."""
     per_label = {label: ([], []) for label in drafters}
     for item in suite:
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
         limit = int(item.get("max_new_tokens", max_new_tokens))
         reference = run_method(lm, "ar", prompt_ids=prompt_ids, max_new_tokens=limit)
         for label, model in drafters.items():
-            accepted, level_ms = chain_acceptance(lm, model, prompt_ids, reference.output_ids, depth)
+            chains = head_chain_acceptance if isinstance(model, DraftHead) else chain_acceptance
+            accepted, level_ms = chains(lm, model, prompt_ids, reference.output_ids, depth)
             per_label[label][0].extend(accepted)
             per_label[label][1].extend(level_ms)
     report = {}
