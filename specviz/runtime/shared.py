@@ -64,11 +64,12 @@ SELF_DRAFT = "self"  # a draft model spec: the target's own weights (as a blank 
 
 
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
-    """The draft model a user named for target lm: the trained draft head for 'head' (runtime.draft_head: a
-    DraftHead, or a MissingHead that says why it cannot draft), None for the target's own weights ('self'),
-    the target's first K layers for 'self-skip:K' (one per process and K), else load(spec), refused unless
-    it speaks the target's vocabulary. Blank: the head when this target has one cached, else the target's
-    own weights. The one reading of a draft model spec (the app, the CLI, draft-quality)."""
+    """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
+    (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
+    own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), else
+    load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
+    cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
+    draft-quality)."""
     from specviz.runtime.draft_head import HEAD_SPEC, head_exists, head_for
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
@@ -76,6 +77,8 @@ def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     spec = (spec or "").strip()
     if spec == HEAD_SPEC or (not spec and head_exists(lm)):
         return head_for(lm)
+    if spec.startswith(f"{HEAD_SPEC}:"):  # head:FILE, a head file of one's own (another training run)
+        return head_for(lm, spec[len(HEAD_SPEC) + 1:])
     if not spec or spec == SELF_DRAFT:
         return None
     layers = parse_self_skip(spec)

@@ -140,13 +140,16 @@ def tokenize(lm: LoadedModel, conversation: Conversation, seq_len: int) -> Seque
 
 # ---- 2. the draft vocabulary --------------------------------------------------------------------------
 def draft_vocabulary(lm: LoadedModel, sequences: list[Sequence], size: int) -> tuple[torch.Tensor, float]:
-    """The size tokens most frequent in the answers (the end tokens first), and the share of the answers'
-    tokens they hold."""
+    """The size tokens most frequent in the answers (the end tokens first; when the answers hold fewer
+    distinct tokens, the lowest ids fill the rest: a BPE vocabulary numbers its merges by frequency), and
+    the share of the answers' tokens they hold."""
     counts = Counter()
     for s in sequences:
         counts.update(s.ids[s.answer_from + 1:].tolist())
     must = sorted({int(t) for t in lm.eos_ids if 0 <= int(t) < lm.vocab_size})
     chosen = must + [t for t, _ in counts.most_common() if t not in must][:max(0, size - len(must))]
+    taken = set(chosen)
+    chosen += [t for t in range(lm.vocab_size) if t not in taken][:max(0, min(size, lm.vocab_size) - len(chosen))]
     total = sum(counts.values())
     coverage = sum(counts[t] for t in chosen) / total if total else 0.0
     return torch.tensor(sorted(chosen), dtype=torch.long), coverage
@@ -200,7 +203,7 @@ def _pad(batch: list[Sequence], hidden: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def unrolled_losses(network: HeadNetwork, embed: torch.nn.Module, batch: list[Sequence], unroll: int,
-                    cls_weight: float) -> tuple[list[torch.Tensor], list[tuple[int, int]]]:
+                    cls_weight: float, top1_weight: float = 0.0) -> tuple[list[torch.Tensor], list[tuple[int, int]]]:
     """Per training-time-test step: the loss, and (agreeing top-1 tokens, positions) of the step."""
     from transformers.cache_utils import DynamicCache
 
@@ -225,8 +228,12 @@ def unrolled_losses(network: HeadNetwork, embed: torch.nn.Module, batch: list[Se
         count = weight.sum().clamp_min(1.0)
         regression = (F.smooth_l1_loss(predicted.float(), target, reduction="none").mean(-1) * weight).sum() / count
         logits = network.draft_logits(predicted).float()
-        cross = (-(target_probs * torch.log_softmax(logits, dim=-1)).sum(-1) * weight).sum() / count
-        losses.append(regression + cls_weight * cross)
+        log_q = torch.log_softmax(logits, dim=-1)
+        cross = (-(target_probs * log_q).sum(-1) * weight).sum() / count
+        loss = regression + cls_weight * cross
+        if top1_weight:  # greedy drafts are accepted where the target's best token is the head's best
+            loss = loss + top1_weight * (-log_q.gather(-1, target_top[..., None])[..., 0] * weight).sum() / count
+        losses.append(loss)
         agreement.append((int(((logits.argmax(-1) == target_top) & valid).sum()), int(valid.sum())))
         previous = F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0))
     return losses, agreement
