@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from pathlib import Path
+
+try:  # ZeroGPU: `spaces` must come before anything touches CUDA (elsewhere its GPU decorator changes nothing)
+    import spaces  # noqa: F401
+except ImportError:
+    spaces = None
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offline; it phones nobody
 
 import gradio as gr  # noqa: E402
 
 from specviz.errors import SpecvizError  # noqa: E402
-from specviz.index import datastore
-from specviz.ui.lab import Lab, shared_model
+from specviz.ui.lab import Lab
+from specviz.ui import gpu
+from specviz.ui.lab_state import ModelCall, SweepRequest
+from specviz.ui.public import Policy
+from specviz.runtime.shared import shared_model
 from specviz.engine.suite import example_prompts, load_suite
 from specviz.accept.sampling import SamplingSettings
-from specviz.runtime.shared import shared_draft
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.ui.viz import TOKEN_CSS, distribution_figure, prediction_figure, tree_figure
@@ -69,22 +75,32 @@ DRAFT_MODELS = [("default: the trained draft head when there is one, else self",
                 ("self: the target's own weights (self-speculation)", "self"),
                 ("self-skip:8: the target's first 8 layers (cheap, untrained)", "self-skip:8")]
 HEAD_STATUS_EVERY_S = 30  # the page asks how the background training of the head goes this often
+# what visitors may ask for: everything here, an allow-list and limits in public mode (SPACE_ID set, or --public)
+POLICY = Policy.from_environment()
+# the settings widgets, by the keyword each event passes them as (the API's named parameters: a method that gains
+# a parameter adds a name and shifts nothing)
+SETTING_NAMES = ("model", "draft_model", "mode", "prompt", "method", "auto_budget", "budget", "temperature", "top_p",
+                 "seed")
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
              ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
              ("bf16 + torch.compile", "bf16+compile")]
 
 
-def _base(model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed, *param_values):
-    """The page's settings widgets as Lab.apply's keyword arguments."""
-    return {"model": model, "prompt": prompt, "method": method, "budget": "auto" if auto_budget else budget,
-            "params": {p.name: v for p, v in zip(PARAMS, param_values)}, "draft_model": draft_model, "mode": mode,
-            "temperature": temperature, "top_p": top_p, "seed": seed}
+def _base(settings: dict) -> dict:
+    """The page's settings widgets (by name) as Lab.apply's keyword arguments; in public mode the model, the
+    draft model and the mode are checked against the allow-list first (SpecvizError)."""
+    values = {name: settings.get(name) for name in SETTING_NAMES}
+    return {"model": POLICY.check_model(values["model"]), "prompt": values["prompt"], "method": values["method"],
+            "budget": "auto" if values["auto_budget"] else values["budget"],
+            "params": {p.name: settings[p.name] for p in PARAMS if p.name in settings},
+            "draft_model": POLICY.check_draft(values["draft_model"]), "mode": POLICY.check_mode(values["mode"]),
+            "temperature": values["temperature"], "top_p": values["top_p"], "seed": values["seed"]}
 
 
-def _settings(lab: Lab | None, *settings) -> Lab:
+def _settings(lab: Lab | None, settings: dict) -> Lab:
     lab = lab or Lab()
-    lab.apply(**_base(*settings))
+    lab.apply(**_base(settings))
     return lab
 
 
@@ -146,21 +162,24 @@ def _failed(lab: Lab | None, error: Exception):
     return _shown(lab)
 
 
-def on_step(request: gr.Request, lab, max_new_tokens, *settings):
+def on_step(request: gr.Request, lab, max_new_tokens, **settings):
+    """One step: a draft tree, verified. Named parameters: max_new_tokens, the settings (model, draft_model,
+    mode, prompt, method, auto_budget, budget, temperature, top_p, seed) and any method parameter by its name."""
+    lab = _visitor(request, lab or Lab())
     try:
-        lab = _settings(lab, *settings)
-        _visitor(request, lab)
-        lab.step(int(max_new_tokens))
+        lab = _settings(lab, settings)
+        lab.step(POLICY.check_new_tokens(max_new_tokens))
     except SpecvizError as error:
         return _failed(lab, error)
     return _shown(lab)
 
 
-def on_run(request: gr.Request, lab, max_new_tokens, *settings):
+def on_run(request: gr.Request, lab, max_new_tokens, **settings):
+    """Steps to max_new_tokens or EOS, shown as they come (the same named parameters as /step)."""
+    lab = _visitor(request, lab or Lab())
     try:
-        lab = _settings(lab, *settings)
-        _visitor(request, lab)
-        for _ in lab.run(int(max_new_tokens)):
+        lab = _settings(lab, settings)
+        for _ in lab.run(POLICY.check_new_tokens(max_new_tokens)):
             yield _shown(lab)
     except SpecvizError as error:
         yield _failed(lab, error)
@@ -193,7 +212,7 @@ def on_head_status(name):
 
 def on_load_model(name, mode=""):
     try:
-        lm = shared_model(name, mode)
+        lm = shared_model(POLICY.check_model(name), POLICY.check_mode(mode))
     except SpecvizError as error:
         return f"⚠️ {error}"
     from specviz.runtime.modes import parse_mode
@@ -235,13 +254,13 @@ def on_pause(lab):
     return (*_shown(lab), gr.Timer(active=False))
 
 
-def on_tick(lab, max_new_tokens, *settings):
+def on_tick(lab, max_new_tokens, **settings):
     lab = lab or Lab()
     if not lab.playing:
         return (*_shown(lab), gr.Timer(active=False))
     try:
         if lab.follows_live_run:
-            lab = _settings(lab, *settings)  # a live step uses the page's settings, as Step does
+            lab = _settings(lab, settings)  # a live step uses the page's settings, as Step does
         going = lab.tick(int(max_new_tokens))
     except SpecvizError as error:
         return (*_failed(lab, error), gr.Timer(active=False))
@@ -265,6 +284,7 @@ def on_upload(lab, path):
     if not path:
         return _shown(lab)
     try:
+        POLICY.check_upload(os.path.getsize(path))
         lab.load_trace(path)
     except SpecvizError as error:
         return _failed(lab, error)
@@ -279,6 +299,13 @@ def on_first_view(lab, compare, request: gr.Request):
         lab.load_trace(TRACES[FIRST_TRACE], FIRST_TRACE)
     visitors.register(getattr(request, "session_hash", None), lab, compare)
     return (*_shown(lab), compare)
+
+
+def on_live_status():
+    """The start-up line: live steps warming up, or ready (the timer stops once they are)."""
+    from specviz.ui.startup import STATUS
+
+    return STATUS.markdown(), gr.Timer(active=not (STATUS.ready or STATUS.error))
 
 
 def on_close(request: gr.Request):
@@ -318,25 +345,40 @@ def _compare_shown(compare: Compare):
 
 
 # ---- A/B, presets, URL ----------------------------------------------------------------------------------
-def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
+def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, **settings):
+    """Both sides one step: the page's settings (named as for /step) with each side's overrides."""
     compare = _visitor(request, compare or Compare())
     try:
-        compare.apply(_base(*settings), side_a, side_b)
-        compare.step(int(max_new_tokens))
+        compare.apply(_base(settings), _checked_side(side_a, 'A'), _checked_side(side_b, 'B'))
+        compare.step(POLICY.check_new_tokens(max_new_tokens))
     except SpecvizError as error:
         compare.fail(error)
     return _compare_shown(compare)
 
 
-def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, *settings):
+def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, **settings):
+    """Both sides to the end, shown as they come."""
     compare = _visitor(request, compare or Compare())
     try:
-        compare.apply(_base(*settings), side_a, side_b)
-        for _ in compare.run(int(max_new_tokens)):
+        compare.apply(_base(settings), _checked_side(side_a, 'A'), _checked_side(side_b, 'B'))
+        for _ in compare.run(POLICY.check_new_tokens(max_new_tokens)):
             yield _compare_shown(compare)
     except SpecvizError as error:
         compare.fail(error)
         yield _compare_shown(compare)
+
+
+def _checked_side(overrides: str, side: str) -> str:
+    """A side's overrides, its draft model checked against the allow-list in public mode."""
+    from specviz.ui.compare import parse_overrides
+
+    try:
+        values = parse_overrides(overrides)
+        if "draft_model" in values:
+            POLICY.check_draft(values["draft_model"])
+    except SpecvizError as error:
+        raise SpecvizError(f"Side {side}: {error}") from None
+    return overrides
 
 
 def on_ab_reset(compare):
@@ -390,11 +432,14 @@ def on_url(request: gr.Request):
     return [*updates, message.strip() or gr.update()]
 
 
-def on_share(max_new_tokens, model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
-             *param_values):
+def on_share(max_new_tokens, **settings):
+    """A link to the page with these settings (the same named parameters as /step)."""
+    prompt, budget = settings.get("prompt"), settings.get("budget")
     example = next((label for label, text in EXAMPLES.items() if text == prompt), None)
-    query = query_from_settings(method, "auto" if auto_budget else int(budget), max_new_tokens, temperature, top_p,
-                                seed, {p.name: v for p, v in zip(PARAMS, param_values)}, example)
+    query = query_from_settings(settings.get("method"), "auto" if settings.get("auto_budget") else int(budget),
+                                max_new_tokens, settings.get("temperature"), settings.get("top_p"),
+                                settings.get("seed"), {p.name: settings[p.name] for p in PARAMS if p.name in settings},
+                                example)
     note = "" if example or not prompt else " (the prompt is not an example, so the link leaves it out)"
     return f"Link to these settings: [{query}]({query}){note}"
 
@@ -407,12 +452,11 @@ SWEEP_METRICS = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)", 
                                                 "differing_fraction")]
 
 
-def on_sweep(progress=gr.Progress(), *inputs):
-    """A grid over one or two axes on the page's prompt or a suite category, with the page's other settings.
-    (Gradio hands special arguments such as the progress bar only to parameters before *args.)"""
-    (axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, model, draft_model, mode, prompt, method,
-     auto_budget, budget, temperature, top_p, seed, *param_values) = inputs
-    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes, run_grid
+def on_sweep(axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, progress=gr.Progress(),
+             **settings):
+    """A grid over one or two axes (axis_1, axis_2: NAME=V1,V2,...) on the page's prompt or a suite category
+    (scope, category), sweep_tokens new tokens per run, with the page's other settings (named as for /step)."""
+    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes
 
     try:
         axes = parse_axes([axis_1, axis_2])  # refuses a too-large grid before anything loads
@@ -421,14 +465,28 @@ def on_sweep(progress=gr.Progress(), *inputs):
             if not prompts:
                 raise SpecvizError(f"No suite prompts in category {category!r}.")
         else:
-            prompts = [{"id": "page prompt", "category": "prompt", "prompt": Lab.checked_prompt(prompt)}]
+            prompts = [{"id": "page prompt", "category": "prompt", "prompt": Lab.checked_prompt(settings.get("prompt"))}]
+        points = 1
+        for _, values in axes:
+            points *= len(values)
+        POLICY.check_sweep(points * len(prompts), sweep_tokens)
+        base = _base(settings)
+        method = base["method"]
         spec = METHODS[method]
-        lm = shared_model(model, mode)
-        draft = shared_draft(lm, draft_model, mode) if spec.uses_draft_model else None
-        params = {p.name: v for p, v in zip(PARAMS, param_values) if p in spec.params}
-        sampling = SamplingSettings.checked(temperature, top_p, seed)
-        report = run_grid(lm, prompts, method, axes, int(sweep_tokens), params, "auto" if auto_budget else budget,
-                          draft, sampling, progress=lambda done, total, label: progress((done, total), desc=label))
+        sampling = SamplingSettings.checked(base["temperature"], base["top_p"], base["seed"])
+        request = SweepRequest(model=base["model"], mode=base["mode"],
+                               draft_model=base["draft_model"] if spec.uses_draft_model else "", method=method,
+                               prompts=tuple(prompts), axes=tuple(axes), max_new_tokens=int(sweep_tokens),
+                               params=tuple(sorted((k, v) for k, v in base["params"].items()
+                                                   if k in {p.name for p in spec.params})),
+                               budget=base["budget"], sampling=sampling)
+        report = None
+        for _, _, (kind, *result) in gpu.call(ModelCall("sweep", (), int(sweep_tokens), sweep=request), []):
+            if kind == "progress":
+                done, total, label = result
+                progress((done, total), desc=label)
+            else:
+                report = result[0]
     except SpecvizError as error:
         return None, gr.update(), None, "", f"⚠️ {error}"
     path = Path(_download_folder()) / f"specviz-sweep-{method}.csv"
@@ -456,7 +514,8 @@ def sweep_tab(settings_inputs, max_new_tokens):
         with gr.Row():
             scope = gr.Radio(["page prompt", "suite category"], value="page prompt", label="On", elem_id="sweep-scope")
             category = gr.Dropdown(CATEGORIES, value=CATEGORIES[0], label="Suite category")
-            sweep_tokens = gr.Slider(4, 256, value=32, step=1, label="New tokens per run", elem_id="sweep-tokens")
+            sweep_tokens = gr.Slider(4, POLICY.max_sweep_tokens or 256, value=32, step=1, label="New tokens per run",
+                                     elem_id="sweep-tokens")
             metric = gr.Dropdown(SWEEP_METRICS, value="speedup", label="Plot", elem_id="sweep-metric")
         go = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
         sweep_message = gr.Markdown(elem_id="sweep-message")
@@ -464,10 +523,34 @@ def sweep_tab(settings_inputs, max_new_tokens):
         plot = gr.Plot(elem_id="sweep-plot", label="Sweep")
         csv_file = gr.File(label="CSV (one line per grid point)", elem_id="sweep-csv")
         table = gr.Markdown(elem_id="sweep-table")
-        go.click(on_sweep, [axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, *settings_inputs],
-                 [report, plot, csv_file, table, sweep_message], api_name="sweep", concurrency_id="model",
-                 concurrency_limit=MODEL_CONCURRENCY)
-        metric.change(on_sweep_metric, [report, metric], plot)
+        go.click(on_sweep, [axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens],
+                 inputs_kwargs=settings_inputs, outputs=[report, plot, csv_file, table, sweep_message], api_name="sweep",
+                 concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
+        metric.change(on_sweep_metric, [report, metric], plot, api_visibility="private")
+
+
+def model_widgets():
+    """The model, draft model and run mode boxes: free text here; in public mode dropdowns of the allow-list,
+    and no compile modes."""
+    draft_label = ("Draft model of the model source (respec, reader, rapid, unified): blank = the trained draft "
+                   "head when the target has one, else the target's own weights; self-skip:K = only its first K "
+                   "layers (cheap, untrained)")
+    mode_label = ("Run mode (precision and compile; a mode this machine cannot run falls back to fp32 eager and "
+                  "says so)")
+    if POLICY.public:
+        model = gr.Dropdown(list(POLICY.models), value=POLICY.default_model, elem_id="model",
+                            label="Model (this Space's list)")
+        draft_model = gr.Dropdown(list(POLICY.drafts), value="", elem_id="draft-model",
+                                  label=draft_label + "; or a model of this Space's list")
+        modes = [(label, value) for label, value in RUN_MODES if "compile" not in value]
+        return model, draft_model, gr.Dropdown(modes, value="", label=mode_label, elem_id="run-mode")
+    model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL), elem_id="model",
+                       label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
+    draft_model = gr.Dropdown(DRAFT_MODELS, value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), allow_custom_value=True,
+                              elem_id="draft-model",
+                              label=draft_label + "; or type a hub id / local folder with the target's vocabulary")
+    mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label=mode_label, elem_id="run-mode")
+    return model, draft_model, mode
 
 
 def build_app() -> gr.Blocks:
@@ -492,7 +575,8 @@ def build_app() -> gr.Blocks:
                                           elem_id="auto-budget")
                 budget = gr.Slider(1, BUDGET_MAX, value=16, step=1, label="Tree budget (draft nodes per step)",
                                    elem_id="budget")
-                max_new_tokens = gr.Slider(1, 1024, value=128, step=1, label="Max new tokens", elem_id="max-new-tokens")
+                max_new_tokens = gr.Slider(1, POLICY.max_new_tokens or 1024, value=128, step=1, label="Max new tokens",
+                                           elem_id="max-new-tokens")
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, elem_id="temperature",
                                             label="Temperature (0 = greedy; > 0 samples, verified by lossless "
@@ -503,18 +587,9 @@ def build_app() -> gr.Blocks:
                 with gr.Accordion("Method parameters", open=False):
                     param_inputs = [param_input(p) for p in PARAMS]
                 with gr.Accordion("Model", open=False):
-                    model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL),
-                                       label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-                    draft_model = gr.Dropdown(DRAFT_MODELS, value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""),
-                                              allow_custom_value=True, elem_id="draft-model",
-                                              label="Draft model of the model source (respec, reader, unified, "
-                                                    "rapid), or type a hub id / local folder with the target's "
-                                                    "vocabulary")
+                    model, draft_model, mode = model_widgets()
                     head_status = gr.Markdown(elem_id="head-status")
-                    mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label="Run mode "
-                                       "(precision and compile; a mode this machine cannot run falls back to "
-                                       "fp32 eager and says so)", elem_id="run-mode")
-                    load = gr.Button("Load model")
+                    load = gr.Button("Load model", visible=not POLICY.public)
                     model_status = gr.Markdown()
         with gr.Row():
             step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
@@ -531,8 +606,11 @@ def build_app() -> gr.Blocks:
             pace = gr.Slider(0.2, 5.0, value=DEFAULT_PACE_S, step=0.1, label="Play pace (s per step)", scale=1,
                              elem_id="pace")
         timer = gr.Timer(DEFAULT_PACE_S, active=False)
-        settings = [model, draft_model, mode, prompt, method, auto_budget, budget, temperature, top_p, seed,
-                    *param_inputs]
+        # the settings widgets by name: every event that reads them takes them as keyword inputs
+        settings = {"model": model, "draft_model": draft_model, "mode": mode, "prompt": prompt, "method": method,
+                    "auto_budget": auto_budget, "budget": budget, "temperature": temperature, "top_p": top_p,
+                    "seed": seed, **{p.name: widget for p, widget in zip(PARAMS, param_inputs)}}
+        run_inputs = {"max_new_tokens": max_new_tokens, **settings}
         message = gr.Markdown(elem_id="message")
         counters = gr.Markdown(elem_id="counters")
         caption = gr.Markdown(elem_id="step-caption")
@@ -604,6 +682,8 @@ def build_app() -> gr.Blocks:
                     replay_btn = gr.Button("Replay", elem_id="replay-btn")
                 upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
             sweep_tab(settings, max_new_tokens)
+        live_status = gr.Markdown(elem_id="live-status")
+        live_timer = gr.Timer(2.0, active=True)
 
         view_widgets = {"tree": tree, "text_html": text, "counters": counters, "budget_split": split,
                         "method_step": method_step, "token_diff_html": diff, "prediction": prediction,
@@ -618,47 +698,51 @@ def build_app() -> gr.Blocks:
                            "message": ab_message}
         ab_outputs = [compare, *(compare_widgets[name] for name in CompareView.names())]
         model_events = dict(concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
-        method.change(param_visibility, method, param_inputs)
+        private = dict(api_visibility="private")  # page plumbing: no API endpoint
+        method.change(param_visibility, method, param_inputs, **private)
         eta = next(widget for p, widget in zip(PARAMS, param_inputs) if p.name == "eta")
-        temperature.change(eta_state, temperature, eta)
-        demo.load(eta_state, temperature, eta)
+        temperature.change(eta_state, temperature, eta, **private)
+        demo.load(eta_state, temperature, eta, **private)
         # the shipped trace first, then the URL's settings (their message must come last)
-        demo.load(on_first_view, [lab, compare], [*outputs, compare]).then(
+        demo.load(on_first_view, [lab, compare], [*outputs, compare], **private).then(
             on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
-                           *param_inputs, message], api_name="url_settings")
+                           *param_inputs, message], api_name="url_settings", **private)
         demo.unload(on_close)
         head_timer = gr.Timer(HEAD_STATUS_EVERY_S, active=False)
-        demo.load(on_head_status, model, [head_status, head_timer])
-        head_timer.tick(on_head_status, model, [head_status, head_timer])
-        node.input(on_node, [lab, node], distribution)
+        demo.load(on_head_status, model, [head_status, head_timer], **private)
+        head_timer.tick(on_head_status, model, [head_status, head_timer], **private)
+        demo.load(on_live_status, None, [live_status, live_timer], **private)
+        live_timer.tick(on_live_status, None, [live_status, live_timer], **private)
+        node.input(on_node, [lab, node], distribution, **private)
         example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
-        step_btn.click(on_step, [lab, max_new_tokens, *settings], outputs, api_name="step", **model_events)
-        run_event = run_btn.click(on_run, [lab, max_new_tokens, *settings], outputs, api_name="run", **model_events)
-        run_event.then(on_accounting, lab, plots)
+        step_btn.click(on_step, [lab], outputs, inputs_kwargs=run_inputs, api_name="step", **model_events)
+        run_event = run_btn.click(on_run, [lab], outputs, inputs_kwargs=run_inputs, api_name="run", **model_events)
+        run_event.then(on_accounting, lab, plots, **private)
         stop_btn.click(on_stop, lab, outputs, cancels=[run_event], api_name="stop")
         reset_btn.click(on_reset, lab, outputs, api_name="reset")
-        load.click(on_load_model, [model, mode], model_status, api_name="load_model", **model_events)
+        load.click(on_load_model, [model, mode], model_status, api_name="load_model",
+                   api_visibility="private" if POLICY.public else "public", **model_events)
         # timeline
         prev_btn.click(on_go, [lab, gr.Number(-1, visible=False)], outputs, api_name="previous")
         next_btn.click(on_go, [lab, gr.Number(1, visible=False)], outputs, api_name="next")
         timeline.release(on_go_to, [lab, timeline], outputs, api_name="go_to")
-        text.click(on_token, lab, outputs)
+        text.click(on_token, lab, outputs, **private)
         play_btn.click(on_play, [lab, pace], [*outputs, timer], api_name="play")
         pause_btn.click(on_pause, lab, [*outputs, timer], api_name="pause")
-        timer.tick(on_tick, [lab, max_new_tokens, *settings], [*outputs, timer], **model_events)
+        timer.tick(on_tick, [lab], [*outputs, timer], inputs_kwargs=run_inputs, **private, **model_events)
         # replay, export, share
         replay_btn.click(on_replay_shipped, [lab, shipped], outputs, api_name="replay")
         upload.upload(on_upload, [lab, upload], outputs, api_name="upload_trace")
         trace_btn.click(on_download_trace, lab, trace_btn, api_name="download_trace")
         svg_btn.click(on_download_svg, lab, svg_btn, api_name="download_svg")
-        share_btn.click(on_share, [max_new_tokens, *settings], share_link, api_name="share_link")
+        share_btn.click(on_share, None, share_link, inputs_kwargs=run_inputs, api_name="share_link")
         # accounting
         refresh.click(on_accounting, lab, plots, api_name="accounting")
-        accounting_tab.select(on_accounting, lab, plots)
+        accounting_tab.select(on_accounting, lab, plots, **private)
         # A/B and presets
-        ab_step.click(on_ab_step, [compare, side_a, side_b, max_new_tokens, *settings], ab_outputs,
+        ab_step.click(on_ab_step, [compare, side_a, side_b], ab_outputs, inputs_kwargs=run_inputs,
                       api_name="ab_step", **model_events)
-        ab_run.click(on_ab_run, [compare, side_a, side_b, max_new_tokens, *settings], ab_outputs,
+        ab_run.click(on_ab_run, [compare, side_a, side_b], ab_outputs, inputs_kwargs=run_inputs,
                      api_name="ab_run", **model_events)
         ab_reset.click(on_ab_reset, compare, ab_outputs, api_name="ab_reset")
         preset.input(on_preset, preset, [prompt, method, temperature, max_new_tokens, side_a, side_b,
@@ -667,23 +751,32 @@ def build_app() -> gr.Blocks:
 
 
 def main() -> None:
+    global POLICY
     parser = argparse.ArgumentParser(description="specviz app")
     # a Hugging Face Space (SPACE_ID set) routes traffic to 0.0.0.0; everywhere else stay on loopback
     default_host = "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
     parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", default_host))
     parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
+    parser.add_argument("--public", action="store_true",
+                        help="public mode (on by itself when SPACE_ID is set): an allow-list of models and limits")
     args = parser.parse_args()
+    from specviz.runtime.shared import set_model_slots
+    from specviz.runtime.threads import follow_cpu_quota
+    from specviz.ui import startup
 
-    def warm_up():  # the page is up at once (a shipped trace replays) while the model loads
-        lm = shared_model(None)  # the chosen (SPECVIZ_MODEL) or default model; on first use dequantise
-        datastore.ensure(lm)     # READER's datastore from the shipped corpus, built once per tokenizer
-        print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
-        training = head_training.start_if_missing(lm)  # the draft head, once per model, in the background
-        print(f"specviz: {training.message}", flush=True)
-
-    threading.Thread(target=warm_up, daemon=True).start()
-    build_app().queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
-                                                          **LAUNCH_OPTIONS)
+    follow_cpu_quota()  # threads from the container's CPU quota, not the host's count
+    POLICY = Policy.from_environment(args.public)
+    model = POLICY.default_model or os.environ.get("SPECVIZ_MODEL", "")
+    if gpu.zero_gpu():  # the allowed models on cuda now, on the main thread (spaces lends the GPU per call)
+        startup.place_models(list(POLICY.models) or [model])
+    elif POLICY.model_slots:
+        set_model_slots(POLICY.model_slots)
+    # the page is up at once (a shipped trace replays) while the model loads and warms up
+    startup.start_in_background(model, EXAMPLES[next(iter(EXAMPLES))], DEFAULT_METHOD, gpu.zero_gpu())
+    launch = dict(LAUNCH_OPTIONS)
+    if POLICY.max_upload_bytes:
+        launch["max_file_size"] = POLICY.max_upload_bytes
+    build_app().queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port, **launch)
 
 
 if __name__ == "__main__":

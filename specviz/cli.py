@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(bench)
 
     load = commands.add_parser("app-load", help="the app under load (concurrent visitors) and over time (memory)")
-    load.add_argument("--part", choices=["concurrency", "memory", "replay"], default="concurrency")
+    load.add_argument("--part", choices=["concurrency", "memory", "replay", "startup"], default="concurrency")
     load.add_argument("--trace", default=None, help="--part replay: the trace to replay")
     load.add_argument("--suite", default="assets/heldout.jsonl")
     load.add_argument("--visitors", type=int, default=8)
@@ -188,6 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     longc.add_argument("--temperature", default=None, help="grid: 0 (default); eta: 0.8 (default)")
     longc.add_argument("--json", default=None, metavar="OUT", help="write the rows here")
     _model_args(longc)
+
+    cost = commands.add_parser("state-cost", help="bytes and ms of carrying a session's state through a ZeroGPU call")
+    cost.add_argument("--contexts", default="500,4000", help="context lengths in tokens, comma-separated")
+    cost.add_argument("--method", default="unified")
+    cost.add_argument("--repeats", type=int, default=5)
+
+    commands.add_parser("space-figures", help="the figures behind public mode's limits (memory, speed, trace size)")
+
+    bundle = commands.add_parser("space-bundle", help="write what a Hugging Face Space repository needs into a folder")
+    bundle.add_argument("--out", required=True, help="a new or empty folder")
 
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
@@ -511,6 +521,9 @@ def cmd_app_load(args) -> dict:
             raise SpecvizError("--part replay needs --trace FILE (e.g. one written by generate --trace).")
         report = app_load.time_replay(Path(args.trace))
         return _emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
+    if args.part == "startup":  # SPECVIZ_CACHE (a new folder: a cold start), CXX, ... come from the environment
+        report = app_load.measure_startup(env)
+        return _emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
     if args.part == "concurrency":
         items = [i for i in load_suite(args.suite) if i["category"] != "long-context"][:args.visitors]
         prompts = [i["prompt"] if "prompt" in i else i["messages"][-1]["content"] for i in items]
@@ -539,14 +552,41 @@ def cmd_app_load(args) -> dict:
     return _emit(table, report, args.json)
 
 
-COMMANDS = {"app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
+def cmd_state_cost(args) -> None:
+    from specviz.runtime.shared import shared_model
+    from specviz.ui.state_cost import measure
+
+    rows = measure(shared_model(None), [int(c) for c in args.contexts.split(",")], args.method, args.repeats)
+    for row in rows:
+        print(f"{row['method']} at {row['context_tokens']} tokens of context: {row['bytes'] / 2**20:.1f} MB, "
+              f"pickled in {row['dump_ms']} ms, read back in {row['load_ms']} ms")
+
+
+def cmd_space_figures(args) -> None:
+    from specviz.tools.space_figures import measure
+
+    print(json.dumps(measure(), indent=1))
+
+
+def cmd_space_bundle(args) -> None:
+    from specviz.tools.space_bundle import write_bundle
+
+    files = write_bundle(args.out)
+    top = sorted({f.split("/")[0] for f in files})
+    print(f"wrote {len(files)} files into {args.out}: {', '.join(top)}")
+
+
+COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
             "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params,
             "train-head": cmd_train_head}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specviz.runtime.threads import follow_cpu_quota
+
     args = build_parser().parse_args(argv)
+    follow_cpu_quota()  # threads from the container's CPU quota, not the host's core count
     try:
         if args.command == "generate":
             result = cmd_generate(args)

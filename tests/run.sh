@@ -10,4 +10,5 @@ if [ ! -x /usr/bin/chromium ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False
-exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+# no path given: pytest runs testpaths (pyproject.toml), i.e. tests/; a path given runs only that
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

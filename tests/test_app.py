@@ -40,18 +40,20 @@ def url(lm):
 
 def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", mode="",
              temperature=0.0, top_p=1.0, seed=0, **params):
-    values = [params.get(p.name, p.default) for p in app.PARAMS]
-    return [max_new_tokens, model, draft_model, mode, prompt, method, False, budget, temperature, top_p, seed, *values]
+    """The named parameters of /step, /run, /ab_step, ... (every method parameter at its default unless given)."""
+    return {"max_new_tokens": max_new_tokens, "model": model, "draft_model": draft_model, "mode": mode,
+            "prompt": prompt, "method": method, "auto_budget": False, "budget": budget, "temperature": temperature,
+            "top_p": top_p, "seed": seed, **{p.name: params.get(p.name, p.default) for p in app.PARAMS}}
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    figure, text, counters, split, _, _, _, message, *_ = client.predict(*settings(), api_name="/step")
+    figure, text, counters, split, _, _, _, message, *_ = client.predict(**settings(), api_name="/step")
     assert "steps** 1" in counters and message == ""
     assert "<b>" not in text  # tokens are escaped
-    figure, text, counters, split, _, _, _, message, *_ = client.predict(*settings(), api_name="/run")
+    figure, text, counters, split, _, _, _, message, *_ = client.predict(**settings(), api_name="/run")
     assert "speedup vs ar" in counters and "x (ar" in counters
     assert "identical to greedy ar" in counters
     assert message.startswith("Done")
@@ -59,9 +61,9 @@ def test_step_run_and_bad_input_through_gradio_client(url):
     # bad input: a clear message, and the session (with its output) survives
     for bad, expected in [(settings(prompt=""), "prompt is empty"),
                           (settings(model="/no/such/model"), "does not exist")]:
-        _, _, counters, _, _, _, _, message, *_ = client.predict(*bad, api_name="/step")
+        _, _, counters, _, _, _, _, message, *_ = client.predict(**bad, api_name="/step")
         assert expected in message and counters == kept
-    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(), api_name="/step")
+    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(), api_name="/step")
     assert "raise the limit" in message or "finished" in message
     _, text, counters, _, _, _, _, message, *_ = client.predict(api_name="/reset")
     assert "Nothing generated yet" in text
@@ -71,9 +73,9 @@ def test_racer_split_panel_and_bad_settings(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    _, _, counters, split, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, split, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
     assert message == "" and "steps** 1" in counters
-    _, _, counters, split, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, split, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
     assert "Budget split" in split and "| retrieval |" in split and "| logits |" in split
     kept = counters
     # values past a slider's range are refused by Gradio itself, with its own clear message
@@ -84,12 +86,12 @@ def test_racer_split_panel_and_bad_settings(url):
                           (dict(max_breadth=99), "greater than maximum"),
                           (dict(budget=0), "less than minimum")]:
         with pytest.raises(AppError, match=expected):
-            client.predict(*settings(method="racer", **bad), api_name="/step")
+            client.predict(**settings(method="racer", **bad), api_name="/step")
     # values each slider allows but that contradict each other get our message
-    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32, min_match=6, ngram_length=4),
+    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32, min_match=6, ngram_length=4),
                                                 api_name="/step")
     assert "must not exceed" in message and counters == kept
-    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=32), api_name="/step")
+    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
     assert "steps** 3" in counters, counters  # the session went on where it was
 
 
@@ -97,13 +99,13 @@ def test_stop_keeps_session(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    job = client.submit(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+    job = client.submit(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                         api_name="/run")
     import time
     time.sleep(3)
     stop_message = client.predict(api_name="/stop")[7]
     assert stop_message.startswith("Stopped after")
-    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                                              api_name="/step")
     job.cancel()
     steps = int(counters.split("**steps** ")[1].split(" ")[0])
@@ -170,7 +172,7 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
     prompt = app.EXAMPLES["summarise: sum-lighthouse"]
     respec = dict(prompt=prompt, method="respec", budget=32, max_new_tokens=48, fallback="logits", tau=5.0)
     for _ in range(3):
-        _, text, counters, _, method_step, diff, _, message, *_ = client.predict(*settings(**respec), api_name="/step")
+        _, text, counters, _, method_step, diff, _, message, *_ = client.predict(**settings(**respec), api_name="/step")
     assert message == "" and "steps** 3" in counters
     assert "ReSpec, step 2" in method_step and "H_k" in method_step and "retrieval" in method_step
     assert "lossless output" in diff  # tau > 0: the text is compared with plain greedy decoding
@@ -178,13 +180,13 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
     for bad, expected in [(dict(tau=-1.0), "less than minimum"), (dict(theta_score=1.5), "greater than maximum"),
                           (dict(lookback=0), "less than minimum")]:
         with pytest.raises(AppError, match=expected):
-            client.predict(*settings(**(respec | bad)), api_name="/step")
+            client.predict(**settings(**(respec | bad)), api_name="/step")
     for draft, expected in [(tiny_models["other"], "another vocabulary"), ("/no/such/draft", "does not exist")]:
-        _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(**respec, draft_model=draft), api_name="/step")
+        _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(**respec, draft_model=draft), api_name="/step")
         assert expected in message and counters == kept
-    _, _, counters, _, _, diff, _, message, *_ = client.predict(*settings(**respec), api_name="/step")
+    _, _, counters, _, _, diff, _, message, *_ = client.predict(**settings(**respec), api_name="/step")
     assert message == "" and "steps** 4" in counters  # the session went on where it was
-    _, _, _, _, method_step, diff, _, _, *_ = client.predict(*settings(**(respec | dict(tau=0.0))), api_name="/step")
+    _, _, _, _, method_step, diff, _, _, *_ = client.predict(**settings(**(respec | dict(tau=0.0))), api_name="/step")
     assert diff == "" and "ReSpec, step 0" in method_step  # a changed setting restarts; tau 0 is lossless
 
 
@@ -197,7 +199,7 @@ def test_bf16_mode_through_gradio_client_classifies_differences(url):
     from specviz.runtime.modes import why_not_precision
 
     client = Client(url, verbose=False)
-    _, _, counters, _, _, _, _, message, *_ = client.predict(*settings(method="racer", budget=16, mode="bf16",
+    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=16, mode="bf16",
                                                                    max_new_tokens=24), api_name="/run")
     status = client.predict("", "bf16", api_name="/load_model")
     why_not = why_not_precision(torch.device("cpu"), torch.bfloat16)
@@ -225,7 +227,7 @@ def test_rapid_with_sampling_and_eta_through_gradio_client(url):
     client = Client(url, verbose=False)
     rapid = dict(prompt=rapid_prompt(), method="rapid", budget=16, max_new_tokens=24, temperature=0.9, seed=4,
                  eta=10.0, gamma=4, chunk_tokens=128, retrieval_budget=256)
-    out = client.predict(*settings(**rapid), api_name="/run")
+    out = client.predict(**settings(**rapid), api_name="/run")
     _, text, counters, _, method_step, diff, _, message, document, node, chart, *_ = out
     assert message.startswith("Done") and "sampled at temperature 0.9" in counters, (message, counters)
     assert "Lossy (eta > 0)" in method_step and "total-variation" in method_step
@@ -233,13 +235,13 @@ def test_rapid_with_sampling_and_eta_through_gradio_client(url):
     # bad sampling input: a clear message each, and the session keeps what it generated
     for bad, expected in [(dict(temperature=0.0), "eta has no effect at temperature 0"),
                           (dict(seed=1.5), "seed must be a whole number")]:
-        _, _, kept, _, _, _, _, message, *_ = client.predict(*settings(**(rapid | bad)), api_name="/step")
+        _, _, kept, _, _, _, _, message, *_ = client.predict(**settings(**(rapid | bad)), api_name="/step")
         assert expected in message and kept == counters, message
     # the same seed repeats the run token for token; eta 0 at temperature 0 is greedy and lossless
-    again = client.predict(*settings(**rapid), api_name="/run")
+    again = client.predict(**settings(**rapid), api_name="/run")
     assert again[1] == text
     _, _, counters, _, method_step, diff, *_ = client.predict(
-        *settings(**(rapid | dict(temperature=0.0, eta=0.0))), api_name="/run")
+        **settings(**(rapid | dict(temperature=0.0, eta=0.0))), api_name="/run")
     assert "identical to greedy ar" in counters and "Lossy" not in method_step
 
 
@@ -332,15 +334,16 @@ def test_sweep_api_and_its_limit(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    sweep = ["budget=4,8", "max_breadth=2,8", "page prompt", "summarise", 8, "speedup"]
-    plot, csv_path, table, message = client.predict(*sweep, *settings(method="racer"), api_name="/sweep")
+    sweep = dict(axis_1="budget=4,8", axis_2="max_breadth=2,8", scope="page prompt", category="summarise", sweep_tokens=8,
+                 metric="speedup")
+    plot, csv_path, table, message = client.predict(**sweep, **settings(method="racer"), api_name="/sweep")
     assert message.startswith("Sweep done: 4 points x 1 prompts"), message
     rows = list(csv.DictReader(io.StringIO(Path(csv_path).read_text())))
     assert len(rows) == 4 and {r["budget"] for r in rows} == {"4", "8"}
     assert all(float(r["differing_fraction"]) == 0 for r in rows)  # racer at temperature 0 is lossless
-    *_, message = client.predict("tau=" + ",".join(map(str, range(100))), "m=" + ",".join(map(str, range(100))),
-                                 "page prompt", "summarise", 8, "speedup", *settings(method="respec"),
-                                 api_name="/sweep")
+    *_, message = client.predict(**(sweep | dict(axis_1="tau=" + ",".join(map(str, range(100))),
+                                                 axis_2="m=" + ",".join(map(str, range(100))))),
+                                 **settings(method="respec"), api_name="/sweep")
     # refused by parse_axes, before the model is asked for: no grid point ran
     assert "64" in message and "10000" in message.replace(",", "") and "Sweep done" not in message, message
 
@@ -359,7 +362,7 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
     expected = greedy_texts(lm, prompts, 16)
     clients = [Client(url, verbose=False) for _ in prompts]
     started = time.perf_counter()
-    jobs = [c.submit(*settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")
+    jobs = [c.submit(**settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")
             for c, p in zip(clients, prompts)]
     waits = []
     for job, want in zip(jobs, expected):
@@ -372,29 +375,40 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
           ", ".join(f"{w:.1f}" for w in waits) + " s")
 
 
+def held_by_session(lab) -> list:
+    """Weak references to everything of a Lab's live session that holds memory: the Session, its KV cache and
+    each layer's key and value buffers, its drafters' caches, the greedy reference."""
+    import weakref
+
+    state = lab.state
+    held = []
+    for session in (state.session, state.reference):
+        if session is None:
+            continue
+        held += [weakref.ref(session), weakref.ref(session.cache)]
+        for layer in session.cache.layers:
+            held += [weakref.ref(t) for t in (getattr(layer, "_keys", None), getattr(layer, "_values", None))
+                     if t is not None]
+        for drafter in session.method.stages:
+            cache = getattr(getattr(drafter, "inner", drafter), "cache", None)
+            if cache is not None:
+                held.append(weakref.ref(cache))
+    return held
+
+
 def test_abandoned_sessions_are_freed(lm):
     """Sessions a client opens, stays connected to and abandons are released after their time to live
-    (gr.State's delete_callback). The sessions are followed by weak reference, so that sessions of earlier
-    tests, freed or not meanwhile, cannot make this pass or fail."""
+    (gr.State's delete_callback). Each abandoned session is followed by weak reference, from its own browser
+    session's Lab down to its KV cache's buffers: any of them still alive is a leak."""
     import gc
     import time
-    import weakref
 
     from gradio_client import Client
 
-    from specviz.engine.session import Session
-
-    def holding_caches() -> list[weakref.ref]:
-        gc.collect()
-        return [weakref.ref(o) for o in gc.get_objects() if isinstance(o, Session) and o.cache is not None]
-
-    def still_holding(refs: list[weakref.ref]) -> int:
-        gc.collect()
-        return sum(r() is not None and r().cache is not None for r in refs)
+    from specviz.ui import visitors
 
     ttl = app.SESSION_TTL_S
-    # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine; with
-    # 2 s, a slow step let some expire first, and the test counted 3 of its 6 sessions
+    # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
     app.SESSION_TTL_S = 8
     try:
         demo = app.build_app().queue()
@@ -403,18 +417,25 @@ def test_abandoned_sessions_are_freed(lm):
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
     try:
-        known = holding_caches()  # earlier tests' sessions, then each client's as it appears
-        opened = []
+        followed = []
         clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
         for n, client in enumerate(clients):
-            client.predict(*settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
-            new = [r for r in holding_caches() if all(k() is not r() for k in known)]
-            known, opened = known + new, opened + new
-        assert len(opened) == 6
+            client.predict(**settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
+            labs = [r() for r in visitors._open.get(client.session_hash, [])]
+            held = [ref for lab in labs if lab is not None and lab.session is not None for ref in held_by_session(lab)]
+            assert held, f"client {n}'s session was not found"
+            followed.append(held)
+            del labs
+        assert len(followed) == 6
+
+        def alive() -> int:
+            gc.collect()
+            return sum(ref() is not None for held in followed for ref in held)
+
         deadline = time.monotonic() + 40  # time to live 8 s; Gradio sweeps expired state every second
-        while still_holding(opened) and time.monotonic() < deadline:
+        while alive() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert still_holding(opened) == 0, "abandoned sessions still hold their KV caches 30 s after their time to live"
+        assert alive() == 0, "abandoned sessions (or their KV caches) are still alive 30 s after their time to live"
         for client in clients:
             client.close()
     finally:
@@ -524,7 +545,7 @@ def test_a_dropped_connection_frees_its_session(url, monkeypatch):
 
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
     client = Client(url, verbose=False)
-    client.predict(*settings(prompt="Say hello.", method="pld", max_new_tokens=4), api_name="/step")
+    client.predict(**settings(prompt="Say hello.", method="pld", max_new_tokens=4), api_name="/step")
     assert client.session_hash in visitors._open
     held = [r() for r in visitors._open[client.session_hash]]
     assert held and held[0].session is not None

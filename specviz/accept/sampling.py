@@ -1,7 +1,13 @@
 """Sampling: the settings (temperature, top-p, seed), the target's sampling distribution, and lossless
 speculative sampling over a draft tree.
 
-At each accepted node the children are tried in turn (recursive rejection among siblings); the
+Lossless methods verify by the seed's draw (coupled_accept): the target's token after each accepted node
+is its draw at that position (accept.position_noise), and a child is accepted exactly when its token is
+that draw. Every such method then emits plain decoding's tokens for the same seed, which is a stronger
+check than a distribution test: the output follows p because ar's does, token for token.
+
+RAPID with eta > 0 (declared lossy) keeps the classic rule below, whose coins come from the session's
+generator. At each accepted node the children are tried in turn (recursive rejection among siblings); the
 residual r starts as the target's distribution p at that node:
 - first every deterministic proposal c (retrieval, logits, a top-k or greedy model draft; q = a point
   mass), in the tree's order: accepted with probability r(c); on refusal r loses c and is renormalised.
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.accept.position_noise import PositionNoise
 from specviz.accept.verification import Verification, make_verification
 from specviz.records.charts import PositionChart
 from specviz.tree.draft_tree import ROOT, DraftTree
@@ -131,9 +138,38 @@ def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None,
                          tv=round(0.5 * float((out - p).abs().sum()), 5))  # output vs the target's own distribution
 
 
+def coupled_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, noise: PositionNoise,
+                   root_position: int) -> Verification:
+    """Lossless sampled verification by the seed's draws: after each accepted node the target's token is
+    its draw at the next position (argmax log p + g, accept.position_noise); the child with that token, if
+    any, is accepted and the walk goes on, else the draw is the bonus. root_position: the root's index in
+    the context (a node at depth d sits at root_position + d)."""
+    path, node = [], ROOT
+    compared: set[int] = set()
+    charts: dict[int, PositionChart] = {}
+    while True:
+        p = sampling_probs(logits[node], settings.temperature, settings.top_p)
+        q = tree.draft_dists.get(node)
+        q = None if q is None else q.double().cpu()
+        charts[node] = _chart(p, q, *((p, p) if q is not None else (None, None)))  # p_hat = p: emits p
+        token = noise.draw(p, root_position + tree.depths[node] + 1)
+        compared.update(tree.children(node))
+        child = tree.child_with_token(node, token)
+        if child is None:
+            break
+        path.append(child)
+        node = child
+    verification = make_verification(tree, logits, path, token, compared)
+    verification.charts = charts
+    verification.empty_residuals = 0
+    return verification
+
+
 def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator,
                     eta: float = 0.0) -> Verification:
-    """Lossless speculative sampling over the tree (eta > 0: RAPID's retrieval-augmented target)."""
+    """Speculative sampling over the tree with the generator's coins (RAPID's rule; eta > 0: its
+    retrieval-augmented target, lossy). Lossless for eta = 0, but its tokens depend on the tree: lossless
+    methods verify with coupled_accept instead."""
     path, node = [], ROOT
     compared: set[int] = set()
     transferred: set[int] = set()

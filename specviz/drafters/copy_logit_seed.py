@@ -18,7 +18,7 @@ import torch
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.cache_dir import cache_root
-from specviz.runtime.shared import shared
+from specviz.runtime.shared import register_loader, resolve, shared
 from specviz.drafters.copy_logit_table import CopyLogitTable, FrozenRows
 from specviz.errors import SpecvizError
 from specviz.index.datastore import CORPUS, read_corpus, tokenizer_name, _slug
@@ -87,4 +87,9 @@ def ensure(lm) -> tuple[CopyLogitTable, float]:
 def shared_copy_logit_seed(lm):
     """The model's warm copy-logit table: built from the datastore corpus on first use and cached on disk,
     loaded once per process; every session starts from a copy."""
+    if lm.shared_key is not None:
+        return shared(("copy-logit-seed", lm.shared_key))
     return shared(("copy-logit-seed", id(lm.model)), lambda: ensure(lm)[0])
+
+
+register_loader("copy-logit-seed", lambda model: ensure(resolve(model))[0])

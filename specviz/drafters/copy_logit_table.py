@@ -71,6 +71,10 @@ class CopyLogitTable:
         self.base, self.rows = FrozenRows(top_tokens, top_probs, seen), {}
         return self.base
 
+    def shared_parts(self) -> dict:
+        """A table shared as a warm seed: the frozen rows every copy of it reads."""
+        return {"rows": self.frozen()}
+
     @property
     def filled(self) -> int:
         """How many tokens have a row (own or shared)."""

@@ -13,15 +13,17 @@ copy of the weights, only a second KV cache.
 
 Two options serve RAPID's RAG drafter: `own_prompt` gives the drafter a prompt of its own in place of
 the target's (its context is that prompt followed by the tokens generated so far, with its own
-positions and cache), and `sampler` makes it draw each node's children from its distribution q
-(temperature and top-p applied, drawn with the session's generator) instead of taking the top-k;
-q is kept on the tree for the acceptance rule.
+positions and cache), and `sampler` makes it draw each node's child from its distribution q
+(temperature and top-p applied) with the seed's noise at that node's position in the target's context
+(accept.position_noise: a sample from q coupled to the target's own draw there) instead of taking the
+top-k; q is kept on the tree for RAPID's eta rule and the app's p / q chart.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.params import Param
@@ -44,7 +46,7 @@ class DraftModelDrafter(Drafter):
     source = "model"
 
     def __init__(self, lm: LoadedModel, vocab_size: int, breadth: int = 2, branch_levels: int = 1, depth: int = 4,
-                 sampler: tuple[SamplingSettings, torch.Generator] | None = None):
+                 sampler: tuple[SamplingSettings, PositionNoise] | None = None):
         self.lm, self.vocab_size = lm, vocab_size
         self.breadth, self.branch_levels, self.depth = breadth, branch_levels, depth
         self.sampler = sampler if sampler is not None and not sampler[0].greedy else None
@@ -88,15 +90,16 @@ class DraftModelDrafter(Drafter):
         if self.sampler is None:
             top_p, top_t = torch.softmax(row.float(), dim=-1).topk(width)
             return [(t, p, 0) for p, t in zip(top_p.tolist(), top_t.tolist())]
-        settings, generator = self.sampler
+        settings, noise = self.sampler
         q = sampling_probs(row, settings.temperature, settings.top_p)
         tree.draft_dists[parent] = q.float()
-        token = int(torch.multinomial(q.float(), 1, generator=generator).item())
+        token = noise.draw(q, self.root_position + tree.depths[parent] + 1)
         return [(token, float(q[token]), 1)]
 
     @torch.inference_mode()
     def propose(self, context: list[int], budget: int) -> DraftTree:
         self.forwards = 0
+        self.root_position = len(context) - 1  # in the target's context: where the seed's noise is read
         surplus = self.cache.get_seq_length() - self.cached
         if surplus > 0:  # entries of a proposal that was never verified
             self.cache.crop(-surplus)

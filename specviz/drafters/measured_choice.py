@@ -25,7 +25,7 @@ from specviz.records.notes import MeasuredChoice
 
 _measured: dict[str, dict[str, deque]] = {}   # setting key -> kind -> recent (tokens, ms) fallback steps
 _since_explore: dict[str, int] = {}            # setting key -> auto choices since the last exploring step
-_measured_lock = threading.Lock()
+_measured_lock = threading.RLock()  # samples (read under it) is asked for inside it
 EXPLORE_SHARE = 0.01  # at most this share of the time goes to steps of a kind measured to be worse
 
 
@@ -33,10 +33,17 @@ class FallbackChooser:
     def __init__(self, mode: str = "auto", setting: str = "", window: int = 12, first_tries: int = 2,
                  explore_every: int = 30, kinds: tuple[str, ...] = ("model", "logits")):
         self.mode, self.first_tries, self.explore_every, self.kinds = mode, first_tries, explore_every, kinds
-        self.key = f"{setting}|{'/'.join(kinds)}"
+        self.key, self.window = f"{setting}|{'/'.join(kinds)}", window
         with _measured_lock:
-            self.samples = _measured.setdefault(self.key, {kind: deque(maxlen=window) for kind in kinds})
+            _measured.setdefault(self.key, {kind: deque(maxlen=window) for kind in kinds})
             _since_explore.setdefault(self.key, 0)
+
+    @property
+    def samples(self) -> dict[str, deque]:
+        """This process's measurements of the setting, read by key (a chooser carried into another process in
+        a session state reads that process's, not a copy of the one it was made in)."""
+        with _measured_lock:
+            return _measured.setdefault(self.key, {kind: deque(maxlen=self.window) for kind in self.kinds})
 
     def rate(self, kind: str) -> float | None:
         """Committed tokens per millisecond (at the calibrated machine speed) over the kind's recent steps."""
@@ -67,7 +74,7 @@ class FallbackChooser:
         best = max(self.kinds, key=lambda k: self.rate(k))
         other = next(k for k in self.kinds if k != best)
         with _measured_lock:
-            _since_explore[self.key] += 1
+            _since_explore[self.key] = _since_explore.get(self.key, 0) + 1
             if _since_explore[self.key] < self.explore_interval(best, other):
                 return best
             _since_explore[self.key] = 0
@@ -80,7 +87,7 @@ class FallbackChooser:
 
     def checkpoint(self):
         with _measured_lock:
-            return _since_explore[self.key], {kind: list(samples) for kind, samples in self.samples.items()}
+            return _since_explore.get(self.key, 0), {kind: list(samples) for kind, samples in self.samples.items()}
 
     def rollback(self, saved) -> None:
         since_explore, kept = saved

@@ -66,6 +66,12 @@ class TokenTexts:
             self.texts = _vocabulary_texts.setdefault(
                 tokenizer, tokenizer.batch_decode([[token_id] for token_id in range(len(tokenizer))]))
 
+    def __getstate__(self):  # the texts are the tokenizer's, shared: a state carries the tokenizer alone
+        return {"tokenizer": self.tokenizer}
+
+    def __setstate__(self, state):
+        self.__init__(state["tokenizer"])
+
     def __call__(self, token: int) -> str:
         texts = self.texts
         return texts[token] if 0 <= token < len(texts) else self.tokenizer.decode([token])
@@ -262,7 +268,7 @@ class Session:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        verification = self.method.accept(tree, logits, self.sampling, self.generator)
+        verification = self.method.accept(tree, logits, self.sampling, self.generator, past_len)
         t2 = time.perf_counter()
 
         committed = verification.accepted_tokens

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from specviz.runtime.cache_dir import cache_root
-from specviz.runtime.shared import shared
+from specviz.runtime.shared import register_loader, shared
 from specviz.errors import SpecvizError
 from specviz.index.suffix_array import SEPARATOR, RangeMatch, SuffixArray
 
@@ -170,4 +170,7 @@ def shared_datastore(lm) -> "Datastore":
     """READER's long-term datastore for the target's tokenizer, loaded once per process (SpecvizError when
     missing or corrupt)."""
     path = datastore_path(tokenizer_name(lm))
-    return shared(("datastore", str(path)), lambda: Datastore.load(path))
+    return shared(("datastore", str(path)))
+
+
+register_loader("datastore", lambda path: Datastore.load(Path(path)))

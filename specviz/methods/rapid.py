@@ -59,7 +59,7 @@ class Rapid(Method):
                               "target's context: the target's own weights draft here")
             draft = None
         drafter = DraftModelDrafter(draft or lm, lm.vocab_size, breadth=1, branch_levels=0, depth=p["gamma"],
-                                    sampler=(self.sampling, self.generator))
+                                    sampler=(self.sampling, self.noise))
         if self.prompt is None:
             self.notes.append("Started from token ids: no document to retrieve from; the drafter reads the whole prompt")
             return [drafter]
@@ -81,7 +81,9 @@ class Rapid(Method):
     def warnings(self) -> list[str]:
         return list(self.notes)
 
-    def accept(self, tree, logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator):
-        if sampling.greedy:
-            return super().accept(tree, logits, sampling, generator)
+    def accept(self, tree, logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator,
+               root_position: int):
+        if sampling.greedy or float(self.p["eta"]) == 0:  # lossless: the seed's draws, as every method
+            return super().accept(tree, logits, sampling, generator, root_position)
+        # eta > 0 (lossy): RAPID's test against p_hat, coins from the session's generator
         return sampling_accept(tree, logits, sampling, generator, eta=float(self.p["eta"]))

@@ -51,9 +51,9 @@ class ReSpec(Method):
     def warnings(self) -> list[str]:
         return list(self.notes)
 
-    def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator):
+    def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator, root_position: int):
         if not sampling.greedy:
-            return super().accept(tree, logits, sampling, generator)
+            return super().accept(tree, logits, sampling, generator, root_position)
         # the entropy trigger reads the committed rows' entropies: the native pass gives them for free
         return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"],
                               entropies=True)

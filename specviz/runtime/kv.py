@@ -91,6 +91,19 @@ class GrowingLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    def __getstate__(self):
+        """Pickled (a session's state carried to another process): the filled entries only, not the buffer's spare
+        capacity or the transposed copy (the next forward rebuilds what it needs)."""
+        state = dict(self.__dict__)
+        if self._keys is not None and self._keys.dim() == 4:
+            state["_keys"] = self._keys[..., :self.length, :].contiguous()
+            state["_values"] = self._values[..., :self.length, :].contiguous()
+        state["transposed"], state["transposed_length"] = None, 0
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative count of tokens to remove")

@@ -29,6 +29,11 @@ class LoadedModel:
     compiled: bool = False  # whether the decoder layers run through torch.compile (runtime.modes)
     decoder: "LeanDecoder | None" = None  # the lean forward (runtime.lean_forward); None: transformers' forward
     notes: list[str] = field(default_factory=list)  # what was asked for and could not be had here
+    shared_key: tuple | None = None  # its key among the process's shared resources (runtime.shared), if it is one
+
+    def shared_parts(self) -> dict:
+        """What sessions may hold of this model directly: written by key in a session state (runtime.portable)."""
+        return {"model": self.model, "tokenizer": self.tokenizer, "decoder": self.decoder}
 
     @property
     def lean(self) -> bool:

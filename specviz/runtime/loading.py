@@ -200,7 +200,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     if tokenizer.eos_token_id is not None:
         eos_ids.add(int(tokenizer.eos_token_id))
     max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
-    warm_up(model, torch_device)
+    if not os.environ.get("SPACES_ZERO_GPU"):  # on ZeroGPU no forward runs outside a GPU call: the first call pays it
+        warm_up(model, torch_device)
     freeze_long_lived()  # ~370k objects the collector's full passes need not scan again
     keep_freed_memory()  # from here each step reuses the last step's freed tensors (runtime.memory_release)
     give_back_freed_memory()  # the load's temporaries

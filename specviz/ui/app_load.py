@@ -62,10 +62,11 @@ class Server:
             self.process.kill()
 
 
-def step_settings(app_params: list, prompt: str, method: str = "racer", max_new_tokens: int = 32) -> list:
-    """The /step and /run inputs: max new tokens, model, draft model, mode, prompt, method, auto budget,
-    budget, temperature, top-p, seed, every method parameter at its default."""
-    return [max_new_tokens, "", "", "", prompt, method, True, 16, 0.0, 1.0, 0, *[p.default for p in app_params]]
+def step_settings(app_params: list, prompt: str, method: str = "racer", max_new_tokens: int = 32) -> dict:
+    """The /step and /run named inputs: max new tokens, the run settings, every method parameter at its default."""
+    return {"max_new_tokens": max_new_tokens, "model": "", "draft_model": "", "mode": "", "prompt": prompt,
+            "method": method, "auto_budget": True, "budget": 16, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+            **{p.name: p.default for p in app_params}}
 
 
 def greedy_texts(lm, prompts: list[str], max_new_tokens: int) -> list[str]:
@@ -100,7 +101,7 @@ def run_concurrency(url: str, prompts: list[str], expected: list[str], method: s
     params = params_list()
     clients = [Client(url, verbose=False) for _ in prompts]
     started = time.perf_counter()
-    jobs = [c.submit(*step_settings(params, p, method, max_new_tokens), api_name="/run")
+    jobs = [c.submit(**step_settings(params, p, method, max_new_tokens), api_name="/run")
             for c, p in zip(clients, prompts)]
     rows = []
     for job, want in zip(jobs, expected):
@@ -127,7 +128,7 @@ def run_memory(server: Server, steps: int = 5000, sessions: int = 200, prompt: s
     client = Client(server.url, verbose=False)
     settings = step_settings(params, prompt, "racer", 1024)
     for n in range(1, steps + 1):
-        out = client.predict(*settings, api_name="/step")
+        out = client.predict(**settings, api_name="/step")
         if "finished" in out[7] or "raise the limit" in out[7]:
             client.predict(api_name="/reset")
         if n % max(1, steps // 4) == 0:
@@ -135,7 +136,7 @@ def run_memory(server: Server, steps: int = 5000, sessions: int = 200, prompt: s
             log(f"{n} steps: {report['steps'][-1][1]} MB")
     for n in range(1, sessions + 1):
         visitor = Client(server.url, verbose=False)
-        visitor.predict(*step_settings(params, f"{prompt} ({n})", "racer", 8), api_name="/step")
+        visitor.predict(**step_settings(params, f"{prompt} ({n})", "racer", 8), api_name="/step")
         visitor.close()  # abandoned: no reset, the connection just drops (a closed tab)
         if n % max(1, sessions // 4) == 0:
             report["sessions"].append((n, round(server.rss_mb(), 1)))
@@ -175,3 +176,48 @@ def time_replay(path: Path) -> dict:
     return {"steps": steps, "bytes": path.stat().st_size, "load_and_show_s": round(loaded, 3),
             "walk_all_steps_s": round(walked, 2), "ms_per_step_view": round(1000 * walked / steps, 1),
             "accounting_plots_s": round(plots, 3)}
+
+
+def measure_startup(env: dict | None = None, prompt: str = "Say hello in three languages.",
+                    timeout_s: float = 900) -> dict:
+    """A fresh `python app.py` (give SPECVIZ_CACHE a new folder for a cold start): seconds from starting the
+    process to the first page served, to the first live step a visitor gets back (a /step sent as soon as the
+    page is up, with the page's default method), and to the start-up's own "live steps ready" line."""
+    import urllib.request
+
+    from gradio_client import Client
+
+    port = free_port()
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=ROOT,
+                               env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(iter(process.stdout.readline, "")), daemon=True).start()
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        page_s = None
+        while page_s is None:
+            if process.poll() is not None or time.perf_counter() - started > timeout_s:
+                raise SpecvizError("The app did not start:\n" + "".join(log[-20:]))
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        page_s = time.perf_counter() - started
+            except OSError:
+                time.sleep(0.1)
+        client = Client(url, verbose=False)
+        out = client.predict(prompt=prompt, max_new_tokens=8, api_name="/step")
+        step_s = time.perf_counter() - started
+        if "steps** 1" not in out[2]:
+            raise SpecvizError(f"The first step failed: {out[7]}")
+        while not any("live steps ready" in line or "warm-up failed" in line for line in log):
+            if time.perf_counter() - started > timeout_s:
+                break
+            time.sleep(0.2)
+        ready = next((line.strip() for line in log if "live steps ready" in line or "warm-up failed" in line), "")
+        client.close()
+    finally:
+        process.terminate()
+        process.wait(30)
+    return {"page_s": round(page_s, 2), "first_step_s": round(step_s, 2), "ready_line": ready}

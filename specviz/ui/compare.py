@@ -9,6 +9,7 @@ from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.ui.lab import Lab
+from specviz.ui.lab_state import ModelCall
 from specviz.ui.views import CompareView
 from specviz.ui.viz import token_diff_html, tokens_html, tree_figure
 
@@ -68,24 +69,41 @@ class Compare:
                 raise SpecvizError(f"Side {name}: {error}") from None
         self.message = ""
 
+    def _call(self, action: str, max_new_tokens: int):
+        """One model call on both sides' states (ui.gpu): each reply becomes the sides' states."""
+        from specviz.ui import gpu
+
+        if self.a.wanted is None or self.b.wanted is None:
+            raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
+        call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
+        generations = (self.a.generation, self.b.generation)
+        replies = gpu.call(call, [self.a.state, self.b.state])
+        try:
+            while True:
+                with self.a.stepping, self.b.stepping:  # held while the call works, not while a reply is shown
+                    reply = next(replies, None)
+                if reply is None or (self.a.generation, self.b.generation) != generations:
+                    return  # done, or reset / released meanwhile (the visitor left): the reply is dropped
+                self.a.state, self.b.state = reply[0]
+                yield
+        finally:
+            replies.close()
+
     def step(self, max_new_tokens: int) -> None:
-        for lab in (self.a, self.b):
-            if not lab.session.finished and len(lab.session.output_ids) < max_new_tokens:
-                lab.step(max_new_tokens)
+        for _ in self._call("step", max_new_tokens):
+            pass
         self._note_end(max_new_tokens)
 
     def run(self, max_new_tokens: int):
-        """Generator: both sides a step at a time until both are done."""
-        while any(not lab.session.finished and len(lab.session.output_ids) < max_new_tokens for lab in (self.a, self.b)):
-            self.step(max_new_tokens)
+        """Generator: both sides a step at a time until both are done (one model call)."""
+        for _ in self._call("run", max_new_tokens):
             yield
-        for lab in (self.a, self.b):
-            lab.session.report_finish()
         self._note_end(max_new_tokens)
         yield
 
     def _note_end(self, max_new_tokens: int) -> None:
-        done = [lab.session.finished or len(lab.session.output_ids) >= max_new_tokens for lab in (self.a, self.b)]
+        done = [lab.session is not None and (lab.session.finished or len(lab.session.output_ids) >= max_new_tokens)
+                for lab in (self.a, self.b)]
         self.message = "Both sides done." if all(done) else ""
 
     def reset(self) -> None:

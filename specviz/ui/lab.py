@@ -3,23 +3,17 @@ baseline of the same prompt, and the counters. app.py only wires widgets to thes
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from dataclasses import dataclass, field
 
 from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything
-from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.runtime.modes import parse_mode
-from specviz.engine.run import RunResult, run_method
+from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.methods import get_method, parse_budget
-from specviz.runtime.shared import mode_key, model_key, shared_draft, shared_model
-from specviz.runtime.prompts import validate_messages
-from specviz.engine.token_diff import token_diff
-from specviz.engine.suite import long_context_prompt
+from specviz.runtime.shared import mode_key, model_key
 from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
@@ -27,49 +21,18 @@ from specviz.ui.recording import Recording, shipped_ar_trace, why_small
 from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown, tree_figure)
+from specviz.ui.lab_state import LabState, ModelCall, Settings, parse_prompt
 from specviz.ui.views import AccountingView, LabView
-
-def parse_prompt(text: str):
-    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
-    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
-    stripped = (text or "").strip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError:
-            return text  # not JSON after all: the model reads it as text
-        if isinstance(data, dict) and "messages" in data:
-            return validate_messages(data["messages"])
-        if isinstance(data, dict) and {"document", "question"} <= data.keys():
-            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
-                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
-            return long_context_prompt(data["document"], data["question"])
-    if not stripped:
-        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
-    return text
-
-
-@dataclass(frozen=True)
-class Settings:
-    model: str
-    prompt: str
-    method: str
-    budget: int | str
-    params: tuple           # sorted (name, value) pairs of the method's own parameters
-    draft_model: str = ""   # a method's draft model; "" = the target's own weights
-    mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
-    sampling: SamplingSettings = SamplingSettings()
-
 
 @dataclass
 class Lab:
-    session: Session | None = None
-    settings: Settings | None = None
+    """One browser session as the page sees it: its model-side state (LabState, changed only by model calls
+    through ui.gpu) and what the page shows of it (a replayed trace, the timeline's step, the message, Play)."""
+    state: LabState = field(default_factory=LabState)
+    wanted: Settings | None = None     # the settings the next model call starts from (Lab.apply)
     stop_requested: bool = False
-    baselines: dict = field(default_factory=dict)  # (model, prompt ids, n tokens) -> ar's RunResult
-    reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
     message: str = ""
-    # one step at a time per session: a Run that Stop cancelled may still be inside its last step when
+    # one call at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     replay: Trace | None = None        # a loaded trace shown instead of the live run (no model needed)
@@ -77,6 +40,20 @@ class Lab:
     at: int | None = None              # the timeline's step; None follows the newest one
     selected_node: int | None = None   # a node picked through its token in the text, ringed in the tree
     playing: bool = False
+    generation: int = 0                # bumped by reset and release: a call begun before does not write back
+
+    # the model side, read by the views
+    @property
+    def session(self) -> Session | None:
+        return self.state.session
+
+    @property
+    def settings(self) -> Settings | None:
+        return self.state.settings
+
+    @property
+    def baselines(self) -> dict:
+        return self.state.baselines
 
     # ---- settings -------------------------------------------------------------------------------
     @staticmethod
@@ -84,67 +61,78 @@ class Lab:
         """The prompt box's text as the model reads it (text, chat or long-context JSON), or a clear error."""
         return parse_prompt(prompt)
 
-    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
-              mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
-        """Make the session match the widgets; a change of any setting starts a fresh generation."""
+    @staticmethod
+    def settings_of(model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
+                    mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> Settings:
+        """The widgets' values as checked Settings (no model needed): SpecvizError for bad input."""
         spec = get_method(method)
         own = {p.name: params[p.name] for p in spec.params if p.name in params}
         draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
         sampling = SamplingSettings.checked(temperature, top_p, seed)
         resolved = spec.resolve_params(own)
         spec.check_sampling(resolved, sampling)
-        settings = Settings(model_key(model), prompt, method, parse_budget(budget),
-                            tuple(sorted(resolved.items())), draft_name, mode_key(mode), sampling)
-        if settings == self.settings and self.session is not None:
-            return
-        parsed = parse_prompt(prompt)
-        lm = shared_model(settings.model, settings.mode)
-        draft = shared_draft(lm, draft_name, settings.mode)
-        session = Session(lm, method, dict(settings.params), budget=settings.budget, draft=draft,
-                          sampling=sampling).start(parsed)
-        restarted = self.session is not None and self.session.records
-        self.session, self.settings = session, settings
-        self.message = "Settings changed: generation restarted." if restarted else ""
-        # a mode name we do not know, a mode this machine cannot run, a branch that is off
-        warnings = [*parse_mode(settings.mode).notes, *lm.notes, *session.method.warnings]
-        if warnings:
-            self.message = " ".join([self.message, *(f"⚠️ {w}" for w in warnings)]).strip()
+        parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
+        return Settings(model_key(model), prompt, method, parse_budget(budget), tuple(sorted(resolved.items())),
+                        draft_name, mode_key(mode), sampling)
+
+    def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
+              mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
+        """Take the widgets' settings for the next model call; a change of any setting starts a fresh
+        generation there. Bad input raises SpecvizError and changes nothing."""
+        wanted = self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature, top_p, seed)
+        if wanted != self.wanted:  # a mode this machine cannot run or does not know: said at once, no model needed
+            notes = parse_mode(wanted.mode).notes
+            self.message = " ".join(f"⚠️ {note}" for note in notes) if notes else self.message
+        self.wanted = wanted
 
     # ---- actions --------------------------------------------------------------------------------
+    def _call(self, action: str, max_new_tokens: int, every_s: float = 0.25):
+        """Generator over one model call on this session's state: each reply becomes the state."""
+        from specviz.ui import gpu
+
+        if self.wanted is None:
+            verb = {"run": "Run"}.get(action, "Step")
+            raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
+        call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
+        generation = self.generation
+        for states, messages, _ in gpu.call(call, [self.state]):
+            if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
+                return
+            self.state = states[0]
+            yield messages[0]
+
     def step(self, max_new_tokens: int) -> None:
-        if self.session is None:
-            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Step.")
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         with self.stepping:
-            if self.session.finished:
-                self.message = f"Generation finished ({self.session.finish_reason}). Press Reset to start again."
-                return
-            if len(self.session.output_ids) >= max_new_tokens:
-                self.message = f"Reached {max_new_tokens} new tokens: raise the limit to go on."
-                return
-            self.session.step(max_new_tokens)
-        self.message = ""
+            for message in self._call("step", max_new_tokens):
+                self.message = message
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
-        """Generator for Run: steps until done or stopped, yielding at most every every_s seconds."""
-        if self.session is None:
-            raise SpecvizError("No prompt yet: enter a prompt (or pick an example), then press Run.")
+        """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
+        call; Stop closes it). The session's lock is held while the call works, not while the page shows a
+        reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
         self.replay, self.at, self.selected_node = None, None, None
         self.stop_requested = False
-        last = 0.0
-        while not self.session.finished and len(self.session.output_ids) < max_new_tokens:
-            if self.stop_requested:
-                break
-            with self.stepping:
-                if not self.session.finished and len(self.session.output_ids) < max_new_tokens:
-                    self.session.step(max_new_tokens)
-            if time.perf_counter() - last >= every_s:
-                last = time.perf_counter()
+        replies = self._call("run", max_new_tokens, every_s)
+        generation = self.generation
+        try:
+            while True:
+                with self.stepping:
+                    message = next(replies, None)
+                if message is None:
+                    break
+                self.message = message
+                if self.stop_requested:
+                    break
                 yield
-        else:
-            self.message = f"Done ({self.session.finish_reason or 'token limit'})."
-            self.session.report_finish()
-        self.measure_baseline()
+        finally:
+            replies.close()
+            if self.generation != generation:
+                # released while this Run was still holding the session: the release's collection ran while it
+                # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
+                collect_everything()
+        if self.stop_requested and self.state.session is not None:
+            self.stop()
         yield
 
     def stop(self) -> None:
@@ -156,13 +144,16 @@ class Lab:
                             f"({len(self.session.output_ids)} tokens kept). Step or Run to continue.")
 
     def reset(self) -> None:
-        self.session, self.settings, self.stop_requested, self.message = None, None, False, "Reset."
-        self.reference, self.replay, self.at, self.selected_node, self.playing = None, None, None, None, False
+        self.state, self.wanted, self.stop_requested, self.message = LabState(), None, False, "Reset."
+        self.replay, self.at, self.selected_node, self.playing = None, None, None, False
+        self.generation += 1
 
     def release(self) -> None:
-        """The browser session ended: drop the KV caches and baselines now, and hand the freed memory back."""
+        """The browser session ended: stop a Run still going (it would step to its limit and run the ar
+        baseline for nobody, holding the session all along), drop the KV caches and baselines now, and hand the
+        freed memory back."""
         self.reset()
-        self.baselines.clear()
+        self.stop_requested = True
         collect_everything()  # a session's objects refer to each other: free them now, frozen or not
         give_back_freed_memory()
 
@@ -213,13 +204,17 @@ class Lab:
         if recording is not None and shown is not None and shown < len(recording.records) - 1:
             self.go_to(shown + 1)
             return True
+        from specviz.ui import gpu
+
         live = self.replay is None and self.session is not None and not self.session.finished \
             and len(self.session.output_ids) < max_new_tokens
-        if live:
+        if live and not gpu.zero_gpu():
             self.step(max_new_tokens)
             return True
         self.playing = False
-        self.message = "End of the run: Play stopped."
+        # on ZeroGPU Play walks the recorded steps only: a GPU call per tick would spend the visitor's quota
+        self.message = ("End of the recorded steps: Play stopped. Step or Run to generate more." if live
+                        else "End of the run: Play stopped.")
         return False
 
     def play(self) -> bool:
@@ -276,36 +271,12 @@ class Lab:
         return str(path)
 
     def lossless_diff(self):
-        """The output against plain greedy decoding of the same prompt, when this method may differ
-        from it (the method declares itself lossy for its parameters at this temperature); None
-        otherwise. The greedy reference is generated as far as the output goes, once, and kept."""
-        session = self.session
-        if session is None or not session.output_ids or session.lossless or session.temperature > 0:
-            return None
-        with self.stepping:
-            if self.reference is None or self.reference.prompt_ids != session.prompt_ids \
-                    or self.reference.lm is not session.lm:
-                self.reference = Session(session.lm, "ar").start_ids(session.prompt_ids)
-            self.reference.run(len(session.output_ids))
-            return token_diff(self.reference.output_ids, session.output_ids)
+        """The output against greedy decoding where the method may differ from it (computed by the last model
+        call: ui.lab_state.update_diff); None otherwise."""
+        return self.state.diff
 
     def _baseline_key(self, new_tokens: int) -> tuple:
-        return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
-                self.session.sampling)
-
-    def measure_baseline(self) -> RunResult | None:
-        """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
-        seed (once per prompt, length and sampling settings); an `ar` session is its own baseline."""
-        session = self.session
-        if session is None or not session.output_ids:
-            return None
-        n = len(session.output_ids)
-        key = self._baseline_key(n)
-        if key not in self.baselines:
-            self.baselines[key] = (RunResult.of_session(session) if session.method.name == "ar" else
-                                   run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
-                                              sampling=session.sampling, max_new_tokens=n))
-        return self.baselines[key]
+        return self.state.baseline_key(new_tokens)
 
     def lanes(self) -> list[tuple[str, float, list]]:
         """The two-lane wall-clock view: the shown run, and plain ar on the same prompt when there is one
@@ -417,8 +388,8 @@ class Lab:
         record = records[-1] if records else None
         curve = recording.cost_curve if recording else None
         if curve is None and self.replay is None and self.session is not None and self.session.started:
-            cost = self.session.cost_model  # measured once per model and mode, then cached on disk
-            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)}
+            cost = self.session._cost_model  # loaded by the model call (budget auto), else not shown
+            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)} if cost is not None else None
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
         draft_ms = (plan.cut.draft_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0

@@ -1,0 +1,96 @@
+"""A session's state as bytes that another process of this installation can read: what ZeroGPU needs, where
+every call that runs the model may run in a freshly forked worker, arguments pickled in, the result pickled
+back, and no CUDA tensor surviving between calls.
+
+`dumps(state)` pickles the state with every shared read-only resource it refers to (a model, its tokenizer and
+module, the datastore, a warm copy-logit table: runtime.shared) written as its key, not its contents, and every
+tensor copied to the CPU; `loads(blob, device)` reads it back, each key resolved in this process (loaded there
+if need be) and each tensor placed on the device. The state's own objects (KV caches, drafters, planner, the
+sampler's generator) travel whole; object identity inside one state is kept (a generator two drafters share
+is still one generator).
+
+An object a resource would own (a torch module, a tokenizer) that is not a registered shared resource is
+refused: pickled by value it would copy the weights into every call."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import torch
+
+from specviz.runtime import shared
+
+FORMAT = 1
+
+
+class StateFormatError(Exception):
+    """A state written by another version of specviz (or damaged): it cannot be read here."""
+
+
+def _by_value_refused(obj) -> bool:
+    return isinstance(obj, torch.nn.Module) or type(obj).__name__.endswith("TokenizerFast")
+
+
+class _Writer(pickle.Pickler):
+    def __init__(self, file):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.keys = shared.keys_by_id()
+        self.tensors: list[torch.Tensor] = []
+        self.tensor_ids: dict[int, int] = {}
+
+    def persistent_id(self, obj):
+        key = self.keys.get(id(obj))
+        if key is not None:
+            return ("shared", key)
+        if isinstance(obj, torch.Tensor):
+            index = self.tensor_ids.get(id(obj))
+            if index is None:
+                index = self.tensor_ids[id(obj)] = len(self.tensors)
+                self.tensors.append(obj.detach().cpu())
+            return ("tensor", index)
+        if _by_value_refused(obj):
+            raise TypeError(f"a {type(obj).__name__} that is no registered shared resource is part of a session "
+                            "state (runtime.shared): it would be copied into every call")
+        return None
+
+
+class _Reader(pickle.Unpickler):
+    def __init__(self, file, tensors: list[torch.Tensor]):
+        super().__init__(file)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        kind, value = pid
+        if kind == "shared":
+            return shared.resolve_key(value)
+        if kind == "tensor":
+            return self.tensors[value]
+        raise pickle.UnpicklingError(f"unknown reference {kind!r}")
+
+
+def dumps(state) -> bytes:
+    """The state as bytes: shared resources by key, tensors on the CPU."""
+    body = io.BytesIO()
+    writer = _Writer(body)
+    writer.dump(state)
+    return pickle.dumps((FORMAT, torch.__version__, body.getvalue(), writer.tensors), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(blob: bytes, device: torch.device | str | None = None):
+    """dumps's state, its resources resolved in this process and its tensors on device (None: the CPU).
+    StateFormatError when the bytes were written by another version or are damaged."""
+    try:
+        form, torch_version, body, tensors = pickle.loads(blob)
+    except Exception as error:
+        raise StateFormatError(f"unreadable ({type(error).__name__})") from None
+    if form != FORMAT or torch_version != torch.__version__:
+        raise StateFormatError(f"written by format {form} with torch {torch_version}; this is format {FORMAT} "
+                               f"with torch {torch.__version__}")
+    if device is not None and torch.device(device).type != "cpu":
+        tensors = [t.to(device) for t in tensors]
+    try:
+        return _Reader(io.BytesIO(body), tensors).load()
+    except (pickle.UnpicklingError, AttributeError, ModuleNotFoundError, ImportError, EOFError, TypeError,
+            KeyError, IndexError, ValueError) as error:
+        raise StateFormatError(f"unreadable here ({type(error).__name__}: {error})") from None

@@ -1,0 +1,275 @@
+"""The model side of a browser session, apart from what the page shows: a typed, picklable state (LabState: the
+live Session with its KV cache, drafters, planner and sampler, the greedy reference, the ar baselines) and the
+actions that run the model on it (`perform`). The page side (ui.lab.Lab: replay, timeline, messages) never runs
+the model: it sends a ModelCall with the states it holds through one function (ui.gpu.run_model), which may run
+in this process or, on ZeroGPU, in a forked worker that gets the states pickled (runtime.portable: the shared
+models, datastore and warm tables by key) and sends them back the same way. Either way a call gives the same
+result: everything a step depends on is in the state or in the shared read-only resources."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from specviz.accept.sampling import SamplingSettings
+from specviz.engine.run import RunResult, run_method
+from specviz.engine.session import Session
+from specviz.engine.token_diff import token_diff
+from specviz.errors import SpecvizError
+from specviz.runtime import portable
+from specviz.runtime.modes import parse_mode
+from specviz.runtime.prompts import validate_messages
+from specviz.runtime.shared import shared_draft, shared_model
+from specviz.engine.suite import long_context_prompt
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    prompt: str
+    method: str
+    budget: int | str
+    params: tuple           # sorted (name, value) pairs of the method's own parameters
+    draft_model: str = ""   # a method's draft model; "" = the target's own weights
+    mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
+    sampling: SamplingSettings = SamplingSettings()
+
+
+@dataclass
+class LabState:
+    """Everything of one session that a step reads or changes, on the CPU between calls."""
+    session: Session | None = None
+    settings: Settings | None = None
+    baselines: dict = field(default_factory=dict)  # (model, mode, prompt ids, n tokens, sampling) -> ar's RunResult
+    reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
+    diff: object | None = None         # the output against greedy decoding where the method may differ (TokenDiff)
+
+    def baseline_key(self, new_tokens: int) -> tuple:
+        return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
+                self.session.sampling)
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """A sweep's grid, checked by the caller (tools.sweep.parse_axes, the public limits)."""
+    model: str
+    mode: str
+    draft_model: str
+    method: str
+    prompts: tuple            # suite items ({"id", "category", "prompt" | "messages"})
+    axes: tuple               # parse_axes's output
+    max_new_tokens: int
+    params: tuple             # sorted (name, value) pairs of the method's own parameters
+    budget: int | str
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One action that runs the model, on one state per entry of settings (a Lab: one; A/B: two; a sweep: none)."""
+    action: str                      # "step", "run", "warm" (start the session and take one step) or "sweep"
+    settings: tuple[Settings, ...]
+    max_new_tokens: int = 1
+    every_s: float = 0.25            # a run reports back at most this often
+    sweep: SweepRequest | None = None
+
+
+@dataclass
+class ModelReply:
+    """What a call sends back: the states as they are now, a message per state, or an error (the states as they
+    were: the caller keeps its own)."""
+    states: "CarriedStates | None"
+    messages: tuple[str, ...] = ()
+    error: str | None = None
+    result: object = None    # a sweep's progress ("progress", done, total, label) or its report ("report", dict)
+
+
+class CarriedStates:
+    """LabStates as a call's argument or result. In this process the objects pass as they are; pickled (a
+    ZeroGPU worker), they travel as runtime.portable bytes, read back on first use, tensors on `device`.
+    A state that cannot be read (written by another version) raises SpecvizError when used, not when
+    unpickled, so that the call can answer with a message."""
+
+    def __init__(self, states: list[LabState], device: str = "cpu"):
+        self._states, self._blob, self.device = states, None, device
+
+    def __reduce__(self):
+        return (CarriedStates._from_blob, (portable.dumps(self.states), self.device))
+
+    @classmethod
+    def _from_blob(cls, blob: bytes, device: str) -> "CarriedStates":
+        carried = cls.__new__(cls)
+        carried._states, carried._blob, carried.device = None, blob, device
+        return carried
+
+    @property
+    def states(self) -> list[LabState]:
+        if self._states is None:
+            try:
+                self._states = portable.loads(self._blob, self.device)
+            except portable.StateFormatError as error:
+                raise SpecvizError(f"This session's state could not be read back ({error}): the app was probably "
+                                   "updated between two of your actions. Press Reset to start again.") from None
+            self._blob = None
+        return self._states
+
+
+def parse_prompt(text: str):
+    """Plain text is one user message; a JSON object {"messages": [...]} is a whole chat, and
+    {"document": ..., "question": ...} a long-context prompt (the question becomes its last paragraph)."""
+    stripped = (text or "").strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError:
+            return text  # not JSON after all: the model reads it as text
+        if isinstance(data, dict) and "messages" in data:
+            return validate_messages(data["messages"])
+        if isinstance(data, dict) and {"document", "question"} <= data.keys():
+            if not all(isinstance(data[k], str) and data[k].strip() for k in ("document", "question")):
+                raise SpecvizError("A long-context prompt needs a non-empty \"document\" and \"question\" text.")
+            return long_context_prompt(data["document"], data["question"])
+    if not stripped:
+        raise SpecvizError("The prompt is empty: write something (or pick an example) first.")
+    return text
+
+
+# ---- the actions --------------------------------------------------------------------------------
+def start_session(state: LabState, settings: Settings) -> str:
+    """Make the state's session match settings (a fresh generation when any setting changed); the message."""
+    if settings == state.settings and state.session is not None:
+        return ""
+    parsed = parse_prompt(settings.prompt)
+    lm = shared_model(settings.model, settings.mode)
+    draft = shared_draft(lm, settings.draft_model, settings.mode)
+    session = Session(lm, settings.method, dict(settings.params), budget=settings.budget, draft=draft,
+                      sampling=settings.sampling).start(parsed)
+    restarted = state.session is not None and state.session.records
+    state.session, state.settings, state.diff = session, settings, None
+    message = "Settings changed: generation restarted." if restarted else ""
+    # a mode name we do not know, a mode this machine cannot run, a branch that is off
+    warnings = [*parse_mode(settings.mode).notes, *lm.notes, *session.method.warnings]
+    if warnings:
+        message = " ".join([message, *(f"⚠️ {w}" for w in warnings)]).strip()
+    return message
+
+
+def step_once(state: LabState, max_new_tokens: int) -> str:
+    session = state.session
+    if session.finished:
+        return f"Generation finished ({session.finish_reason}). Press Reset to start again."
+    if len(session.output_ids) >= max_new_tokens:
+        return f"Reached {max_new_tokens} new tokens: raise the limit to go on."
+    session.step(max_new_tokens)
+    return ""
+
+
+def can_step(state: LabState, max_new_tokens: int) -> bool:
+    return not state.session.finished and len(state.session.output_ids) < max_new_tokens
+
+
+def measure_baseline(state: LabState) -> RunResult | None:
+    """Plain `ar` on the same prompt for the same number of tokens, at the same temperature, top-p and
+    seed (once per prompt, length and sampling settings); an `ar` session is its own baseline."""
+    session = state.session
+    if session is None or not session.output_ids:
+        return None
+    n = len(session.output_ids)
+    key = state.baseline_key(n)
+    if key not in state.baselines:
+        state.baselines[key] = (RunResult.of_session(session) if session.method.name == "ar" else
+                                run_method(session.lm, "ar", prompt_ids=session.prompt_ids,
+                                           sampling=session.sampling, max_new_tokens=n))
+    return state.baselines[key]
+
+
+def update_diff(state: LabState) -> None:
+    """The output against plain greedy decoding of the same prompt, when this method may differ from it (the
+    method declares itself lossy for its parameters at this temperature); None otherwise. The greedy reference
+    is generated as far as the output goes and kept."""
+    session = state.session
+    if session is None or not session.output_ids or session.lossless or session.temperature > 0:
+        state.diff = None
+        return
+    if state.reference is None or state.reference.prompt_ids != session.prompt_ids \
+            or state.reference.lm is not session.lm:
+        state.reference = Session(session.lm, "ar").start_ids(session.prompt_ids)
+    state.reference.run(len(session.output_ids))
+    state.diff = token_diff(state.reference.output_ids, session.output_ids)
+
+
+def _settle(state: LabState) -> None:
+    """What the page reads after a call, computed while the model is at hand."""
+    update_diff(state)
+    if state.session is not None and state.session.budget == "auto":
+        state.session.cost_model  # noqa: B018 (loaded once per process: the accounting tab's curve)
+
+
+def perform(call: ModelCall, states: list[LabState]):
+    """Generator: the call's action on the states, yielding one message per state whenever there is something
+    to show (a step: once; a run: at most every call.every_s, and at the end). Bad input raises SpecvizError
+    with every state as it was."""
+    if len(call.settings) != len(states):
+        raise ValueError("a ModelCall names one settings per state")
+    messages = ["" for _ in states]
+    for i, (state, settings) in enumerate(zip(states, call.settings)):
+        try:
+            messages[i] = start_session(state, settings)
+        except SpecvizError as error:
+            raise SpecvizError(f"Side {'AB'[i]}: {error}" if len(states) > 1 else str(error)) from None
+    if call.action in ("step", "warm"):
+        for i, state in enumerate(states):
+            messages[i] = step_once(state, call.max_new_tokens)
+            _settle(state)
+        yield tuple(messages)
+        return
+    if call.action != "run":
+        raise ValueError(f"unknown model action {call.action!r}")
+    last = time.perf_counter()
+    while any(can_step(state, call.max_new_tokens) for state in states):
+        for state in states:
+            if can_step(state, call.max_new_tokens):
+                state.session.step(call.max_new_tokens)
+        if time.perf_counter() - last >= call.every_s:
+            for state in states:
+                _settle(state)
+            yield tuple(messages)
+            last = time.perf_counter()
+    for i, state in enumerate(states):
+        messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."
+        state.session.report_finish()
+        measure_baseline(state)
+        _settle(state)
+    yield tuple(messages)
+
+
+def perform_sweep(request: SweepRequest):
+    """Generator: a sweep's progress as ("progress", done, total, label), then ("report", report)."""
+    import queue
+    import threading
+
+    from specviz.tools.sweep import run_grid
+
+    lm = shared_model(request.model, request.mode)
+    draft = shared_draft(lm, request.draft_model, request.mode)
+    updates: queue.Queue = queue.Queue()
+    outcome: dict = {}
+
+    def work():
+        try:
+            outcome["report"] = run_grid(lm, list(request.prompts), request.method, list(request.axes),
+                                         request.max_new_tokens, dict(request.params), request.budget, draft,
+                                         request.sampling, progress=lambda *done: updates.put(done))
+        except BaseException as error:  # noqa: BLE001 (handed to the caller's thread)
+            outcome["error"] = error
+        updates.put(None)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    while (update := updates.get()) is not None:
+        yield ("progress", *update)
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    yield ("report", outcome["report"])

@@ -1,0 +1,129 @@
+"""Public mode: what a visitor of a public Space may ask for, and the refusals that say what is allowed.
+
+On when SPACE_ID is set (a Hugging Face Space) or with `app.py --public`. The model and the draft model come
+from an allow-list (the Space owner's SPECVIZ_ALLOWED_MODELS, comma-separated; default SmolLM2 135M and 360M),
+never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded (runtime.shared releases the
+least recently used); compile modes are not offered; new tokens, sweep size and upload size have limits. A refusal
+names what is allowed and nothing about the server: the same sentence whether a path exists there or not.
+
+The limits and the figures behind them (`python -m specviz space-figures`, 2026-11-25, 2-core CPU, fp32; see
+docs/benchmarks.md, "Public mode's limits"):
+- MODEL_SLOTS 2: loading the default SmolLM2-135M took 1.73 GB of process memory (12.9 bytes per parameter with
+  the packed weight copies and the runtime's own set-up), which projects to 4.7 GB for SmolLM2-360M: the two fit
+  a free CPU Space's 16 GB with room for sessions (a unified session at 4,000 tokens of context holds 0.36 GB of
+  KV caches); a third model, or SmolLM2-1.7B at all (22 GB projected), would not. The default list is therefore
+  135M and 360M; an owner with more memory lists the 1.7B in SPECVIZ_ALLOWED_MODELS.
+- MAX_NEW_TOKENS 512: `ar` ran 79 tokens/s here, so a Run of 512 tokens holds a model-queue place for about
+  6.5 s with the default model (about 2.7x that with the 360M).
+- MAX_SWEEP_RUNS 24 of at most MAX_SWEEP_TOKENS 64 tokens: one 64-token run took 0.87 s, so a full sweep (with its
+  ar references) is under a minute of the queue; the private limit (400 runs) would hold it for many minutes.
+- MAX_UPLOAD_BYTES 4 MB: a 512-token run at budget 64 traced 1.79 MB (read back in 0.03 s): twice the largest
+  run a visitor can make here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from specviz.errors import SpecvizError
+from specviz.runtime.loading import DEFAULT_MODEL
+from specviz.runtime.shared import SELF_DRAFT
+
+DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
+# drafts a visitor may pick besides an allowed model: the target's own weights, or its first K layers
+SELF_DRAFTS = ("", "self-skip:4", "self-skip:8", "self-skip:12")
+MODEL_SLOTS = 2
+MAX_NEW_TOKENS = 512
+MAX_SWEEP_RUNS = 24
+MAX_SWEEP_TOKENS = 64
+MAX_UPLOAD_BYTES = 4 * 2**20
+
+
+def public_requested(flag: bool = False) -> bool:
+    """Public mode: asked for (--public, SPECVIZ_PUBLIC=1) or on a Hugging Face Space (SPACE_ID set)."""
+    return flag or bool(os.environ.get("SPACE_ID")) or os.environ.get("SPECVIZ_PUBLIC", "") == "1"
+
+
+def allowed_models() -> tuple[str, ...]:
+    """The Space owner's list (SPECVIZ_ALLOWED_MODELS, comma-separated), else SmolLM2 135M and 360M Instruct."""
+    names = [n.strip() for n in os.environ.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if n.strip()]
+    return tuple(dict.fromkeys(names)) or DEFAULT_ALLOWED
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a visitor may ask for. Policy.private(): everything (the app as it runs on a laptop)."""
+    public: bool = False
+    models: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
+    max_sweep_runs: int | None = None
+    max_sweep_tokens: int | None = None
+    max_upload_bytes: int | None = None
+    model_slots: int | None = None
+    drafts: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def private(cls) -> "Policy":
+        return cls()
+
+    @classmethod
+    def for_public(cls) -> "Policy":
+        models = allowed_models()
+        return cls(public=True, models=models, max_new_tokens=MAX_NEW_TOKENS, max_sweep_runs=MAX_SWEEP_RUNS,
+                   max_sweep_tokens=MAX_SWEEP_TOKENS, max_upload_bytes=MAX_UPLOAD_BYTES, model_slots=MODEL_SLOTS,
+                   drafts=SELF_DRAFTS + models)
+
+    @classmethod
+    def from_environment(cls, public_flag: bool = False) -> "Policy":
+        return cls.for_public() if public_requested(public_flag) else cls.private()
+
+    @property
+    def default_model(self) -> str:
+        return self.models[0] if self.models else ""
+
+    def check_model(self, name: str | None) -> str:
+        """The model to load for a visitor's choice (blank: the first allowed); refused unless listed."""
+        name = (name or "").strip()
+        if not self.public:
+            return name
+        if not name:
+            return self.default_model
+        if name not in self.models:
+            raise SpecvizError(f"This Space runs only the models on its list: {', '.join(self.models)}. "
+                               "Pick one of them.")
+        return name
+
+    def check_draft(self, name: str | None) -> str:
+        name = (name or "").strip()
+        if not self.public or name in self.drafts or name == SELF_DRAFT:
+            return name
+        raise SpecvizError("This Space drafts only with the target's own weights (blank), its first K layers "
+                           f"({', '.join(d for d in SELF_DRAFTS if d)}) or a model on its list "
+                           f"({', '.join(self.models)}). Pick one of them.")
+
+    def check_mode(self, mode: str | None) -> str:
+        mode = (mode or "").strip()
+        if self.public and "compile" in mode.lower():
+            raise SpecvizError("This Space does not offer torch.compile modes: pick the device default or bf16.")
+        return mode
+
+    def check_new_tokens(self, n) -> int:
+        n = int(n)
+        if self.max_new_tokens is not None and n > self.max_new_tokens:
+            raise SpecvizError(f"This Space generates at most {self.max_new_tokens} new tokens per run; "
+                               f"asked for {n}.")
+        return n
+
+    def check_sweep(self, runs: int, tokens: int) -> None:
+        if self.max_sweep_runs is not None and runs > self.max_sweep_runs:
+            raise SpecvizError(f"This Space runs sweeps of at most {self.max_sweep_runs} runs (grid points x "
+                               f"prompts); this one asks for {runs}. Give fewer values or use the page prompt.")
+        if self.max_sweep_tokens is not None and int(tokens) > self.max_sweep_tokens:
+            raise SpecvizError(f"This Space runs sweeps of at most {self.max_sweep_tokens} new tokens per run; "
+                               f"asked for {int(tokens)}.")
+
+    def check_upload(self, size: int) -> None:
+        if self.max_upload_bytes is not None and size > self.max_upload_bytes:
+            raise SpecvizError(f"This Space reads traces of at most {self.max_upload_bytes // 2**20} MB; this one "
+                               f"is {size / 2**20:.1f} MB.")

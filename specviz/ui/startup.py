@@ -1,0 +1,103 @@
+"""Start-up before the first visitor: the page serves the recorded replay at once while a background thread loads
+the model, builds the native kernels, reads the datastore, the warm copy-logit table and the cost curve (each
+built and stored on first use), and takes one tree step through the app's model function; the page says when live
+steps are ready. When the model has no draft head yet, its training starts in a child process (ui.head_training;
+the page says how it goes). On ZeroGPU the models are placed on cuda on the main thread before the page is served
+(spaces moves them to the GPU inside each call) and everything that runs the model happens in that first call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from specviz.errors import SpecvizError
+
+STARTED = time.monotonic()  # this module is imported as the app starts
+
+
+@dataclass
+class Startup:
+    stages: list[tuple[str, float]] = field(default_factory=list)   # (what, seconds since the process started)
+    ready_s: float | None = None
+    error: str | None = None
+    current: str = "waiting to start"
+
+    def mark(self, stage: str) -> None:
+        self.stages.append((stage, round(time.monotonic() - STARTED, 2)))
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_s is not None
+
+    def markdown(self) -> str:
+        if self.error:
+            return f"⚠️ Live steps are not available: {self.error} The recorded runs still replay."
+        if self.ready:
+            return f"✅ Live steps are ready (the model warmed up {self.ready_s:.0f} s after start-up)."
+        return (f"⏳ Getting live steps ready ({self.current}); meanwhile a recorded run replays: Step or Run waits "
+                "for the model.")
+
+
+STATUS = Startup()
+
+
+def place_models(names: list[str], mode: str = "") -> None:
+    """ZeroGPU: load the allowed models on the main thread, where spaces intercepts the move to cuda."""
+    from specviz.runtime.shared import shared_model
+
+    for name in names:
+        shared_model(name, mode)
+    STATUS.mark("models placed")
+
+
+def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
+    """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
+    from specviz.engine import costmodel
+    from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
+    from specviz.index import datastore
+    from specviz.runtime.shared import shared_model
+    from specviz.ui import gpu, head_training
+    from specviz.ui.lab import Lab
+
+    try:
+        status.current = "loading the model"
+        lm = shared_model(model)
+        status.mark("model loaded")
+        print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
+        status.current = "reading READER's datastore"
+        datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
+        datastore.shared_datastore(lm)
+        status.mark("datastore ready")
+        training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
+        status.mark(f"draft head {training.state}")
+        print(f"specviz: {training.message}", flush=True)
+        if not zero_gpu:  # these run the model: on ZeroGPU only inside a GPU call (the step below pays them)
+            status.current = "building the native kernels"
+            backend = lm.forward_backend()
+            status.mark(f"kernels ready ({backend})")
+            status.current = "filling the warm copy-logit table"
+            shared_copy_logit_seed(lm)
+            status.mark("warm table ready")
+            status.current = "measuring the verify cost curve"
+            costmodel.load_or_calibrate(lm)
+            status.mark("cost curve ready")
+        status.current = "taking one tree step"
+        lab = Lab()
+        lab.apply(model, prompt, method, "auto", {})
+        lab.step(2)
+        del lab
+        status.mark("first tree step taken")
+        status.ready_s = round(time.monotonic() - STARTED, 2)
+        print(f"specviz: {lm.name} on {lm.device}: live steps ready {status.ready_s:.1f} s after start "
+              f"({', '.join(f'{name} {at:.1f} s' for name, at in status.stages)})", flush=True)
+    except (SpecvizError, RuntimeError, OSError) as error:
+        status.error = str(error)
+        print(f"specviz: warm-up failed: {error}", flush=True)
+
+
+def start_in_background(model: str, prompt: str, method: str, zero_gpu: bool = False) -> threading.Thread:
+    thread = threading.Thread(target=warm_up, args=(model, prompt, method, zero_gpu), daemon=True,
+                              name="specviz-warm-up")
+    thread.start()
+    return thread

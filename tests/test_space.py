@@ -1,0 +1,280 @@
+"""Issue 35: the app as a Hugging Face Space. The ZeroGPU path without a GPU (every model call in a forked worker
+with pickled arguments and results gives what the in-process app gives, for every method), public mode's
+allow-list and limits, refusals that keep the session, the CPU quota, the API's names, the model slots."""
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerogpu_standin import forked
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+import app  # noqa: E402
+from specviz.errors import SpecvizError  # noqa: E402
+from specviz.methods import METHODS  # noqa: E402
+from specviz.runtime import portable, shared  # noqa: E402
+from specviz.ui import gpu  # noqa: E402
+from specviz.ui.compare import Compare  # noqa: E402
+from specviz.ui.lab import Lab  # noqa: E402
+from specviz.ui.lab_state import CarriedStates, ModelCall, SweepRequest  # noqa: E402
+from specviz.ui.public import Policy  # noqa: E402
+from specviz.accept.sampling import SamplingSettings  # noqa: E402
+
+PROMPT = ("Rename the variable count to total in this function and show the whole function:\n"
+          "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count")
+DOCUMENT = json.dumps({"document": " ".join(
+    f"Ferry {n} leaves the north pier at {6 + n} o'clock and reaches the island an hour later." for n in range(12)),
+    "question": "When does ferry 7 leave the north pier?"})
+# fixed choices: a fixed budget and no measured choice, so that every tree depends on the state alone
+FIXED = {"unified": {"model_stage": "on"}, "respec": {"fallback": "model"}}
+N = 10
+
+
+@pytest.fixture
+def through_forks():
+    """Model calls as ZeroGPU makes them: each in a fresh fork, pickles both ways. One compute thread, here and
+    in the forks: GNU OpenMP's thread pool does not survive a fork (a forked child's first parallel region
+    waits forever for workers it does not have), and this test process has computed before it forks, which
+    ZeroGPU's main process never does (its models sit on cuda there)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    entry = forked(gpu.run_model)
+    gpu.use(entry)
+    yield entry.log
+    gpu.use(None)
+    torch.set_num_threads(threads)
+
+
+def trail(session) -> tuple:
+    """What a run did, to the node: output ids and every step's tree with its statuses."""
+    return (list(session.output_ids),
+            [[(n.token_id, n.parent, str(n.status)) for n in r.nodes] for r in session.records])
+
+
+def lab_walk(method: str, prompt: str, temperature: float = 0.0) -> list:
+    """Step, Step, Run, then Reset and Step again: what each left."""
+    lab = Lab()
+    lab.apply("", prompt, method, 12, FIXED.get(method, {}), temperature=temperature, seed=7)
+    seen = []
+    for _ in range(2):
+        lab.step(N)
+        seen.append((trail(lab.session), lab.message))
+    for _ in lab.run(N):
+        pass
+    seen.append((trail(lab.session), lab.message, lab.state.diff))
+    lab.reset()
+    lab.apply("", prompt, method, 12, FIXED.get(method, {}), temperature=temperature, seed=7)
+    lab.step(N)
+    seen.append((trail(lab.session), lab.message))
+    return seen
+
+
+def ab_walk() -> list:
+    compare = Compare()
+    base = {"model": "", "prompt": PROMPT, "method": "pld", "budget": 12, "params": {}}
+    compare.apply(base, "", "method=racer")
+    compare.step(N)
+    seen = [(trail(compare.a.session), trail(compare.b.session))]
+    for _ in compare.run(N):
+        pass
+    seen.append((trail(compare.a.session), trail(compare.b.session), compare.message))
+    return seen
+
+
+def sweep_walk(lm) -> list:
+    request = SweepRequest(model="", mode="", draft_model="", method="racer",
+                           prompts=({"id": "p", "category": "prompt", "prompt": PROMPT},),
+                           axes=(("budget", ["4", "8"]),), max_new_tokens=N, params=(), budget=8,
+                           sampling=SamplingSettings())
+    results = list(gpu.call(ModelCall("sweep", (), N, sweep=request), []))
+    report = results[-1][2][1]
+    return [(r["budget"], r["new_tokens"], r["steps"], r["differing"]) for r in report["rows"]]
+
+
+def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
+    """Under the ZeroGPU stand-in, Step, Run, Reset, A/B, a sweep and rapid give what the in-process app gives,
+    to every tree node, for every method (greedy; and sampled for pld, racer and rapid)."""
+    cases = [(m, PROMPT, 0.0) for m in METHODS if m != "rapid"]
+    cases += [("pld", PROMPT, 0.8), ("racer", PROMPT, 0.8), ("rapid", DOCUMENT, 0.0), ("rapid", DOCUMENT, 0.8)]
+    for method, prompt, temperature in cases:
+        gpu.use(None)
+        here = lab_walk(method, prompt, temperature)
+        gpu.use(forked(gpu.run_model, through_forks))
+        there = lab_walk(method, prompt, temperature)
+        assert there == here, f"{method} at temperature {temperature} differs through forked calls"
+        assert here[2][0][0], f"{method} generated nothing"
+    gpu.use(None)
+    ab_here, sweep_here = ab_walk(), sweep_walk(lm)
+    gpu.use(forked(gpu.run_model, through_forks))
+    assert ab_walk() == ab_here and sweep_walk(lm) == sweep_here
+    assert through_forks.calls > 4 * len(cases)
+    print(f"{through_forks.calls} forked calls; largest argument {max(through_forks.argument_bytes)} bytes")
+
+
+def test_a_state_is_its_session_plus_keys(lm):
+    """A state pickles with the shared resources as keys: the model's weights never travel."""
+    lab = Lab()
+    lab.apply("", PROMPT, "unified", 12, FIXED["unified"])
+    lab.step(N)
+    blob = pickle.dumps(CarriedStates([lab.state]))
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    assert len(blob) < weights / 5
+    back = pickle.loads(blob).states[0]
+    assert back.session.lm is lm and back.session.output_ids == lab.session.output_ids
+    assert back.session.method.stages[-1].table.base is lab.session.method.stages[-1].table.base  # warm rows: shared
+
+
+def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
+    """A draft model with another vocabulary, a Run longer than a call may take, a state written by another
+    version: a clear message, and the session as it was."""
+    lab = Lab()
+    lab.apply("", PROMPT, "reader", 12, {})
+    lab.step(N)
+    kept = trail(lab.session)
+    with pytest.raises(SpecvizError, match="another vocabulary"):
+        lab.apply("", PROMPT, "reader", 12, {}, draft_model=tiny_models["other"])
+        lab.step(N)
+    assert trail(lab.session) == kept
+    lab.apply("", PROMPT, "reader", 12, {})
+    with pytest.raises(SpecvizError, match=r"at most \d+ tokens"):
+        for _ in lab.run(5000):
+            pass
+    assert trail(lab.session) == kept
+
+    def stale(call, carried):  # the state as another version of the app wrote it
+        with monkeypatch.context() as patch:
+            patch.setattr(portable, "FORMAT", portable.FORMAT + 1)
+            blob = portable.dumps(carried.states)
+        yield from gpu.run_model(call, CarriedStates._from_blob(blob, "cpu"))
+
+    gpu.use(stale)
+    with pytest.raises(SpecvizError, match="could not be read back.*Reset"):
+        lab.step(N)
+    assert trail(lab.session) == kept
+
+
+def call_handler(handler, lab=None, **settings):
+    values = {"max_new_tokens": 8, "model": "", "draft_model": "", "mode": "", "prompt": PROMPT, "method": "pld",
+              "auto_budget": False, "budget": 8, "temperature": 0.0, "top_p": 1.0, "seed": 0, **settings}
+    out = handler(None, lab, **values)
+    return out[0], out[1 + app.VIEW_WIDGETS.index("message")]
+
+
+def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
+    monkeypatch.setattr(app, "POLICY", Policy.for_public())
+    lab, message = call_handler(app.on_step)
+    assert message == "" and len(lab.session.output_ids) > 0
+    kept = trail(lab.session)
+    existing, missing = str(tmp_path), str(tmp_path / "no-such-folder")
+    answers = []
+    for model in (existing, missing, "/etc", "someone/unlisted-model"):
+        lab, message = call_handler(app.on_step, lab, model=model)
+        answers.append(message)
+        assert "runs only the models on its list" in message and app.POLICY.models[0] in message
+        assert trail(lab.session) == kept
+    assert answers[0].replace(existing, "") == answers[1].replace(missing, "")  # nothing about the server's files
+    assert str(tmp_path) not in answers[0] and "exist" not in answers[0]
+    _, message = call_handler(app.on_step, lab, method="reader", draft_model=existing)
+    assert "drafts only with" in message
+    _, message = call_handler(app.on_step, lab, mode="compile")
+    assert "compile" in message
+    _, message = call_handler(app.on_step, lab, max_new_tokens=app.POLICY.max_new_tokens + 1)
+    assert f"at most {app.POLICY.max_new_tokens} new tokens" in message
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (app.POLICY.max_upload_bytes + 1))
+    out = app.on_upload(lab, str(big))
+    assert "at most 4 MB" in out[1 + app.VIEW_WIDGETS.index("message")]
+    *_, sweep_message = app.on_sweep("budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt", "", 8,
+                                     "speedup", 8, progress=lambda *a, **k: None, prompt=PROMPT, method="racer",
+                                     model="", draft_model="", mode="", auto_budget=False, budget=8,
+                                     temperature=0.0, top_p=1.0, seed=0)
+    assert "at most 24 runs" in sweep_message
+    assert trail(lab.session) == kept
+
+
+def test_outside_public_mode_a_folder_still_loads(lm, tiny_models, monkeypatch):
+    monkeypatch.setattr(app, "POLICY", Policy.private())
+    lab, message = call_handler(app.on_step, model=tiny_models["same"], method="ar")
+    assert message == "" and lab.session.lm.name == tiny_models["same"]
+
+
+def test_model_slots_release_the_least_recently_used(lm, tiny_models):
+    def release_tiny():
+        for key in shared.loaded("model"):
+            if key[1] in tiny_models.values():
+                shared.release(key)
+
+    release_tiny()
+    assert shared.shared_model(None) is lm  # the default, most recently used: it stays
+    shared.set_model_slots(2)
+    try:
+        same = shared.shared_model(tiny_models["same"])  # the other models loaded earlier go
+        shared.shared_model(None)
+        shared.shared_model(tiny_models["other"])  # "same" is now the least recently used
+        names = {key[1] for key in shared.loaded("model")}
+        assert names == {shared.model_key(None), tiny_models["other"]}, names
+        shared.shared_model(None)
+        assert shared.shared_model(tiny_models["same"]) is not same  # loaded again when asked for ("other" goes)
+        assert shared.shared_model(None) is lm
+    finally:
+        shared.set_model_slots(None)
+        release_tiny()
+
+
+def test_threads_follow_the_cgroup_quota(tmp_path, monkeypatch):
+    from specviz.runtime import threads
+
+    monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert threads.cgroup_quota(tmp_path) == 1.5
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert threads.usable_cpus(tmp_path) == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert threads.cgroup_quota(tmp_path) is None and threads.usable_cpus(tmp_path) == 16
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu.cfs_quota_us").write_text("300000\n")
+    (tmp_path / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.usable_cpus(tmp_path) == 3
+    monkeypatch.setenv("SPECVIZ_THREADS", "5")
+    assert threads.usable_cpus(tmp_path) == 5
+
+
+@pytest.mark.parametrize("public", [False, True])
+def test_every_endpoint_has_a_name_and_named_parameters(monkeypatch, public):
+    monkeypatch.setattr(app, "POLICY", Policy.for_public() if public else Policy.private())
+    info = app.build_app().get_api_info()
+    names = set(info["named_endpoints"])
+    assert not info.get("unnamed_endpoints")
+    for plumbing in ("/on_sweep_metric", "/param_visibility", "/eta_state", "/eta_state_1", "/on_first_view",
+                     "/on_node", "/on_accounting", "/on_accounting_1", "/on_token", "/on_tick", "/url_settings"):
+        assert plumbing not in names
+    assert {"/step", "/run", "/ab_step", "/ab_run", "/sweep", "/reset", "/stop", "/replay"} <= names
+    assert ("/load_model" in names) is not public
+    for name, endpoint in info["named_endpoints"].items():
+        assert not [p for p in endpoint["parameters"] if p["parameter_name"].startswith("param_")], name
+    step = [p["parameter_name"] for p in info["named_endpoints"]["/step"]["parameters"]]
+    assert step[:4] == ["max_new_tokens", "model", "draft_model", "mode"] and "tau" in step and "eta" in step
+
+
+def test_a_release_stops_a_run_and_frees_its_session(lm):
+    """A visitor who leaves in the middle of a Run: the release stops the Run (it would otherwise step to its
+    limit and then run the ar baseline for nobody) and nothing of the session survives it."""
+    import gc
+    import weakref
+
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    run = lab.run(1000, every_s=0)
+    next(run)
+    held = [weakref.ref(lab.session), weakref.ref(lab.session.cache)]
+    lab.release()
+    left = sum(1 for _ in run)
+    gc.collect()
+    assert left <= 2 and lab.session is None
+    assert [ref() for ref in held] == [None, None]
