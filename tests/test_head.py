@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from specviz.accept.sampling import SamplingSettings, sampling_accept
+from specviz.accept.position_noise import PositionNoise
+from specviz.accept.sampling import SamplingSettings, coupled_accept
 from specviz.drafters.head import HeadDrafter
+from specviz.engine.run import run_method
 from specviz.engine.session import Session
 from specviz.engine.suite import load_suite
 from specviz.engine.tree_forward import tree_forward
@@ -24,15 +26,17 @@ from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, Miss
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
 from specviz.runtime.shared import resolve_draft
-from specviz.tools.head_corpus import SuiteGuard, guarded, python_code, python_reference, shipped_answers
-from specviz.tools.train_head import TrainConfig, generate_answers, train, unrolled_mask
+from specviz.tools.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
+                                      usable_request)
+from specviz.tools.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 from test_sampling import chi_square_p
 
 SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
 TINY_CONFIG = TrainConfig(draft_vocab=384, intermediate=64, unroll=2, epochs=1, seq_len=80, batch=4,
-                          docs_chars=4000, code_chars=2000, generate_per_prompt=0, bf16=False)
+                          docs_chars=4000, code_chars=2000, generate_per_prompt=0, questions=0, requests_per_prompt=0,
+                          bf16=False)
 
 
 def random_head(lm, draft_vocab: int = 2048, intermediate: int = 128, seed: int = 0) -> DraftHead:
@@ -170,46 +174,60 @@ def test_rollback_leaves_the_head_drafter_as_it_was(lm, head, monkeypatch):
     assert session.output_ids == reference.output_ids
 
 
-def test_sampled_head_drafts_keep_the_target_distribution(lm, head):
-    """The head's proposals (its top children by q at the temperature) are fixed proposals; over many draws
-    of the lossless rule the first two emitted tokens follow the target's joint distribution."""
+@pytest.mark.parametrize("method,params", [
+    ("unified", {"model_stage": "on"}), ("reader", {}), ("respec", {"fallback": "model"})])
+def test_sampled_runs_with_the_head_emit_the_seeds_draws(lm, head, method, params):
+    """Sampled, every method drafting with the head emits ar's tokens for the seed (seeds that repeat)."""
+    prompt = SUITE["open-story"]["messages"]
+    sampling = SamplingSettings(temperature=0.8, top_p=0.95, seed=5)
+    reference = Session(lm, "ar", sampling=sampling).start(prompt)
+    reference.run(24)
+    session = Session(lm, method, params, budget=16, draft=head, sampling=sampling).start(prompt)
+    session.run(24)
+    assert session.output_ids == reference.output_ids
+    assert sum(r.allocation.get("model", 0) for r in session.records) > 0
+
+
+def test_sampled_head_drafts_are_q_draws_with_the_seeds_noise_and_keep_the_target_distribution(lm, head):
+    """The head's first child of a node is its q's draw with the seed's noise at the child's position; over
+    many seeds the lossless rule's first two tokens on the head's trees follow the target's distribution."""
     settings = SamplingSettings(temperature=1.0)
     session = Session(lm, "unified", {"model_stage": "on", "head_breadth": 3, "head_expand": 2, "head_depth": 2},
                       budget=12, draft=head, sampling=settings).start(SUITE["open-poem"]["messages"])
     drafter = session.method.stages[0].inner
     drafter.min_path_chance = 0.0
-    tree = drafter.propose(session.context, 12)
-    assert not tree.draft_dists and tree.max_depth() == 2
-    # a target that puts real mass on the head's drafts: p(root) and p(child) over 6 tokens each
-    first = [tree.tokens[c] for c in tree.children(ROOT)] + [7, 8, 9]
-    vocab = lm.vocab_size
-    logits = torch.full((len(tree), vocab), -30.0)
+    context = session.context
+    checkpoint = drafter.checkpoint()
+    tree = drafter.propose(context, 12)
+    root_position = len(context) - 1
+    assert tree.max_depth() == 2 and set(tree.draft_dists) >= {ROOT}
+    for node, q in tree.draft_dists.items():
+        first = tree.children(node)[0]
+        assert tree.tokens[first] == drafter.sampler[1].draw(q.double(), root_position + tree.depths[node] + 1)
+        assert set(q.nonzero().flatten().tolist()) <= set(head.draft_ids_list)
+    # a target that puts real mass on the head's drafts: p(root) over 6 tokens, p(child) over 5
+    first = list(dict.fromkeys([tree.tokens[c] for c in tree.children(ROOT)] + [7, 8, 9]))
     rng = np.random.default_rng(0)
     p_first = rng.dirichlet(np.ones(len(first)))
-    logits[ROOT, first] = torch.log(torch.tensor(p_first, dtype=torch.float32))
-    second_of = {}
-    for node in range(1, len(tree)):
-        tokens = [tree.tokens[c] for c in tree.children(node)] + [7, 8]
-        tokens = list(dict.fromkeys(tokens))
-        probs = rng.dirichlet(np.ones(len(tokens)))
-        logits[node, tokens] = torch.log(torch.tensor(probs, dtype=torch.float32))
-        second_of[tree.tokens[node]] = dict(zip(tokens, probs))
-    generator = torch.Generator().manual_seed(1)
-    counts: dict[tuple, int] = {}
-    trials = 3000
-    for _ in range(trials):
-        out = sampling_accept(tree, logits, settings, generator).accepted_tokens
-        key = (out[0], out[1] if len(out) > 1 else None)
-        counts[key] = counts.get(key, 0) + 1
-    # first token: p at the root
-    firsts = np.array([sum(v for k, v in counts.items() if k[0] == t) for t in first])
-    assert firsts.sum() == trials
-    assert chi_square_p(firsts, p_first) > 1e-3
-    # second token, where the first was a drafted node (its row is known): p at that node
-    for token, probs in second_of.items():
-        seen = np.array([counts.get((token, t), 0) for t in probs])
+    second = [11, 12, 13, 14, 15]
+    p_second = rng.dirichlet(np.ones(len(second)))
+    trials, counts_first, counts_second = 1500, np.zeros(len(first)), {}
+    for seed in range(trials):
+        drafter.rollback(checkpoint)
+        drafter.sampler = (settings, PositionNoise(seed))
+        tree = drafter.propose(context, 12)
+        logits = torch.full((len(tree), lm.vocab_size), -30.0)
+        logits[ROOT, first] = torch.log(torch.tensor(p_first, dtype=torch.float32))
+        for node in range(1, len(tree)):
+            logits[node, second] = torch.log(torch.tensor(p_second, dtype=torch.float32))
+        out = coupled_accept(tree, logits, settings, PositionNoise(seed), root_position).accepted_tokens
+        counts_first[first.index(out[0])] += 1
+        if len(out) > 1:
+            counts_second.setdefault(out[0], np.zeros(len(second)))[second.index(out[1])] += 1
+    assert chi_square_p(counts_first, p_first) > 1e-3
+    for token, seen in counts_second.items():
         if seen.sum() >= 200:
-            assert chi_square_p(seen, np.array(list(probs.values()))) > 1e-3
+            assert chi_square_p(seen, p_second) > 1e-3
 
 
 # ---- the file and its refusals -----------------------------------------------------------------------------
@@ -320,13 +338,12 @@ def test_without_a_usable_head_the_copy_logit_tree_drafts_and_the_method_says_wh
 
 
 def test_the_head_is_the_default_draft_model_once_trained(tiny, tiny_head_file, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECVIZ_HEADS", str(tmp_path))
     loader = lambda name: pytest.fail("nothing to load")  # noqa: E731
     assert resolve_draft(tiny, "", loader) is None          # no head yet: the target's own weights
     missing = resolve_draft(tiny, "head", loader)
     assert isinstance(missing, MissingHead) and "No draft head" in missing.reason and "train-head" in missing.reason
     target = draft_head.head_path(tiny)
-    target.parent.mkdir(parents=True)
     target.write_bytes(tiny_head_file[0].read_bytes())
     assert isinstance(resolve_draft(tiny, "", loader), DraftHead)
     assert isinstance(resolve_draft(tiny, "head", loader), DraftHead)
@@ -366,9 +383,32 @@ def test_the_unrolled_mask_is_the_drafting_view():
                 assert row[j].nonzero().flatten().tolist() == [t - step + j]
 
 
-def test_the_target_writes_sampled_answers_to_train_on(tiny):
-    config = replace(TINY_CONFIG, generate_tokens=6, generate_per_prompt=1)
-    answers = generate_answers(tiny, ["Say hello.", "Count to three."], config)
-    again = generate_answers(tiny, ["Say hello.", "Count to three."], config)
-    assert 1 <= len(answers) <= 2 and all(a.source == "generated" for a in answers)
-    assert answers == again  # seeded: the same text each time
+def test_the_target_writes_answers_to_train_on_with_their_features(tiny):
+    """Batched generation: seeded, each answer ends at its end token, and its features are the ones a plain
+    forward of prompt and answer gives (left padding changes nothing)."""
+    config = replace(TINY_CONFIG, generate_tokens=6, generate_batch=2)
+    prompts = ["Say hello.", "Count to three, then stop counting.", "Hi"]
+    for temperature in (0.0, 0.9):
+        answers = generate_answers(tiny, prompts, config, "test", temperature, seed=3)
+        again = generate_answers(tiny, prompts, config, "test", temperature, seed=3)
+        assert len(answers) == 3 and all(source == "test" for source, _ in answers)
+        assert [s.ids.tolist() for _, s in answers] == [s.ids.tolist() for _, s in again]
+        for _, s in answers:
+            answer = s.ids[s.answer_from + 1:].tolist()
+            assert 1 <= len(answer) <= 6 and not any(t in tiny.eos_ids for t in answer[:-1])
+            with torch.inference_mode():
+                plain = tiny.model.get_decoder()(input_ids=s.ids[None]).last_hidden_state[0]
+            assert torch.allclose(s.features[:-1], plain[:-1], atol=1e-4, rtol=1e-3)
+    greedy = generate_answers(tiny, prompts[:1], config, "test", 0.0, seed=0)[0][1]
+    reference = run_method(tiny, "ar", prompt_ids=greedy.ids[:greedy.answer_from + 1].tolist(), max_new_tokens=6)
+    answer = greedy.ids[greedy.answer_from + 1:].tolist()
+    assert answer == list(reference.output_ids)[:len(answer)]
+
+
+def test_the_target_writes_new_requests_it_can_answer(tiny):
+    config = replace(TINY_CONFIG, requests_per_prompt=2, generate_batch=4)
+    requests = self_instruct(tiny, ["Give me three tips for a tidy desk."], config, SuiteGuard())
+    assert len(requests) == len(set(requests)) <= 2  # a tiny random model may write nothing usable
+    assert usable_request('"Write a limerick about a cat who sails."\n\nMore text') == \
+        "Write a limerick about a cat who sails."
+    assert usable_request("ok") is None

@@ -18,8 +18,11 @@ The target's features of every committed position reach the drafter through pref
 (the session computes them when a stage needs_features), also in steps where it did not draft (unified's
 model stage off, ReSpec's retrieval): it feeds what it missed when it drafts next.
 
-Sampling (temperature T > 0): the children are still the top of q, ranked and scored by q at T (the
-chance that the target's sample is that token); they are fixed proposals, verified by the lossless rule.
+Sampling (temperature T > 0, top-p): q is the head's distribution at T within its own nucleus. A node's
+first child is q's draw with the seed's noise at the child's position (accept.position_noise: the token the
+target's own draw lands on whenever q is close to p, Gumbel coupling), ranked as q's best; the other
+children are q's next best. The tree keeps q per expanded node (draft_dists, shown beside p); the lossless
+rule accepts a child exactly where its token is the target's draw.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import time
 
 import torch
 
-from specviz.accept.sampling import SamplingSettings
+from specviz.accept.position_noise import PositionNoise
+from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.params import Param
 from specviz.runtime.draft_head import DraftHead
@@ -57,10 +61,10 @@ class HeadDrafter(Drafter):
     needs_features = True
 
     def __init__(self, head: DraftHead, breadth: int = 4, expand: int = 4, depth: int = 6, nodes: int = 24,
-                 sampling: SamplingSettings | None = None):
+                 sampler: tuple[SamplingSettings, PositionNoise] | None = None):
         self.head = head
         self.breadth, self.expand, self.depth, self.nodes = breadth, expand, depth, nodes
-        self.temperature = 0.0 if sampling is None or sampling.greedy else float(sampling.temperature)
+        self.sampler = sampler if sampler is not None and not sampler[0].greedy else None
         self.cache = head.new_cache()
         self.upto = 1          # context positions 1 .. upto - 1 have their entries in the cache (none for 0)
         self.known = 0         # context positions 0 .. known - 1 have their target features ...
@@ -129,9 +133,24 @@ class HeadDrafter(Drafter):
         self.pending = self.pending[-(self.known - (end - 2)):]
         return logits[-1], feature[-1]
 
-    def _chances(self, logits: torch.Tensor) -> torch.Tensor:
-        """q over the draft vocabulary (rows), at the sampling temperature when sampling."""
-        return torch.softmax(logits / self.temperature if self.temperature > 0 else logits, dim=-1)
+    def _children(self, tree: DraftTree, parent: int, row: torch.Tensor, position: int) -> list[tuple[int, float, float]]:
+        """(token, q(token), rank score) of a parent's children from its logits over the draft vocabulary;
+        position: the children's in the target's context (where the seed's noise is read)."""
+        draft_ids = self.head.draft_ids_list
+        if self.sampler is None:
+            top_q, top_i = torch.softmax(row.float(), dim=-1).topk(min(self.breadth, row.shape[-1]))
+            return [(draft_ids[i], q, q) for q, i in zip(top_q.tolist(), top_i.tolist())]
+        settings, noise = self.sampler
+        q = sampling_probs(row, settings.temperature, settings.top_p)
+        ids = self.head.draft_ids_cpu
+        tree.draft_dists[parent] = torch.zeros(self.head.lm.vocab_size).index_put_((ids,), q.float())
+        # noise.draw over the whole vocabulary, where q is 0 outside the draft vocabulary: the same token
+        drawn = draft_ids[int(torch.argmax(torch.log(q) + noise.gumbel(position, self.head.lm.vocab_size)[ids]))]
+        best = float(q.max())
+        top_q, top_i = q.topk(min(self.breadth, q.shape[-1]))
+        children = [(drawn, float(q[self.head.draft_index[drawn]]), best)]
+        children += [(draft_ids[i], p, p) for p, i in zip(top_q.tolist(), top_i.tolist()) if draft_ids[i] != drawn]
+        return children[:self.breadth]
 
     @torch.inference_mode()
     def propose(self, context: list[int], budget: int) -> DraftTree:
@@ -142,18 +161,15 @@ class HeadDrafter(Drafter):
         root_logits, root_feature = self._feed(context)
         committed = self.cache.get_seq_length()       # entries of positions 1 .. root
         root_position = len(context) - 1
-        draft_ids = self.head.draft_ids_list
         chance = {ROOT: 1.0}
         slot, feature_of = {ROOT: committed - 1}, {ROOT: root_feature}
         expanded, rows = [ROOT], root_logits[None]
         for depth in range(1, self.depth + 1):
-            q = self._chances(rows)
-            top_q, top_i = q.topk(min(self.breadth, q.shape[-1]), dim=-1)
             level = []
-            for parent, qs, ids in zip(expanded, top_q.tolist(), top_i.tolist()):
-                for p, index in zip(qs, ids):
-                    path = chance[parent] * p
-                    child = tree.add(parent, draft_ids[index], self.source, score=path, draft_prob=round(p, 6),
+            for parent, row in zip(expanded, rows):
+                for token, p, rank in self._children(tree, parent, row, root_position + depth):
+                    path = chance[parent] * rank
+                    child = tree.add(parent, token, self.source, score=path, draft_prob=round(p, 6),
                                      bucket=draft_bucket(p), prior=p)
                     chance[child] = path
                     level.append(child)
@@ -188,6 +204,7 @@ class HeadDrafter(Drafter):
         return logits
 
 
-def head_drafter(head: DraftHead, p: dict, sampling: SamplingSettings | None = None) -> HeadDrafter:
-    """The head's drafter for HEAD_PARAMS values p."""
-    return HeadDrafter(head, p["head_breadth"], p["head_expand"], p["head_depth"], p["head_nodes"], sampling)
+def head_drafter(head: DraftHead, p: dict, sampler: tuple[SamplingSettings, PositionNoise] | None = None
+                 ) -> HeadDrafter:
+    """The head's drafter for HEAD_PARAMS values p; sampler: the run's sampling and the seed's noise."""
+    return HeadDrafter(head, p["head_breadth"], p["head_expand"], p["head_depth"], p["head_nodes"], sampler)

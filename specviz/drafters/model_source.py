@@ -5,6 +5,7 @@ tree where the head would have drafted, and shows why."""
 
 from __future__ import annotations
 
+from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import SamplingSettings
 from specviz.drafters.base import Drafter
 from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter
@@ -15,12 +16,14 @@ from specviz.runtime.draft_head import DraftHead, MissingHead
 MODEL_PARAMS = DRAFT_MODEL_PARAMS + HEAD_PARAMS
 
 
-def model_drafter(lm, p: dict, draft, sampling: SamplingSettings | None = None) -> Drafter | None:
-    """The drafter of the method's draft model for MODEL_PARAMS values p; None for a MissingHead."""
+def model_drafter(lm, p: dict, draft, sampler: tuple[SamplingSettings, PositionNoise] | None = None
+                  ) -> Drafter | None:
+    """The drafter of the method's draft model for MODEL_PARAMS values p; None for a MissingHead. sampler:
+    the run's sampling and the seed's noise (the head samples its first child from its q with them)."""
     if isinstance(draft, MissingHead):
         return None
     if isinstance(draft, DraftHead):
-        return head_drafter(draft, p, sampling)
+        return head_drafter(draft, p, sampler)
     return draft_model_drafter(lm, p, draft)
 
 

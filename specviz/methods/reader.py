@@ -22,7 +22,7 @@ class Reader(Method):
         self.indexes = search_indexes(lm, p)
         self.notes = draft_note(draft)
         # a head that cannot draft: the copy-logit tree (its default shape) takes the model tree's place
-        model = model_drafter(lm, p, draft, self.sampling) or copy_logit_drafter(lm, resolve(LOGITS_PARAMS, {}, self.name))
+        model = model_drafter(lm, p, draft, (self.sampling, self.noise)) or copy_logit_drafter(lm, resolve(LOGITS_PARAMS, {}, self.name))
         return [model, *search_drafters(self.indexes, p)]
 
     @property

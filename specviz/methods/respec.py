@@ -43,7 +43,7 @@ class ReSpec(Method):
         return temperature > 0 or float(params["tau"]) <= 0 or int(params["phi"]) <= 0
 
     def build(self, lm, p, draft):
-        model = model_drafter(lm, p, draft, self.sampling) if p["fallback"] != "logits" else None
+        model = model_drafter(lm, p, draft, (self.sampling, self.noise)) if p["fallback"] != "logits" else None
         self.notes = draft_note(draft) if p["fallback"] != "logits" else []
         return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p), copy_logit_drafter(lm, p))]
 

@@ -31,7 +31,7 @@ class Unified(Method):
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
         self.notes = draft_note(draft) if p["model_stage"] != "off" else []
-        inner = model_drafter(lm, p, draft, self.sampling)
+        inner = model_drafter(lm, p, draft, (self.sampling, self.noise))
         model = [GatedDrafter(inner, p["model_stage"], drafter_setting(lm, draft, p))] if inner is not None else []
         # a step that runs the model stage has paid for its draft forwards, so its small tree drafts first:
         # after the automaton (which can fill a 64-node offer alone) it often found no room, and its nodes

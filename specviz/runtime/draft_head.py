@@ -225,6 +225,8 @@ class DraftHead:
             parameter.requires_grad_(False)
         self.draft_ids = network.draft_ids.to(lm.device)
         self.draft_ids_list: list[int] = self.draft_ids.tolist()
+        self.draft_ids_cpu = network.draft_ids.cpu()
+        self.draft_index = {token: i for i, token in enumerate(self.draft_ids_list)}  # token id -> row
         self.embed = lm.model.get_input_embeddings()
         self.dtype = lm.dtype
         self.network.to(lm.dtype)
@@ -272,10 +274,6 @@ class DraftHead:
         mask = additive_mask(visible.to(device), self.dtype)[0, 0]
         return self.decoder.run_embedded(x.contiguous(), position_ids, mask, cache, features=True)
 
-    def __reduce__(self):
-        # a session that is pickled (a Space's worker) takes the head again from this process's shared one
-        return head_for_path, (self.lm, str(self.path) if self.path else "")
-
 
 # ---- files --------------------------------------------------------------------------------------------
 def _slug(text: str) -> str:
@@ -283,8 +281,10 @@ def _slug(text: str) -> str:
 
 
 def head_path(lm: LoadedModel) -> Path:
-    """Where the head for this target is cached (one per model, like the datastore per tokenizer)."""
-    return cache_root() / "heads" / f"{_slug(lm.name)}.safetensors"
+    """Where the head for this target is cached (one per model, like the datastore per tokenizer): under the
+    cache's heads/, or SPECVIZ_HEADS when set (the tests point it at an empty folder)."""
+    folder = os.environ.get("SPECVIZ_HEADS", "").strip()
+    return (Path(folder) if folder else cache_root() / "heads") / f"{_slug(lm.name)}.safetensors"
 
 
 def save_head(network: HeadNetwork, record: HeadRecord, path: Path) -> Path:
@@ -354,11 +354,15 @@ def load_head(lm: LoadedModel, path: Path | None = None) -> DraftHead:
 
 
 def head_for_path(lm: LoadedModel, path: str = "") -> DraftHead:
-    """The head of a file for lm, loaded once per process and target (runtime.shared)."""
+    """The head of a file for lm, loaded once per process and target: a shared resource keyed by the
+    target's key, the file and its modification time (a retrained head is read again), so that a session
+    state holding it travels as that key (runtime.portable) and another process loads the same file."""
     from specviz.runtime.shared import shared
 
     file = Path(path) if path else head_path(lm)
-    stamp = file.stat().st_mtime_ns if file.is_file() else 0  # a retrained head is read again
+    stamp = file.stat().st_mtime_ns if file.is_file() else 0
+    if lm.shared_key is not None:
+        return shared(("head", lm.shared_key, str(file), stamp))
     return shared(("head", id(lm.model), str(file), stamp), lambda: load_head(lm, file))
 
 

@@ -164,6 +164,16 @@ def _self_skip(model: tuple, layers: int):
     return self_skip_model(resolve(model), layers)
 
 
+def _head(model: tuple, file: str, stamp: int):
+    """The trained draft head in file for the target under key model (runtime.draft_head; stamp: the file's
+    modification time when it was first read, part of the key only)."""
+    from pathlib import Path
+
+    from specviz.runtime.draft_head import load_head
+
+    return load_head(resolve(model), Path(file))
+
+
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
     (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
@@ -206,3 +216,4 @@ def forget(kind: str) -> None:
 
 register_loader("model", _load_model)
 register_loader("self-skip", _self_skip)
+register_loader("head", _head)

@@ -5,8 +5,10 @@ writes itself, never the benchmark suites.
   assets/datastore_corpus.jsonl, READER's datastore text);
 - Python's reference documentation (`pydoc_data.topics`, shipped with every CPython) as answers to
   "Explain ..." questions, and the source of a few standard-library modules as answers to "Show me ...";
-- the target's sampled answers to the project's prompts, made at training time (self-distillation:
-  the head learns the target's distributions on the target's own text).
+- the target's own answers made at training time (self-distillation: the head learns the target's
+  distributions on the text it drafts for): sampled answers to the project's prompts, and greedy answers
+  to questions on Python's reference topics and library functions (`generation_prompts`) and to new
+  requests the target writes itself after the project's prompts (`request_prompt`, self-instruct).
 
 The head is trained against the target's distributions on this text (tools.train_head), so the text
 need not be the target's own; its own answers are the closest to what it drafts for. A guard drops any
@@ -29,6 +31,14 @@ SUITES = (ASSETS / "suite.jsonl", ASSETS / "heldout.jsonl")
 PROMPTS = ASSETS / "datastore_prompts.jsonl"
 GUARD_WORDS = 8
 PIECE_CHARS = 1800   # documentation and code are cut into answers of about this many characters
+# standard-library modules whose functions the target is asked about (what they do, an example)
+LIBRARY_MODULES = ("textwrap", "string", "fractions", "statistics", "heapq", "bisect", "shlex", "difflib", "json",
+                   "csv", "calendar", "functools", "itertools", "collections", "random", "math", "re", "datetime",
+                   "pathlib", "shutil", "operator", "os.path", "base64", "hashlib", "urllib.parse", "html", "copy",
+                   "pprint", "time", "glob", "fnmatch", "zipfile", "uuid", "unicodedata", "locale", "secrets")
+LIBRARY_QUESTIONS = ("What does {name} do in Python? Give a short example.",
+                     "How do I use {name} in Python?",
+                     "Write a short Python example that uses {name}, and explain it.")
 # standard-library modules whose source teaches the head Python code (plain, commented, typical)
 CODE_MODULES = ("textwrap.py", "string.py", "fractions.py", "statistics.py", "heapq.py", "bisect.py",
                 "shlex.py", "difflib.py", "json/encoder.py", "json/decoder.py", "csv.py", "calendar.py",
@@ -145,3 +155,50 @@ def python_code(max_chars: int) -> list[Conversation]:
             found.append(Conversation("python-code", user, f"```python\n{piece}\n```"))
             total += len(piece)
     return found
+
+
+# ---- prompts the target answers at training time ---------------------------------------------------------
+def topic_questions() -> list[str]:
+    """A question on each of Python's reference topics (pydoc_data.topics)."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return []
+    return [f"Explain the Python topic '{name}' with a short example." for name in sorted(topics)]
+
+
+def library_questions() -> list[str]:
+    """A question on each public documented function or class of LIBRARY_MODULES (the wording cycles through
+    LIBRARY_QUESTIONS)."""
+    import importlib
+
+    found = []
+    for module_name in LIBRARY_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name in sorted(getattr(module, "__all__", None) or dir(module)):
+            value = getattr(module, name, None)
+            if name.startswith("_") or not callable(value) or not (getattr(value, "__doc__", None) or "").strip():
+                continue
+            if getattr(value, "__module__", module.__name__) not in (module.__name__, None) and \
+                    not str(getattr(value, "__module__", "")).lstrip("_").startswith(module_name.split(".")[0]):
+                continue  # re-exported from elsewhere (asked about where it lives)
+            found.append(LIBRARY_QUESTIONS[len(found) % len(LIBRARY_QUESTIONS)].format(name=f"{module_name}.{name}"))
+    return found
+
+
+def request_prompt(example: str) -> str:
+    """The user turn that asks the target for a new request after one of the project's (self-instruct)."""
+    return ("Here is a request someone sent to an assistant:\n\n" + example
+            + "\n\nWrite one different request on another subject, in the same style. Reply with the request only.")
+
+
+def usable_request(text: str) -> str | None:
+    """A request the target wrote, cleaned (its first paragraph, unquoted), or None when it is unusable."""
+    text = text.strip().split("\n\n")[0].strip().strip('"').strip()
+    for lead in ("Request:", "New request:", "Here is a different request:", "Here's a different request:"):
+        if text.lower().startswith(lead.lower()):
+            text = text[len(lead):].strip()
+    return text if 15 <= len(text) <= 400 and len(_words(text)) >= 4 else None

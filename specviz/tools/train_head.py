@@ -2,12 +2,14 @@
 machine's CPU, from the text of tools.head_corpus, and cache it per model.
 
 1. Text: the target's shipped answers, Python's reference documentation and library code, and the target's
-   own sampled answers to the project's prompts (generated here, seeded); the suite guard drops anything
-   that overlaps a benchmark suite.
+   own answers written here (seeded; tools.head_corpus): sampled answers to the project's prompts, greedy
+   answers to questions on Python's topics and functions and to new requests it writes after the project's
+   prompts (self-instruct). The suite guard drops anything that overlaps a benchmark suite.
 2. The draft vocabulary (FR-Spec): the `draft_vocab` tokens most frequent in the answers, the end tokens
    always among them.
-3. Features: one target forward per conversation gives f_t at every position (the final norm's output);
-   the target's distribution over the draft vocabulary is softmax(W_draft f_t), recomputed when needed.
+3. Features: the target's own answers keep the features of the forwards that wrote them; the shipped text
+   gets them from one target forward per conversation: f_t at every position (the final norm's output).
+   The target's distribution over the draft vocabulary is softmax(W_draft f_t), recomputed when needed.
 4. Training (EAGLE's losses, EAGLE-3's training-time test): at step 0 the head reads the true f_{t-1} and
    token t and predicts f_t; at step k it reads its own step k-1 prediction instead, attending to the true
    entries up to t - k and its own earlier steps' entries on the diagonal, as it does when it drafts at
@@ -34,8 +36,12 @@ from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import (HeadNetwork, HeadRecord, head_path, save_head, target_identity,
                                         target_shape)
 from specviz.runtime.loaded_model import LoadedModel
-from specviz.tools.head_corpus import (Conversation, SuiteGuard, guarded, project_prompts, python_code,
-                                       python_reference, shipped_answers)
+from specviz.tools.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
+                                       python_code, python_reference, request_prompt, shipped_answers,
+                                       topic_questions, usable_request)
+
+
+REQUEST_TOKENS = 64   # at most, per new request the target writes (self-instruct)
 
 
 @dataclass
@@ -50,10 +56,13 @@ class TrainConfig:
     cls_weight: float = 0.5
     docs_chars: int = 120_000      # Python reference documentation
     code_chars: int = 60_000       # Python library code
-    generate_per_prompt: int = 1   # sampled answers per project prompt (0: none)
-    generate_tokens: int = 192
+    generate_per_prompt: int = 2   # sampled answers per project prompt (0: none)
+    generate_tokens: int = 160     # at most, per answer the target writes
     generate_temperature: float = 0.8
     generate_prompts: int | None = None   # how many project prompts to answer (None: all)
+    generate_batch: int = 32       # answers written at once (a batch of 32 writes about 2x the tokens/s of 8)
+    questions: int | None = None   # greedy answers to questions on Python topics and functions (None: all)
+    requests_per_prompt: int = 2   # new requests the target writes after each project prompt, answered greedily
     holdout: float = 0.1
     seed: int = 0
     bf16: bool = True              # autocast the head's training to bf16 where the CPU has it
@@ -87,43 +96,121 @@ def _log_default(line: str) -> None:
 
 
 # ---- 1. text ---------------------------------------------------------------------------------------------
-def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig,
-                     log: Callable[[str], None] = _log_default) -> list[Conversation]:
-    """The target's sampled answers (temperature config.generate_temperature, seeded), in batches."""
-    from specviz.runtime.prompts import encode
+@torch.inference_mode()
+def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperature: float, seed: int,
+              batch_size: int) -> list[tuple[list[int], list[int], torch.Tensor]]:
+    """The target's answers to prompts (token ids), greedy at temperature 0, else sampled (top-p 0.95,
+    seeded), in left-padded batches of similar lengths: (prompt, answer up to and with its end token, the
+    target's features at every position of prompt + answer) each, in the prompts' order. The features come
+    from the generating forwards themselves (no second pass); the last token's row is zeros (never fed)."""
+    from transformers.cache_utils import DynamicCache
 
     tokenizer = lm.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(lm.eos_ids))
-    found, started, batch_size = [], time.perf_counter(), 16
-    generator_seed = config.seed
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start:start + batch_size]
-        encoded = [encode(tokenizer, p, lm.max_context) for p in batch]
-        width = max(len(ids) for ids in encoded)
+    ends = torch.tensor(sorted(lm.eos_ids), dtype=torch.long)
+    decoder, head = lm.model.get_decoder(), lm.model.get_output_embeddings()
+    generator = torch.Generator().manual_seed(seed)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: dict[int, tuple[list[int], list[int], torch.Tensor]] = {}
+    for first in range(0, len(order), batch_size):
+        chosen = order[first:first + batch_size]
+        encoded = [prompts[i] for i in chosen]
+        width = max(len(e) for e in encoded)
         ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=lm.device)
         attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=lm.device)
-        torch.manual_seed(generator_seed + start)
-        with torch.inference_mode():
-            out = lm.model.generate(input_ids=ids, attention_mask=attention, do_sample=True, top_p=0.95,
-                                    temperature=config.generate_temperature, max_new_tokens=config.generate_tokens,
-                                    pad_token_id=pad)
-        for prompt, row in zip(batch, out[:, width:].tolist()):
-            end = next((i for i, t in enumerate(row) if t in lm.eos_ids), len(row))
-            text = tokenizer.decode(row[:end], skip_special_tokens=True).strip()
-            if text:
-                found.append(Conversation("generated", prompt, text))
-        log(f"generated {len(found)} answers, {time.perf_counter() - started:.0f} s")
+        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+        cache = DynamicCache(config=lm.model.config)
+        hidden = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                         use_cache=True).last_hidden_state
+        rows, tokens = [hidden.float().cpu()], []
+        done = torch.zeros(len(chosen), dtype=torch.bool)
+        for step in range(max_new):
+            logits = head(hidden[:, -1]).float().cpu()
+            if temperature > 0:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                ranked, index = probs.sort(dim=-1, descending=True)
+                ranked[(ranked.cumsum(-1) - ranked) > 0.95] = 0.0   # top-p: the nucleus of 0.95
+                token = index.gather(-1, torch.multinomial(ranked, 1, generator=generator))[:, 0]
+            else:
+                token = logits.argmax(-1)
+            tokens.append(token)
+            done |= torch.isin(token, ends)
+            if bool(done.all()) or step == max_new - 1:
+                break
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            hidden = decoder(input_ids=token[:, None].to(lm.device), attention_mask=attention,
+                             position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+            rows.append(hidden.float().cpu())
+        answers = torch.stack(tokens, dim=1).tolist()
+        features = torch.cat(rows, dim=1)
+        for row, index in enumerate(chosen):
+            answer = answers[row]
+            answer = answer[:next((i + 1 for i, t in enumerate(answer) if t in lm.eos_ids), len(answer))]
+            prompt, n = encoded[row], len(encoded[row]) + len(answer)
+            mine = features[row, width - len(prompt):width - len(prompt) + n]
+            mine = torch.cat([mine, torch.zeros(n - len(mine), mine.shape[-1])])
+            results[index] = (prompt, answer, mine)
+    return [results[i] for i in range(len(prompts))]
+
+
+def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, source: str, temperature: float,
+                     seed: int, guard: SuiteGuard | None = None, log: Callable[[str], None] = _log_default
+                     ) -> list[tuple[str, Sequence]]:
+    """The target's answers to prompts (user turns) as training sequences with their features, cut to
+    config.seq_len; (source, sequence) each. Answers that share a run of words with a suite (guard) are
+    dropped."""
+    from specviz.runtime.prompts import encode
+
+    started = time.perf_counter()
+    encoded = [encode(lm.tokenizer, [{"role": "user", "content": p}], lm.max_context) for p in prompts]
+    found = []
+    for prompt, answer, features in _generate(lm, encoded, config.generate_tokens, temperature, seed,
+                                              config.generate_batch):
+        if not answer or len(prompt) >= config.seq_len - 1:
+            continue
+        if guard is not None and guard.leaks(lm.tokenizer.decode(answer, skip_special_tokens=True)):
+            continue
+        ids = torch.tensor((prompt + answer)[:config.seq_len])
+        found.append((source, Sequence(ids, len(prompt) - 1, features[:len(ids)])))
+    tokens = sum(len(s.ids) - 1 - s.answer_from for _, s in found)
+    log(f"{source}: {len(found)} answers of the target, {tokens} tokens, {time.perf_counter() - started:.0f} s")
     return found
 
 
+def self_instruct(lm: LoadedModel, examples: list[str], config: TrainConfig, guard: SuiteGuard) -> list[str]:
+    """New requests the target writes after the project's prompts (config.requests_per_prompt sampled tries
+    each; the usable ones, without repeats or suite text)."""
+    from specviz.runtime.prompts import encode
+
+    asks = [request_prompt(e) for e in examples for _ in range(config.requests_per_prompt)]
+    encoded = [encode(lm.tokenizer, [{"role": "user", "content": a}], lm.max_context) for a in asks]
+    written = _generate(lm, encoded, REQUEST_TOKENS, 1.0, config.seed + 1, config.generate_batch)
+    requests = [usable_request(lm.tokenizer.decode(answer, skip_special_tokens=True)) for _, answer, _ in written]
+    return list(dict.fromkeys(r for r in requests if r and not guard.leaks(r)))
+
+
 def collect(lm: LoadedModel, config: TrainConfig, log: Callable[[str], None] = _log_default
-            ) -> tuple[list[Conversation], int]:
-    """Every conversation the head trains on, and how many the suite guard dropped."""
-    conversations = shipped_answers() + python_reference(config.docs_chars) + python_code(config.code_chars)
-    if config.generate_per_prompt:
-        prompts = list(project_prompts().values())[:config.generate_prompts]
-        conversations += generate_answers(lm, prompts * config.generate_per_prompt, config, log)
-    return guarded(conversations, SuiteGuard())
+            ) -> tuple[list[tuple[str, Sequence]], int]:
+    """Every training sequence, (source, sequence) each, and how many shipped texts the suite guard dropped.
+    The shipped text comes tokenized (its features are added later: add_features); the target's own
+    answers come with the features of the forwards that wrote them."""
+    guard = SuiteGuard()
+    shipped, dropped = guarded(shipped_answers() + python_reference(config.docs_chars)
+                               + python_code(config.code_chars), guard)
+    found = [(c.source, s) for c in shipped if (s := tokenize(lm, c, config.seq_len)) is not None]
+    examples = list(project_prompts().values())[:config.generate_prompts]
+    for round_ in range(config.generate_per_prompt):
+        found += generate_answers(lm, examples, config, "sampled", config.generate_temperature,
+                                  config.seed + 100 + round_, guard, log)
+    questions = (topic_questions() + library_questions())[:config.questions]
+    if questions:
+        found += generate_answers(lm, questions, config, "python-questions", 0.0, config.seed, guard, log)
+    if config.requests_per_prompt:
+        requests = self_instruct(lm, examples, config, guard)
+        log(f"self-instruct: the target wrote {len(requests)} usable new requests")
+        found += generate_answers(lm, requests, config, "self-instruct", 0.0, config.seed, guard, log)
+    return found, dropped
 
 
 def tokenize(lm: LoadedModel, conversation: Conversation, seq_len: int) -> Sequence | None:
@@ -255,20 +342,20 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
         report.seconds[name] = round(now - clock, 1)
         clock = now
 
-    conversations, report.dropped_by_guard = collect(lm, config, log)
+    found, report.dropped_by_guard = collect(lm, config, log)
     phase("text")
-    sequences = [s for s in (tokenize(lm, c, config.seq_len) for c in conversations) if s is not None]
+    sequences = [s for _, s in found]
     if len(sequences) < 2:
         raise SpecvizError("Too little text to train a draft head on.")
-    for c in conversations:
-        report.conversations[c.source] = report.conversations.get(c.source, 0) + 1
+    for source, _ in found:
+        report.conversations[source] = report.conversations.get(source, 0) + 1
     report.train_tokens = sum(len(s.ids) for s in sequences)
     report.answer_tokens = sum(len(s.ids) - 1 - s.answer_from for s in sequences)
     draft_ids, report.draft_vocab_coverage = draft_vocabulary(lm, sequences, config.draft_vocab)
     report.draft_vocab = len(draft_ids)
     log(f"{len(sequences)} conversations, {report.train_tokens} tokens ({report.answer_tokens} in answers); draft "
         f"vocabulary {len(draft_ids)} tokens holding {100 * report.draft_vocab_coverage:.1f}% of the answers' tokens")
-    add_features(lm, sequences, log)
+    add_features(lm, [s for s in sequences if s.features is None], log)
     phase("features")
 
     shape = target_shape(lm, config.intermediate, len(draft_ids))
