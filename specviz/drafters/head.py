@@ -45,7 +45,7 @@ HEAD_PARAMS = [
     Param("head_breadth", 4, 1, 16, int, "draft head: children of each expanded node (its top-k)"),
     Param("head_expand", 4, 1, 16, int, "draft head: nodes of each level expanded, the best by path chance "
                                         "(EAGLE-2's dynamic tree)"),
-    Param("head_depth", 6, 1, 16, int, "draft head: levels drafted (one head forward each)"),
+    Param("head_depth", 3, 1, 16, int, "draft head: levels drafted (one head forward each)"),
     Param("head_nodes", 24, 1, 256, int, "draft head: nodes it offers, the best by path chance (EAGLE-2's "
                                          "reranking; the rest of the budget is left to the other sources)"),
 ]
@@ -60,7 +60,7 @@ class HeadDrafter(Drafter):
     source = "model"
     needs_features = True
 
-    def __init__(self, head: DraftHead, breadth: int = 4, expand: int = 4, depth: int = 6, nodes: int = 24,
+    def __init__(self, head: DraftHead, breadth: int = 4, expand: int = 4, depth: int = 3, nodes: int = 24,
                  sampler: tuple[SamplingSettings, PositionNoise] | None = None):
         self.head = head
         self.breadth, self.expand, self.depth, self.nodes = breadth, expand, depth, nodes
