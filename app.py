@@ -30,7 +30,7 @@ from specviz.ui.first_visit import FIRST_PACE_S, first_view, open_first_visit
 from specviz.ui.page import PAGE_CSS, PAGE_JS, PRESENT_JS, TITLE_HTML
 from specviz.ui.paper_settings import paper_settings_markdown, widget_values
 from specviz.ui.tree_svg import TREE_JS
-from specviz.ui import visitors
+from specviz.ui import head_training, visitors
 from specviz.ui.compare import Compare
 from specviz.ui.presets import BY_NAME as PRESETS
 from specviz.ui.recording import shipped_traces
@@ -63,6 +63,11 @@ LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
 
+DRAFT_MODELS = [("default: the trained draft head when there is one, else self", ""),
+                ("head: the draft head trained for the target (python -m specviz train-head)", "head"),
+                ("self: the target's own weights (self-speculation)", "self"),
+                ("self-skip:8: the target's first 8 layers (cheap, untrained)", "self-skip:8")]
+HEAD_STATUS_EVERY_S = 30  # the page asks how the background training of the head goes this often
 # what visitors may ask for: everything here, an allow-list and limits in public mode (SPACE_ID set, or --public)
 POLICY = Policy.from_environment()
 # the settings widgets, by the keyword each event passes them as (the API's named parameters: a method that gains
@@ -184,6 +189,19 @@ def on_reset(lab):
     lab = lab or Lab()
     lab.reset()
     return _shown(lab)
+
+
+def on_head_status(name):
+    """Where the draft head of the page's model stands (the app trains a missing one in the background); the
+    timer keeps asking while it trains."""
+    from specviz.runtime.shared import loaded, model_key
+
+    key = model_key(name)
+    lm = next((shared_model(k[1], k[2]) for k in loaded("model") if k[1] == key), None)
+    if lm is None:
+        return "", gr.Timer(active=True)  # the model is still loading
+    state = head_training.status(lm)
+    return state.message, gr.Timer(active=state.state == "training")
 
 
 def on_load_model(name, mode=""):
@@ -517,8 +535,9 @@ def sweep_tab(settings_inputs, max_new_tokens):
 def model_widgets():
     """The model, draft model and run mode boxes: free text here; in public mode dropdowns of the allow-list,
     and no compile modes."""
-    draft_label = ("Draft model of the model source (respec, reader, rapid, unified): blank = the target's own "
-                   "weights (self-speculation); self-skip:K = only its first K layers (cheap)")
+    draft_label = ("Draft model of the model source (respec, reader, rapid, unified): blank = the trained draft "
+                   "head when the target has one, else the target's own weights; self-skip:K = only its first K "
+                   "layers (cheap, untrained)")
     mode_label = ("Run mode (precision and compile; a mode this machine cannot run falls back to fp32 eager and "
                   "says so)")
     if POLICY.public:
@@ -530,8 +549,9 @@ def model_widgets():
         return model, draft_model, gr.Dropdown(modes, value="", label=mode_label, elem_id="run-mode")
     model = gr.Textbox(value=os.environ.get("SPECVIZ_MODEL", DEFAULT_MODEL), elem_id="model",
                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-    draft_model = gr.Textbox(value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), elem_id="draft-model",
-                             label=draft_label + "; or a hub id / local folder with the target's vocabulary")
+    draft_model = gr.Dropdown(DRAFT_MODELS, value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), allow_custom_value=True,
+                              elem_id="draft-model",
+                              label=draft_label + "; or type a hub id / local folder with the target's vocabulary")
     mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label=mode_label, elem_id="run-mode")
     return model, draft_model, mode
 
@@ -574,6 +594,7 @@ def build_app() -> gr.Blocks:
                 preset_question = gr.Markdown(elem_id="preset-question")
             with gr.Accordion("Model", open=False):
                 model, draft_model, mode = model_widgets()
+                head_status = gr.Markdown(elem_id="head-status")
                 load = gr.Button("Load model", visible=not POLICY.public)
                 model_status = gr.Markdown()
         # one bar of controls, then the stage: the tree, the text beside it
@@ -704,6 +725,9 @@ def build_app() -> gr.Blocks:
             on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
                            *param_inputs, message], api_name="url_settings", **private)
         demo.unload(on_close)
+        head_timer = gr.Timer(HEAD_STATUS_EVERY_S, active=False)
+        demo.load(on_head_status, model, [head_status, head_timer], **private)
+        head_timer.tick(on_head_status, model, [head_status, head_timer], **private)
         demo.load(on_live_status, None, [live_status, live_timer], **private)
         live_timer.tick(on_live_status, None, [live_status, live_timer], **private)
         node.input(on_node, [lab, node], distribution, **private)

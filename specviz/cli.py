@@ -12,8 +12,10 @@ from specviz.errors import SpecvizError
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
-    parser.add_argument("--draft-model", default=None, help="draft model for hf-assisted and respec's model drafter "
-                        "(respec default: the target's own weights)")
+    parser.add_argument("--draft-model", default=None, help="draft model of the model source (respec, reader, unified, "
+                        "rapid) and of hf-assisted: head (the trained draft head, `train-head`), self (the target's "
+                        "own weights), self-skip:K, or a model id / folder of the target's vocabulary (default: the "
+                        "head when one is trained for the target, else self)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
     parser.add_argument("--mode", default=None, help="run mode: a precision (fp32, bf16, fp16) and/or compile, "
@@ -156,11 +158,26 @@ def build_parser() -> argparse.ArgumentParser:
     rand.add_argument("--weights", action="store_true", help="also write the random weights (else config only)")
     rand.add_argument("--seed", type=int, default=0)
 
+    head = commands.add_parser("train-head", help="train the draft head for the target on this machine (cached per "
+                               "model; about 15 minutes on 2 CPU cores)")
+    head.add_argument("--out", default=None, help="write the head here (default: the target's cache file)")
+    head.add_argument("--epochs", type=int, default=None)
+    head.add_argument("--draft-vocab", type=int, default=None, help="tokens the head drafts over (frequency-ranked)")
+    head.add_argument("--intermediate", type=int, default=None, help="the head layer's MLP width")
+    head.add_argument("--unroll", type=int, default=None, help="training-time-test steps (depths trained)")
+    head.add_argument("--generate", type=int, default=None, help="sampled answers of the target per project prompt")
+    head.add_argument("--docs-chars", type=int, default=None, help="characters of Python's reference documentation")
+    head.add_argument("--code-chars", type=int, default=None, help="characters of Python library code")
+    head.add_argument("--seed", type=int, default=None)
+    head.add_argument("--json", default=None, metavar="OUT", help="write the training report here")
+    _model_args(head)
+
     quality = commands.add_parser("draft-quality", help="a draft model's acceptance by depth and ms per draft level, "
                                   "drafting greedy chains along ar's own output")
     quality.add_argument("--suite", default="assets/suite.jsonl")
-    quality.add_argument("--drafters", default="self,self-skip:8",
-                         help="comma-separated: self (the target's own weights), self-skip:K, or a model id/folder")
+    quality.add_argument("--drafters", default="self,self-skip:8,head",
+                         help="comma-separated: self (the target's own weights), self-skip:K, head (the trained draft "
+                              "head), or a model id/folder")
     quality.add_argument("--depth", type=int, default=6)
     quality.add_argument("--max-new-tokens", type=int, default=32)
     quality.add_argument("--json", default=None, metavar="OUT", help="write the report here")
@@ -204,15 +221,19 @@ def _positive(name: str, value: int, high: int = 100_000) -> int:
 def _draft_model(args, methods: list[str], lm):
     """The draft model --draft-model names (runtime.shared.resolve_draft), loaded as the target was;
     hf-assisted needs a model of its own: the default model when none is named."""
+    from specviz.runtime.draft_head import HEAD_SPEC, MissingHead
     from specviz.runtime.layer_skip import parse_self_skip
     from specviz.runtime.shared import SELF_DRAFT, model_key, resolve_draft
 
     spec = (args.draft_model or "").strip()
     if "hf-assisted" in methods:
-        if spec == SELF_DRAFT or parse_self_skip(spec) is not None:
-            raise SpecvizError("hf-assisted needs a draft model of its own, not self or self-skip.")
+        if spec in (SELF_DRAFT, HEAD_SPEC) or parse_self_skip(spec) is not None:
+            raise SpecvizError("hf-assisted needs a draft model of its own, not self, self-skip or the head.")
         spec = spec or model_key(None)
-    return resolve_draft(lm, spec, lambda name: _load_model(args, name))
+    draft = resolve_draft(lm, spec, lambda name: _load_model(args, name))
+    if isinstance(draft, MissingHead):
+        print(f"note: the copy-logit tree drafts in the head's place: {draft.reason}", file=sys.stderr)
+    return draft
 
 
 def _load_model(args, name: str | None):
@@ -398,7 +419,35 @@ def cmd_random_model(args) -> None:
     print(folder)
 
 
+def cmd_train_head(args) -> dict:
+    from dataclasses import asdict, replace
+    from pathlib import Path
+
+    from specviz.tools.train_head import TrainConfig, train
+
+    chosen = {"epochs": args.epochs, "draft_vocab": args.draft_vocab, "intermediate": args.intermediate,
+              "unroll": args.unroll, "generate_per_prompt": args.generate, "docs_chars": args.docs_chars,
+              "code_chars": args.code_chars, "seed": args.seed}
+    for name in ("epochs", "draft_vocab", "intermediate", "unroll"):
+        if chosen[name] is not None:
+            _positive(f"--{name.replace('_', '-')}", chosen[name], 1_000_000)
+    config = replace(TrainConfig(), **{k: v for k, v in chosen.items() if v is not None})
+    lm = _load_target(args)
+    report = train(lm, config, out=Path(args.out) if args.out else None,
+                   log=lambda line: print(line, file=sys.stderr, flush=True))
+    table = (f"draft head for {lm.name}: {report.path}\n"
+             f"  {report.head_weights / 1e6:.2f} M trained weights, draft vocabulary {report.draft_vocab} tokens "
+             f"({100 * report.draft_vocab_coverage:.1f}% of the answers' tokens)\n"
+             f"  text: {report.conversations} ({report.train_tokens} tokens, {report.answer_tokens} in answers; "
+             f"{report.dropped_by_guard} dropped by the suite guard)\n"
+             f"  {report.steps} steps, final loss {report.final_loss}; held-out top-1 agreement by depth "
+             f"{report.top1_by_depth}\n"
+             f"  seconds per phase: {report.seconds} (total {sum(report.seconds.values()):.0f} s)")
+    return _emit(table, asdict(report), args.json)
+
+
 def cmd_draft_quality(args) -> None:
+    from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.shared import resolve_draft
     from specviz.tools.draft_quality import format_report, measure
     from specviz.engine.suite import load_suite
@@ -409,6 +458,9 @@ def cmd_draft_quality(args) -> None:
                 for label in [d.strip() for d in args.drafters.split(",") if d.strip()]}
     if not drafters:
         raise SpecvizError("--drafters names no drafter.")
+    for label, drafter in drafters.items():
+        if isinstance(drafter, MissingHead):
+            raise SpecvizError(f"--drafters {label}: {drafter.reason}")
     report = measure(lm, drafters, load_suite(args.suite), _positive("--depth", args.depth, 32),
                      _positive("--max-new-tokens", args.max_new_tokens))
     _emit(format_report(report), report, args.json)
@@ -547,7 +599,8 @@ def cmd_space_bundle(args) -> None:
 
 COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "predict": cmd_predict, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
-            "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params}
+            "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params,
+            "train-head": cmd_train_head}
 
 
 def main(argv: list[str] | None = None) -> int:

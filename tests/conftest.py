@@ -1,7 +1,15 @@
+import os
+import tempfile
+
 import pytest
 import torch
 
-from specviz.runtime.shared import shared_model
+# hermetic: no draft head of this machine's cache becomes the default draft model, and no test starts the
+# app's background training of one (tests that need a head train a tiny one or make a random one)
+os.environ.setdefault("SPECVIZ_HEADS", tempfile.mkdtemp(prefix="specviz-test-heads-"))
+os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
+
+from specviz.runtime.shared import shared_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from zerogpu_standin import forked
 
@@ -56,10 +57,10 @@ def trail(session) -> tuple:
             [[(n.token_id, n.parent, str(n.status)) for n in r.nodes] for r in session.records])
 
 
-def lab_walk(method: str, prompt: str, temperature: float = 0.0) -> list:
+def lab_walk(method: str, prompt: str, temperature: float = 0.0, draft_model: str = "") -> list:
     """Step, Step, Run, then Reset and Step again: what each left."""
     lab = Lab()
-    lab.apply("", prompt, method, 12, FIXED.get(method, {}), temperature=temperature, seed=7)
+    lab.apply("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
     seen = []
     for _ in range(2):
         lab.step(N)
@@ -68,7 +69,7 @@ def lab_walk(method: str, prompt: str, temperature: float = 0.0) -> list:
         pass
     seen.append((trail(lab.session), lab.message, lab.state.diff))
     lab.reset()
-    lab.apply("", prompt, method, 12, FIXED.get(method, {}), temperature=temperature, seed=7)
+    lab.apply("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
     lab.step(N)
     seen.append((trail(lab.session), lab.message))
     return seen
@@ -127,6 +128,36 @@ def test_a_state_is_its_session_plus_keys(lm):
     back = pickle.loads(blob).states[0]
     assert back.session.lm is lm and back.session.output_ids == lab.session.output_ids
     assert back.session.method.stages[-1].table.base is lab.session.method.stages[-1].table.base  # warm rows: shared
+
+
+def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp_path, through_forks):
+    """The draft head is a shared resource by key: through forked calls unified and reader drafting with it
+    give what the in-process app gives (greedy and sampled); its state pickles without the head's weights
+    and reads back in a process that has to load the head again from its file."""
+    from test_head import random_head
+    from specviz.runtime.draft_head import DraftHead, save_head
+
+    head = random_head(lm)
+    path = save_head(head.network, head.record, tmp_path / "head.safetensors")
+    spec = f"head:{path}"
+    for method, temperature in (("unified", 0.0), ("unified", 0.8), ("reader", 0.0)):
+        gpu.use(None)
+        here = lab_walk(method, PROMPT, temperature, spec)
+        gpu.use(forked(gpu.run_model, through_forks))
+        assert lab_walk(method, PROMPT, temperature, spec) == here, (method, temperature)
+    gpu.use(None)
+    lab = Lab()
+    lab.apply("", PROMPT, "unified", 12, FIXED["unified"], spec)
+    lab.step(N)
+    drafted = lab.session.method.stages[0].inner.head
+    assert isinstance(drafted, DraftHead) and drafted.path == path
+    blob = portable.dumps(lab.state)  # refuses a torch module that is not a shared resource: the head is a key
+    shared.forget("head")  # as in a fresh worker: the head is loaded again from its key
+    back = portable.loads(blob)
+    again = back.session.method.stages[0].inner.head
+    assert again is not drafted and again.path == path and again.lm is lm
+    assert torch.equal(again.network.fc.weight, drafted.network.fc.weight)
+    assert back.session.output_ids == lab.session.output_ids
 
 
 def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):

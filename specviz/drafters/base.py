@@ -19,6 +19,7 @@ class StepOutcome:
     logits: torch.Tensor          # target logits (q, vocab) for every tree node
     context: list[int]            # committed tokens after the step (prompt + output; last = next root)
     forward_ms: float = 0.0       # the target's verify forward
+    features: torch.Tensor | None = None  # the target's features (q, hidden) per node, when a stage needs_features
     draft_ms: float = 0.0         # the whole draft stage of the step
     load: float = 1.0             # forward_ms / the calibrated curve's cost of this tree (1: no curve loaded)
 
@@ -34,9 +35,12 @@ class Drafter:
     `rollback()` needs to undo it, so that a step that fails anywhere leaves the drafter as it was."""
 
     source = "retrieval"
+    needs_features = False  # whether it drafts from the target's features (the session then computes them)
 
-    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
-        """logits[i] is the target's prediction after context[start + i] (prefill, in chunks)."""
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor,
+                      features: torch.Tensor | None = None) -> None:
+        """logits[i] is the target's prediction after context[start + i] (prefill, in chunks); features[i]
+        the target's feature there (runtime.block_forward), given when needs_features."""
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         """A tree of at most budget draft nodes under the root context[-1]."""

@@ -63,7 +63,7 @@ class CopyLogitDrafter(Drafter):
         self.table = seed.copy() if seed is not None and seed.width >= max_breadth else CopyLogitTable(max_breadth)
         self._undo = None  # rows this step's observe overwrote
 
-    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor, features=None) -> None:
         self.table.store(context[start:start + logits.shape[0]], logits)
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -176,9 +176,3 @@ def draft_model_drafter(lm: LoadedModel, p: dict, draft: LoadedModel | None) -> 
     """The `model` source for DRAFT_MODEL_PARAMS values p: the given draft model, or the target's own weights
     (self-speculation)."""
     return DraftModelDrafter(draft or lm, lm.vocab_size, p["draft_breadth"], p["branch_levels"], p["draft_depth"])
-
-
-def drafter_setting(lm: LoadedModel, draft: LoadedModel | None, p: dict) -> str:
-    """Key under which measured drafter speeds are shared by sessions with the same models and shapes."""
-    return (f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{p['draft_breadth']}|"
-            f"{p['branch_levels']}|{p['draft_depth']}|{p.get('max_breadth')}")

@@ -13,11 +13,12 @@ from specviz.drafters.measured_choice import FallbackChooser
 class GatedDrafter(Drafter):
     def __init__(self, inner: Drafter, mode: str = "auto", setting: str = ""):
         self.inner, self.source = inner, inner.source
+        self.needs_features = inner.needs_features
         self.chooser = FallbackChooser(mode, setting, kinds=("on", "off"))
         self.used: str | None = None
 
-    def prefill_chunk(self, context, start, logits) -> None:
-        self.inner.prefill_chunk(context, start, logits)
+    def prefill_chunk(self, context, start, logits, features=None) -> None:
+        self.inner.prefill_chunk(context, start, logits, features)
 
     def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
         self.used = self.chooser.choose()
@@ -29,8 +30,8 @@ class GatedDrafter(Drafter):
         if self.used is not None:
             committed = len(outcome.verification.accepted_tokens)
             self.chooser.observe(self.used, committed, outcome.draft_ms + outcome.forward_ms, outcome.load)
-        if self.used == "on":
-            self.inner.observe(outcome)
+        # every step, run or not: a drafter that learns the target's features needs each committed one
+        self.inner.observe(outcome)
 
     def step_note(self) -> ModelStageNote | None:
         if self.used is None:

@@ -10,7 +10,6 @@ import torch
 
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.copy_logits import CopyLogitDrafter
-from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.scored_retrieval import ScoredRetriever
 from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.drafters.measured_choice import FallbackChooser
@@ -22,15 +21,18 @@ from specviz.tree.draft_tree import ROOT, DraftTree
 class ReSpecDrafter(Drafter):
     source = "retrieval"  # the source of the last proposal (the method's budget split reads it)
 
-    def __init__(self, p: dict, model: DraftModelDrafter | None, setting: str = "",
+    def __init__(self, p: dict, model: Drafter | None, setting: str = "",
                  logits: CopyLogitDrafter | None = None):
+        """model: the draft model's drafter (a draft LM or the trained head); None: the copy-logit tree is
+        the only fallback, whatever p['fallback'] says."""
         self.trigger = EntropyTrigger(p["lookback"], p["lambda_e"], p["entropy_threshold"])
         self.index = MatchPositions(p["lookback"])
         self.retriever = ScoredRetriever(p["alpha"], p["theta_score"], branches=3, branch_len=p["branch_len"])
-        self.chooser = FallbackChooser(p["fallback"], setting)
+        self.chooser = FallbackChooser(p["fallback"] if model is not None else "logits", setting)
         self.fallbacks: dict[str, Drafter] = {"logits": logits or CopyLogitDrafter(p["max_breadth"], None, p["min_path_prob"])}
         if model is not None:
             self.fallbacks["model"] = model
+        self.needs_features = any(drafter.needs_features for drafter in self.fallbacks.values())
         self.decision = None
         self.used = None          # "retrieval", "model" or "logits" this step
         self.proposed = False     # whether this step drafted at all (no room left: it did not)
@@ -39,9 +41,10 @@ class ReSpecDrafter(Drafter):
     def _sync(self, context: list[int]) -> None:
         self.index.feed(context[len(self.index.tokens):])
 
-    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor, features=None) -> None:
         self.trigger.record(entropies(logits))
-        self.fallbacks["logits"].prefill_chunk(context, start, logits)
+        for drafter in self.fallbacks.values():
+            drafter.prefill_chunk(context, start, logits, features)
 
     def propose(self, context: list[int], budget: int) -> DraftTree:
         started = time.perf_counter()

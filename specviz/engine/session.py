@@ -122,9 +122,9 @@ class Session:
         self.method_class = get_method(method)
         self.params = self.method_class.resolve_params(params)
         self.method = None  # the method's drafters for one generation, built by start_ids
-        if draft is not None and draft is not lm:
-            check_same_vocabulary(lm, draft)
-        self.draft = draft  # None: a model drafter drafts with the target's own weights
+        if isinstance(draft, LoadedModel) and draft is not lm:
+            check_same_vocabulary(lm, draft)  # a draft head was checked against its target when it was loaded
+        self.draft = draft  # None: a model drafter drafts with the target's own weights; or the draft head
         self.budget = parse_budget(budget)
         # checked again: settings built directly (not by SamplingSettings.checked) may hold any value
         self.sampling = SamplingSettings.checked(sampling.temperature, sampling.top_p, sampling.seed)
@@ -140,6 +140,7 @@ class Session:
         self.prefill_s = 0.0
         self.step_s = 0.0
         self.cache = None
+        self.features = False  # whether forwards also return the target's features (a stage drafts from them)
 
     # ---- set-up ---------------------------------------------------------------------------------
     @property
@@ -177,9 +178,13 @@ class Session:
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel()
         self.cache = new_cache(self.lm.model.config)
+        self.features = self.method.needs_features  # a stage drafts from the target's features: compute them
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
-            self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
+            if self.features:
+                self.method.prefill_chunk(self.context, start, *causal_forward(self.lm, self.cache, chunk, True))
+            else:
+                self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
@@ -296,7 +301,11 @@ class Session:
         calibrated = self.acceptance.calibrated(tree, chances)
         predicted = sum(calibrated[1:])
         t1 = time.perf_counter()
-        logits = tree_forward(self.lm, self.cache, tree, past_len)
+        features = None
+        if self.features:
+            logits, features = tree_forward(self.lm, self.cache, tree, past_len, features=True)
+        else:
+            logits = tree_forward(self.lm, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
@@ -320,7 +329,7 @@ class Session:
         # how loaded the machine was in this step, where a curve is at hand (budget=auto loads one)
         load = forward_ms / self._cost_model.cost_ms(len(tree)) if self._cost_model is not None else 1.0
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
-                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load)
+                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load, features=features)
         self.method.observe(outcome)
         drafter_notes = self.method.step_notes()
         decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=drafted.curve, cut=drafted.cut,

@@ -16,7 +16,8 @@ def tree_visibility(tree: DraftTree, past_len: int) -> torch.Tensor:
     return visible
 
 
-def tree_forward(lm: LoadedModel, cache, tree: DraftTree, past_len: int) -> torch.Tensor:
-    """Logits (q, vocab) for every tree node, root first; the cache grows by q entries."""
+def tree_forward(lm: LoadedModel, cache, tree: DraftTree, past_len: int, features: bool = False):
+    """Logits (q, vocab) for every tree node, root first; the cache grows by q entries. features: return
+    (logits, the target's features (q, hidden)) for a drafter that drafts from them."""
     return masked_forward(lm, cache, tree.tokens, [past_len + d for d in tree.depths],
-                          tree_visibility(tree, past_len))
+                          tree_visibility(tree, past_len), features)

@@ -66,9 +66,15 @@ class Method:
         """The drafters, in the order they draft (each stage takes what budget the earlier ones left)."""
         return []
 
-    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor) -> None:
+    @property
+    def needs_features(self) -> bool:
+        """Whether a stage drafts from the target's features (the session then computes them every forward)."""
+        return any(drafter.needs_features for drafter in self.stages)
+
+    def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor,
+                      features: torch.Tensor | None = None) -> None:
         for drafter in self.stages:
-            drafter.prefill_chunk(context, start, logits)
+            drafter.prefill_chunk(context, start, logits, features)
 
     def draft(self, context: list[int], budget: int) -> tuple[DraftTree, SourceSplit]:
         """Stages in order grow one tree (a node two stages propose costs once); also returns the split:

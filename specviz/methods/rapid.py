@@ -12,6 +12,7 @@ import torch
 
 from specviz.accept.sampling import SamplingSettings, sampling_accept
 from specviz.params import Param
+from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import encode
 from specviz.index.embedder import shared_embedder
 from specviz.drafters.draft_model import DraftModelDrafter
@@ -49,10 +50,16 @@ class Rapid(Method):
         return temperature == 0 or float(params["eta"]) == 0
 
     def build(self, lm, p, draft):
-        drafter = DraftModelDrafter(draft or lm, lm.vocab_size, breadth=1, branch_levels=0, depth=p["gamma"],
-                                    sampler=(self.sampling, self.noise))
         self.retrieval: Retrieval | None = None
         self.notes: list[str] = []
+        if draft is not None and not isinstance(draft, LoadedModel):  # the trained head, or its MissingHead
+            # the RAG drafter reads a prompt of its own, and a head drafts from the target's features of the
+            # target's context: the target's own weights read the chunks instead
+            self.notes.append("RAPID's RAG drafter reads its own prompt and the draft head drafts from the "
+                              "target's context: the target's own weights draft here")
+            draft = None
+        drafter = DraftModelDrafter(draft or lm, lm.vocab_size, breadth=1, branch_levels=0, depth=p["gamma"],
+                                    sampler=(self.sampling, self.noise))
         if self.prompt is None:
             self.notes.append("Started from token ids: no document to retrieve from; the drafter reads the whole prompt")
             return [drafter]

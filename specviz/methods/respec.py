@@ -9,7 +9,7 @@ import torch
 from specviz.accept.relaxed import relaxed_accept
 from specviz.params import Param
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
-from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
+from specviz.drafters.model_source import MODEL_PARAMS, draft_note, drafter_setting, model_drafter
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
 
@@ -34,7 +34,7 @@ class ReSpec(Method):
         Param("fallback", "auto", 0, 0, str, "respec: drafter when retrieval does not fire: the draft model, the "
                                               "copy-logit tree, or auto (more tokens per measured ms)",
               choices=("auto", "model", "logits")),
-    ] + DRAFT_MODEL_PARAMS + LOGITS_PARAMS
+    ] + MODEL_PARAMS + LOGITS_PARAMS
     uses_draft_model = True
 
     @classmethod
@@ -43,8 +43,13 @@ class ReSpec(Method):
         return temperature > 0 or float(params["tau"]) <= 0 or int(params["phi"]) <= 0
 
     def build(self, lm, p, draft):
-        model = draft_model_drafter(lm, p, draft) if p["fallback"] != "logits" else None
+        model = model_drafter(lm, p, draft, (self.sampling, self.noise)) if p["fallback"] != "logits" else None
+        self.notes = draft_note(draft) if p["fallback"] != "logits" else []
         return [ReSpecDrafter(p, model, drafter_setting(lm, draft, p), copy_logit_drafter(lm, p))]
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.notes)
 
     def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator, root_position: int):
         if not sampling.greedy:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from specviz.params import Param
 from specviz.drafters.automaton_retrieval import RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
-from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter, drafter_setting
+from specviz.drafters.model_source import MODEL_PARAMS, draft_note, drafter_setting, model_drafter
 from specviz.drafters.gated import GatedDrafter
 from specviz.drafters.search_path import SEARCH_PARAMS, search_drafters, search_indexes
 from specviz.methods.base import Method
@@ -18,7 +18,7 @@ class Unified(Method):
     name = "unified"
     summary = ("all three sources in one tree: Aho-Corasick retrieval + READER's trie/datastore branch, the "
                "draft model (when it pays), and the copy-logit tree, pruned by the cost-optimal planner")
-    params = (LOGITS_PARAMS + RETRIEVAL_PARAMS + SEARCH_PARAMS + DRAFT_MODEL_PARAMS
+    params = (LOGITS_PARAMS + RETRIEVAL_PARAMS + SEARCH_PARAMS + MODEL_PARAMS
               + [Param("model_stage", "auto", 0, 0, str, "unified: run the draft model stage always (on), never "
                                                          "(off), or when it measured faster here (auto)",
                        choices=("auto", "on", "off"))])
@@ -30,17 +30,19 @@ class Unified(Method):
 
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
-        model = GatedDrafter(draft_model_drafter(lm, p, draft), p["model_stage"], drafter_setting(lm, draft, p))
+        self.notes = draft_note(draft) if p["model_stage"] != "off" else []
+        inner = model_drafter(lm, p, draft, (self.sampling, self.noise))
+        model = [GatedDrafter(inner, p["model_stage"], drafter_setting(lm, draft, p))] if inner is not None else []
         # a step that runs the model stage has paid for its draft forwards, so its small tree drafts first:
         # after the automaton (which can fill a 64-node offer alone) it often found no room, and its nodes
         # came behind retrieval siblings that took the planner's share of their parent. The copy-logit
         # tree fills whatever budget it is offered, so it drafts last. With the stage off, the other
         # stages draft as before.
-        return [model, automaton_drafter(p), *search_drafters(self.indexes, p), copy_logit_drafter(lm, p)]
+        return [*model, automaton_drafter(p), *search_drafters(self.indexes, p), copy_logit_drafter(lm, p)]
 
     @property
     def warnings(self) -> list[str]:
-        return self.indexes.warnings
+        return self.notes + self.indexes.warnings
 
     def finish(self, output_ids: list[int]) -> None:
         self.indexes.finish(output_ids)

@@ -1,5 +1,9 @@
 """A block of tokens through a loaded model in one pass: each token at its own position, attending to
-the cache and to the block's tokens its row of a visibility mask allows (a draft tree, a chain, a prompt)."""
+the cache and to the block's tokens its row of a visibility mask allows (a draft tree, a chain, a prompt).
+
+Asked for `features`, a forward also returns what the model's head reads at every position: the final
+norm's output (n, hidden) in fp32. A draft head (runtime.draft_head) drafts from them; the lean decoder has
+them for free, transformers' stack gives them as its base model's last hidden state."""
 
 from __future__ import annotations
 
@@ -16,26 +20,37 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(1, 1, *visible.shape)
 
 
+def _stock_with_features(lm: LoadedModel, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' forward split at the head: (logits, final hidden states), both (q, ...) in fp32."""
+    hidden = lm.model.get_decoder()(**inputs).last_hidden_state
+    return lm.model.get_output_embeddings()(hidden)[0].float(), hidden[0].float()
+
+
 @torch.inference_mode()
 def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[int],
-                   visible: torch.Tensor) -> torch.Tensor:
+                   visible: torch.Tensor, features: bool = False):
     """Logits (q, vocab) in fp32 of q tokens at the given positions, each attending to the cache entries
     and new tokens its row of visible (q, cache + q) allows; the cache grows by q entries. Runs the
-    model's lean decoder where it has one, else transformers' forward."""
+    model's lean decoder where it has one, else transformers' forward. features: return (logits, features)."""
     device = lm.device
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     position_ids = torch.tensor([positions], dtype=torch.long, device=device)
     mask = additive_mask(visible.to(device), lm.dtype)
     if lm.decoder is not None:
-        return lm.decoder(input_ids, position_ids, mask[0, 0], cache)
-    out = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
-                   past_key_values=cache, use_cache=True)
-    return out.logits[0].float()
+        return lm.decoder(input_ids, position_ids, mask[0, 0], cache, features)
+    inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, past_key_values=cache,
+                  use_cache=True)
+    if features:
+        return _stock_with_features(lm, **inputs)
+    return lm.model(**inputs).logits[0].float()
 
 
 @torch.inference_mode()
-def causal_forward(lm: LoadedModel, cache, tokens: list[int]) -> torch.Tensor:
+def causal_forward(lm: LoadedModel, cache, tokens: list[int], features: bool = False):
     """Logits (q, vocab) in fp32 of q tokens appended to the cache in order, each seeing all before it
-    (a prefill chunk), through transformers' forward (the model's own causal mask)."""
+    (a prefill chunk), through transformers' forward (the model's own causal mask). features: return
+    (logits, features)."""
     ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
+    if features:
+        return _stock_with_features(lm, input_ids=ids, past_key_values=cache, use_cache=True)
     return lm.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0].float()

@@ -165,14 +165,26 @@ class LeanDecoder:
         return h + self.linear(self._gated(self.linear(x, w_gate, None), self.linear(x, w_up, None)), w_down, None)
 
     @torch.inference_mode()
-    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
+                 features: bool = False):
         """Logits (n, vocab) in fp32; input_ids, position_ids (1, n); mask (n, past + n) additive in the
-        model dtype; the cache grows by n entries per layer."""
-        h = self.inner.embed_tokens(input_ids)
+        model dtype; the cache grows by n entries per layer. features: also return the final norm's output
+        (n, hidden) in fp32, what the head reads (a draft head drafts from it)."""
+        return self.run_embedded(self.inner.embed_tokens(input_ids), position_ids, mask, cache, features)
+
+    @torch.inference_mode()
+    def run_embedded(self, h: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
+                     features: bool = False):
+        """__call__ on inputs already embedded: h (1, n, hidden) in the model dtype (a draft head feeds its
+        own mix of token embeddings and features here)."""
         cos, sin = self.inner.rotary_emb(h, position_ids)
         native = self.native_decoder()
         if native is not None and native.cache_ready(cache, len(self.layers)):
-            return native.forward(h, cos, sin, mask, cache)
+            if not features:
+                return native.forward(h, cos, sin, mask, cache)
+            logits, last = native.forward(h, cos, sin, mask, cache, last_hidden=True)
+            return logits, layer_kernel.torch_rmsnorm(last, self.inner.norm.weight,
+                                                      self.inner.norm.variance_epsilon)[0].float()
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
         groups = self.heads // self.kv_heads
         kernel = attention_kernel.usable(h.dtype, h.device, self.head_dim) if self.native_attention else None
@@ -186,7 +198,8 @@ class LeanDecoder:
             attended = self._attention(q, keys, values, mask, packed_mask, kernel)
             h = self.after_attention(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i])
         h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
-        return self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
+        logits = self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
+        return (logits, h[0].float()) if features else logits
 
 
 def build(model, linear, prepare=_as_is) -> tuple[LeanDecoder | None, str | None]:

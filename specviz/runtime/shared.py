@@ -164,14 +164,32 @@ def _self_skip(model: tuple, layers: int):
     return self_skip_model(resolve(model), layers)
 
 
+def _head(model: tuple, file: str, stamp: int):
+    """The trained draft head in file for the target under key model (runtime.draft_head; stamp: the file's
+    modification time when it was first read, part of the key only)."""
+    from pathlib import Path
+
+    from specviz.runtime.draft_head import load_head
+
+    return load_head(resolve(model), Path(file))
+
+
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
-    """The draft model a user named for target lm: None for the target's own weights ('self' or blank), the
-    target's first K layers for 'self-skip:K' (one per process and K), else load(spec), refused unless it
-    speaks the target's vocabulary. The one reading of a draft model spec (the app, the CLI, draft-quality)."""
+    """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
+    (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
+    own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), else
+    load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
+    cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
+    draft-quality)."""
+    from specviz.runtime.draft_head import HEAD_SPEC, head_exists, head_for
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
 
     spec = (spec or "").strip()
+    if spec == HEAD_SPEC or (not spec and head_exists(lm)):
+        return head_for(lm)
+    if spec.startswith(f"{HEAD_SPEC}:"):  # head:FILE, a head file of one's own (another training run)
+        return head_for(lm, spec[len(HEAD_SPEC) + 1:])
     if not spec or spec == SELF_DRAFT:
         return None
     layers = parse_self_skip(spec)
@@ -198,3 +216,4 @@ def forget(kind: str) -> None:
 
 register_loader("model", _load_model)
 register_loader("self-skip", _self_skip)
+register_loader("head", _head)

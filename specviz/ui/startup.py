@@ -1,8 +1,9 @@
 """Start-up before the first visitor: the page serves the recorded replay at once while a background thread loads
 the model, builds the native kernels, reads the datastore, the warm copy-logit table and the cost curve (each
 built and stored on first use), and takes one tree step through the app's model function; the page says when live
-steps are ready. On ZeroGPU the models are placed on cuda on the main thread before the page is served (spaces
-moves them to the GPU inside each call) and everything that runs the model happens in that first call."""
+steps are ready. When the model has no draft head yet, its training starts in a child process (ui.head_training;
+the page says how it goes). On ZeroGPU the models are placed on cuda on the main thread before the page is served
+(spaces moves them to the GPU inside each call) and everything that runs the model happens in that first call."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
     from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
     from specviz.index import datastore
     from specviz.runtime.shared import shared_model
-    from specviz.ui import gpu
+    from specviz.ui import gpu, head_training
     from specviz.ui.lab import Lab
 
     try:
@@ -68,6 +69,9 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
         datastore.shared_datastore(lm)
         status.mark("datastore ready")
+        training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
+        status.mark(f"draft head {training.state}")
+        print(f"specviz: {training.message}", flush=True)
         if not zero_gpu:  # these run the model: on ZeroGPU only inside a GPU call (the step below pays them)
             status.current = "building the native kernels"
             backend = lm.forward_backend()

@@ -80,9 +80,11 @@ class NativeDecoder:
             and layer._keys.dim() == 4 and layer._keys.is_contiguous() and layer._values.is_contiguous()
             and layer.length > 0 for layer in cache.layers)
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cache) -> torch.Tensor:
-        """Logits (n, vocab) of h (1, n, hidden), the embedded tokens (overwritten); cos, sin (1, n, d);
-        mask (n, past + n) additive; the cache grows by n entries per layer."""
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cache,
+                last_hidden: bool = False):
+        """Logits (n, vocab) of h (1, n, hidden), the embedded tokens; cos, sin (1, n, d); mask (n, past + n)
+        additive; the cache grows by n entries per layer. last_hidden: also return the last layer's output
+        (1, n, hidden), before the final norm."""
         n = h.shape[1]
         layers = cache.layers
         past = layers[0].length
@@ -106,7 +108,7 @@ class NativeDecoder:
             logits.data_ptr(), torch.get_num_threads())
         for layer in layers:
             layer.length = layer.transposed_length = past + n
-        return logits
+        return (logits, h) if last_hidden else logits
 
     def linear_only(self, n: int) -> None:
         """Every linear layer of the forward once on n rows of scratch input, as the forward calls them."""

@@ -1,0 +1,433 @@
+"""`python -m specviz train-head`: train the draft head (runtime.draft_head) for the loaded target on this
+machine's CPU, from the text of tools.head_corpus, and cache it per model.
+
+1. Text: the target's shipped answers, Python's reference documentation and library code, and the target's
+   own answers written here (seeded; tools.head_corpus): sampled answers to the project's prompts, greedy
+   answers to questions on Python's topics and functions and to new requests it writes after the project's
+   prompts (self-instruct). The suite guard drops anything that overlaps a benchmark suite.
+2. The draft vocabulary (FR-Spec): the `draft_vocab` tokens most frequent in the answers, the end tokens
+   always among them.
+3. Features: the target's own answers keep the features of the forwards that wrote them; the shipped text
+   gets them from one target forward per conversation: f_t at every position (the final norm's output).
+   The target's distribution over the draft vocabulary is softmax(W_draft f_t), recomputed when needed.
+4. Training (EAGLE's losses, EAGLE-3's training-time test): at step 0 the head reads the true f_{t-1} and
+   token t and predicts f_t; at step k it reads its own step k-1 prediction instead, attending to the true
+   entries up to t - k and its own earlier steps' entries on the diagonal, as it does when it drafts at
+   depth k + 1. Loss per step: smooth-L1 between predicted and true features plus `cls_weight` times the
+   cross-entropy of the head's distribution against the target's, on the answers' positions only.
+5. The held-out tenth of the conversations gives the top-1 agreement with the target at each step (how
+   often a greedy draft at depth 1, 2, 3 would be the target's token), recorded in the file.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from specviz.errors import SpecvizError
+from specviz.runtime.draft_head import (HeadNetwork, HeadRecord, head_path, save_head, target_identity,
+                                        target_shape)
+from specviz.runtime.loaded_model import LoadedModel
+from specviz.tools.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
+                                       python_code, python_reference, request_prompt, shipped_answers,
+                                       topic_questions, usable_request)
+
+
+REQUEST_TOKENS = 64   # at most, per new request the target writes (self-instruct)
+SAMPLE_TOP = 1024     # the target's answers are sampled among its best this many tokens
+
+
+@dataclass
+class TrainConfig:
+    draft_vocab: int = 8192        # tokens the head drafts (FR-Spec's frequency-ranked subset)
+    intermediate: int = 1536       # the head layer's MLP width
+    unroll: int = 2                # training-time test steps (depths trained; beyond 2 the head is rarely right)
+    epochs: int = 3
+    seq_len: int = 512             # tokens per conversation (longer ones are cut)
+    batch: int = 2
+    lr: float = 1e-3
+    cls_weight: float = 0.5
+    docs_chars: int = 120_000      # Python reference documentation
+    code_chars: int = 60_000       # Python library code
+    generate_per_prompt: int = 2   # sampled answers per project prompt (0: none)
+    generate_tokens: int = 160     # at most, per answer the target writes
+    generate_temperature: float = 0.8
+    generate_prompts: int | None = None   # how many project prompts to answer (None: all)
+    generate_batch: int = 32       # answers written at once (a batch of 32 writes about 2x the tokens/s of 8)
+    questions: int | None = 400    # greedy answers to questions on Python topics and functions (None: all)
+    requests_per_prompt: int = 2   # new requests the target writes after each project prompt, answered greedily
+    holdout: float = 0.1
+    seed: int = 0
+    bf16: bool = True              # autocast the head's training to bf16 where the CPU has it
+
+
+@dataclass
+class TrainReport:
+    path: str
+    seconds: dict = field(default_factory=dict)    # per phase
+    conversations: dict = field(default_factory=dict)  # per source
+    dropped_by_guard: int = 0
+    train_tokens: int = 0
+    answer_tokens: int = 0
+    draft_vocab: int = 0
+    draft_vocab_coverage: float = 0.0   # share of the answers' tokens inside the draft vocabulary
+    steps: int = 0
+    final_loss: float = 0.0
+    top1_by_depth: list = field(default_factory=list)   # held-out agreement with the target at depth 1..unroll
+    head_weights: int = 0
+
+
+@dataclass
+class Sequence:
+    ids: torch.Tensor       # (n,)
+    answer_from: int        # first position whose next token is part of the answer
+    features: torch.Tensor | None = None   # (n, hidden) fp32
+
+
+def _log_default(line: str) -> None:
+    pass
+
+
+# ---- 1. text ---------------------------------------------------------------------------------------------
+@torch.inference_mode()
+def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperature: float, seed: int,
+              batch_size: int) -> list[tuple[list[int], list[int], torch.Tensor]]:
+    """The target's answers to prompts (token ids), greedy at temperature 0, else sampled (top-p 0.95,
+    seeded), in left-padded batches of similar lengths: (prompt, answer up to and with its end token, the
+    target's features at every position of prompt + answer) each, in the prompts' order. The features come
+    from the generating forwards themselves (no second pass); the last token's row is zeros (never fed)."""
+    from transformers.cache_utils import DynamicCache
+
+    tokenizer = lm.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(lm.eos_ids))
+    ends = torch.tensor(sorted(lm.eos_ids), dtype=torch.long)
+    decoder, head = lm.model.get_decoder(), lm.model.get_output_embeddings()
+    generator = torch.Generator().manual_seed(seed)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: dict[int, tuple[list[int], list[int], torch.Tensor]] = {}
+    for first in range(0, len(order), batch_size):
+        chosen = order[first:first + batch_size]
+        encoded = [prompts[i] for i in chosen]
+        width = max(len(e) for e in encoded)
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=lm.device)
+        attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=lm.device)
+        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+        cache = DynamicCache(config=lm.model.config)
+        hidden = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                         use_cache=True).last_hidden_state
+        rows, tokens = [hidden.float().cpu()], []
+        done = torch.zeros(len(chosen), dtype=torch.bool)
+        for step in range(max_new):
+            logits = head(hidden[:, -1]).float().cpu()
+            if temperature > 0:  # top-p 0.95 within the best SAMPLE_TOP tokens (a full sort per step is slow)
+                probs = torch.softmax(logits / temperature, dim=-1)
+                ranked, index = probs.topk(min(SAMPLE_TOP, probs.shape[-1]), dim=-1)
+                ranked[(ranked.cumsum(-1) - ranked) > 0.95] = 0.0
+                token = index.gather(-1, torch.multinomial(ranked, 1, generator=generator))[:, 0]
+            else:
+                token = logits.argmax(-1)
+            tokens.append(token)
+            done |= torch.isin(token, ends)
+            if bool(done.all()) or step == max_new - 1:
+                break
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            hidden = decoder(input_ids=token[:, None].to(lm.device), attention_mask=attention,
+                             position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+            rows.append(hidden.float().cpu())
+        answers = torch.stack(tokens, dim=1).tolist()
+        features = torch.cat(rows, dim=1)
+        for row, index in enumerate(chosen):
+            answer = answers[row]
+            answer = answer[:next((i + 1 for i, t in enumerate(answer) if t in lm.eos_ids), len(answer))]
+            prompt, n = encoded[row], len(encoded[row]) + len(answer)
+            mine = features[row, width - len(prompt):width - len(prompt) + n]
+            mine = torch.cat([mine, torch.zeros(n - len(mine), mine.shape[-1])])
+            results[index] = (prompt, answer, mine)
+    return [results[i] for i in range(len(prompts))]
+
+
+def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, source: str, temperature: float,
+                     seed: int, guard: SuiteGuard | None = None, log: Callable[[str], None] = _log_default
+                     ) -> list[tuple[str, Sequence]]:
+    """The target's answers to prompts (user turns) as training sequences with their features, cut to
+    config.seq_len; (source, sequence) each. Answers that share a run of words with a suite (guard) are
+    dropped."""
+    from specviz.runtime.prompts import encode
+
+    started = time.perf_counter()
+    encoded = [encode(lm.tokenizer, [{"role": "user", "content": p}], lm.max_context) for p in prompts]
+    found = []
+    for prompt, answer, features in _generate(lm, encoded, config.generate_tokens, temperature, seed,
+                                              config.generate_batch):
+        if not answer or len(prompt) >= config.seq_len - 1:
+            continue
+        if guard is not None and guard.leaks(lm.tokenizer.decode(answer, skip_special_tokens=True)):
+            continue
+        ids = torch.tensor((prompt + answer)[:config.seq_len])
+        found.append((source, Sequence(ids, len(prompt) - 1, features[:len(ids)])))
+    tokens = sum(len(s.ids) - 1 - s.answer_from for _, s in found)
+    log(f"{source}: {len(found)} answers of the target, {tokens} tokens, {time.perf_counter() - started:.0f} s")
+    return found
+
+
+def self_instruct(lm: LoadedModel, examples: list[str], config: TrainConfig, guard: SuiteGuard) -> list[str]:
+    """New requests the target writes after the project's prompts (config.requests_per_prompt sampled tries
+    each; the usable ones, without repeats or suite text)."""
+    from specviz.runtime.prompts import encode
+
+    asks = [request_prompt(e) for e in examples for _ in range(config.requests_per_prompt)]
+    encoded = [encode(lm.tokenizer, [{"role": "user", "content": a}], lm.max_context) for a in asks]
+    written = _generate(lm, encoded, REQUEST_TOKENS, 1.0, config.seed + 1, config.generate_batch)
+    requests = [usable_request(lm.tokenizer.decode(answer, skip_special_tokens=True)) for _, answer, _ in written]
+    return list(dict.fromkeys(r for r in requests if r and not guard.leaks(r)))
+
+
+def collect(lm: LoadedModel, config: TrainConfig, log: Callable[[str], None] = _log_default
+            ) -> tuple[list[tuple[str, Sequence]], int]:
+    """Every training sequence, (source, sequence) each, and how many shipped texts the suite guard dropped.
+    The shipped text comes tokenized (its features are added later: add_features); the target's own
+    answers come with the features of the forwards that wrote them."""
+    guard = SuiteGuard()
+    shipped, dropped = guarded(shipped_answers() + python_reference(config.docs_chars)
+                               + python_code(config.code_chars), guard)
+    found = [(c.source, s) for c in shipped if (s := tokenize(lm, c, config.seq_len)) is not None]
+    examples = list(project_prompts().values())[:config.generate_prompts]
+    for round_ in range(config.generate_per_prompt):
+        found += generate_answers(lm, examples, config, "sampled", config.generate_temperature,
+                                  config.seed + 100 + round_, guard, log)
+    questions = (topic_questions() + library_questions())[:config.questions]
+    if questions:
+        found += generate_answers(lm, questions, config, "python-questions", 0.0, config.seed, guard, log)
+    if config.requests_per_prompt:
+        requests = self_instruct(lm, examples, config, guard)
+        log(f"self-instruct: the target wrote {len(requests)} usable new requests")
+        found += generate_answers(lm, requests, config, "self-instruct", 0.0, config.seed, guard, log)
+    return found, dropped
+
+
+def tokenize(lm: LoadedModel, conversation: Conversation, seq_len: int) -> Sequence | None:
+    """The conversation under the chat template, cut to seq_len tokens; None when no answer is left."""
+    tokenizer = lm.tokenizer
+    messages = conversation.messages()
+    prompt = tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True, tokenize=True)
+    full = tokenizer.apply_chat_template(messages, tokenize=True)
+    prompt, full = list(getattr(prompt, "input_ids", prompt)), list(getattr(full, "input_ids", full))
+    if full[:len(prompt)] != prompt or len(prompt) >= min(len(full), seq_len) - 1:
+        return None
+    return Sequence(torch.tensor(full[:seq_len]), len(prompt) - 1)
+
+
+# ---- 2. the draft vocabulary --------------------------------------------------------------------------
+def draft_vocabulary(lm: LoadedModel, sequences: list[Sequence], size: int) -> tuple[torch.Tensor, float]:
+    """The size tokens most frequent in the answers (the end tokens first; when the answers hold fewer
+    distinct tokens, the lowest ids fill the rest: a BPE vocabulary numbers its merges by frequency), and
+    the share of the answers' tokens they hold."""
+    counts = Counter()
+    for s in sequences:
+        counts.update(s.ids[s.answer_from + 1:].tolist())
+    must = sorted({int(t) for t in lm.eos_ids if 0 <= int(t) < lm.vocab_size})
+    chosen = must + [t for t, _ in counts.most_common() if t not in must][:max(0, size - len(must))]
+    taken = set(chosen)
+    chosen += [t for t in range(lm.vocab_size) if t not in taken][:max(0, min(size, lm.vocab_size) - len(chosen))]
+    total = sum(counts.values())
+    coverage = sum(counts[t] for t in chosen) / total if total else 0.0
+    return torch.tensor(sorted(chosen), dtype=torch.long), coverage
+
+
+# ---- 3. features ------------------------------------------------------------------------------------------
+@torch.inference_mode()
+def add_features(lm: LoadedModel, sequences: list[Sequence], log: Callable[[str], None] = _log_default) -> None:
+    """Each sequence's target features, one causal forward of the base model each."""
+    decoder = lm.model.get_decoder()
+    started = time.perf_counter()
+    for i, s in enumerate(sequences):
+        hidden = decoder(input_ids=s.ids[None].to(lm.device)).last_hidden_state[0]
+        s.features = hidden.float().cpu()
+        if (i + 1) % 50 == 0:
+            log(f"features of {i + 1}/{len(sequences)} conversations, {time.perf_counter() - started:.0f} s")
+
+
+# ---- 4. training --------------------------------------------------------------------------------------------
+def unrolled_mask(n: int, step: int) -> torch.Tensor:
+    """Visibility (n, (step + 1) n), True = attend, of step `step`'s queries over the keys of steps 0..step:
+    query t sees step 0's keys up to t - step and step j's key at t - step + j (its own draft path)."""
+    t = torch.arange(n)[:, None]
+    s = torch.arange(n)[None, :]
+    blocks = [s <= t - step] + [s == t - step + j for j in range(1, step + 1)]
+    visible = torch.cat(blocks, dim=1)
+    # a query with nothing visible (t < step) would make the softmax empty: let it see its own key
+    visible[:, -n:] |= torch.eye(n, dtype=torch.bool)
+    return visible
+
+
+def _batches(sequences: list[Sequence], size: int, rng: random.Random) -> list[list[Sequence]]:
+    order = sorted(sequences, key=lambda s: len(s.ids))  # similar lengths together: little padding
+    batches = [order[i:i + size] for i in range(0, len(order), size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _pad(batch: list[Sequence], hidden: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids (b, n), features (b, n, hidden), loss mask (b, n): position t counts when its next token is an
+    answer token of the sequence."""
+    n = max(len(s.ids) for s in batch)
+    ids = torch.zeros(len(batch), n, dtype=torch.long)
+    features = torch.zeros(len(batch), n, hidden)
+    mask = torch.zeros(len(batch), n, dtype=torch.bool)
+    for row, s in enumerate(batch):
+        ids[row, :len(s.ids)] = s.ids
+        features[row, :len(s.ids)] = s.features
+        mask[row, s.answer_from:len(s.ids) - 1] = True
+    return ids, features, mask
+
+
+def unrolled_losses(network: HeadNetwork, embed: torch.nn.Module, batch: list[Sequence], unroll: int,
+                    cls_weight: float, top1_weight: float = 0.0) -> tuple[list[torch.Tensor], list[tuple[int, int]]]:
+    """Per training-time-test step: the loss, and (agreeing top-1 tokens, positions) of the step."""
+    from transformers.cache_utils import DynamicCache
+
+    hidden = network.shape.hidden
+    ids, target, mask = _pad(batch, hidden)
+    n = ids.shape[1]
+    with torch.no_grad():
+        embeds = embed(ids).float()
+        target_logits = network.draft_logits(target).float()
+        target_probs = torch.softmax(target_logits, dim=-1)
+        target_top = target_logits.argmax(-1)
+    positions = torch.arange(n)[None].expand(len(batch), n)
+    cache = DynamicCache(config=network.body.config)
+    previous = F.pad(target[:, :-1], (0, 0, 1, 0))    # f_{t-1} at t (zeros at 0)
+    losses, agreement = [], []
+    for step in range(unroll):
+        predicted = network.train_forward(embeds, previous, positions, unrolled_mask(n, step)[None, None],
+                                                 cache)
+        valid = mask.clone()
+        valid[:, :step + 1] = False
+        weight = valid.float()
+        count = weight.sum().clamp_min(1.0)
+        regression = (F.smooth_l1_loss(predicted.float(), target, reduction="none").mean(-1) * weight).sum() / count
+        logits = network.draft_logits(predicted).float()
+        log_q = torch.log_softmax(logits, dim=-1)
+        cross = (-(target_probs * log_q).sum(-1) * weight).sum() / count
+        loss = regression + cls_weight * cross
+        if top1_weight:  # greedy drafts are accepted where the target's best token is the head's best
+            loss = loss + top1_weight * (-log_q.gather(-1, target_top[..., None])[..., 0] * weight).sum() / count
+        losses.append(loss)
+        agreement.append((int(((logits.argmax(-1) == target_top) & valid).sum()), int(valid.sum())))
+        previous = F.pad(predicted[:, :-1].detach(), (0, 0, 1, 0))
+    return losses, agreement
+
+
+def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None = None,
+          log: Callable[[str], None] = _log_default) -> TrainReport:
+    """Steps 1-5 of the module doc; the head is saved to out (default: this target's cache file)."""
+    if not (getattr(lm.model.config, "model_type", "") and lm.model.get_output_embeddings() is not None):
+        raise SpecvizError(f"{lm.name} has no output embedding to draft over: no draft head for it.")
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    report = TrainReport(path=str(out or head_path(lm)))
+    clock = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report.seconds[name] = round(now - clock, 1)
+        clock = now
+
+    found, report.dropped_by_guard = collect(lm, config, log)
+    phase("text")
+    sequences = [s for _, s in found]
+    if len(sequences) < 2:
+        raise SpecvizError("Too little text to train a draft head on.")
+    for source, _ in found:
+        report.conversations[source] = report.conversations.get(source, 0) + 1
+    report.train_tokens = sum(len(s.ids) for s in sequences)
+    report.answer_tokens = sum(len(s.ids) - 1 - s.answer_from for s in sequences)
+    draft_ids, report.draft_vocab_coverage = draft_vocabulary(lm, sequences, config.draft_vocab)
+    report.draft_vocab = len(draft_ids)
+    log(f"{len(sequences)} conversations, {report.train_tokens} tokens ({report.answer_tokens} in answers); draft "
+        f"vocabulary {len(draft_ids)} tokens holding {100 * report.draft_vocab_coverage:.1f}% of the answers' tokens")
+    add_features(lm, [s for s in sequences if s.features is None], log)
+    phase("features")
+
+    shape = target_shape(lm, config.intermediate, len(draft_ids))
+    network = HeadNetwork(lm, shape, draft_ids)
+    network.body.model.norm.weight.data.copy_(_final_norm_weight(lm))
+    network.train()
+    report.head_weights = sum(p.numel() for name, p in network.named_parameters() if p.requires_grad)
+    embed = lm.model.get_input_embeddings()
+    rng.shuffle(sequences)
+    held = max(1, int(len(sequences) * config.holdout))
+    holdout, training = sequences[:held], sequences[held:]
+    parameters = [p for p in network.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    total_steps = config.epochs * math.ceil(len(training) / config.batch)
+    warmup = max(1, total_steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, s / max(1, total_steps)))))
+    autocast = config.bf16 and lm.device.type == "cpu" and _cpu_has_bf16()
+    step, recent = 0, []
+    for epoch in range(config.epochs):
+        for batch in _batches(training, config.batch, rng):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                losses, _ = unrolled_losses(network, embed, batch, config.unroll, config.cls_weight)
+            loss = sum(losses) / len(losses)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, 0.5)
+            optimizer.step()
+            schedule.step()
+            step += 1
+            recent.append(float(loss.detach()))
+            if step % 25 == 0:
+                log(f"epoch {epoch + 1} step {step}/{total_steps}: loss {sum(recent[-25:]) / len(recent[-25:]):.4f}, "
+                    f"{time.perf_counter() - clock:.0f} s")
+    report.steps, report.final_loss = step, round(sum(recent[-25:]) / max(1, len(recent[-25:])), 5)
+    phase("training")
+    report.top1_by_depth = evaluate(network, embed, holdout, config)
+    phase("evaluation")
+    log(f"held-out top-1 agreement with the target by depth: {report.top1_by_depth}")
+    network.eval()
+    record = HeadRecord(target=target_identity(lm), shape=shape, training={
+        "config": asdict(config), "report": {k: v for k, v in asdict(report).items() if k != "path"},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__,
+        "threads": torch.get_num_threads()})
+    save_head(network, record, Path(report.path))
+    return report
+
+
+@torch.no_grad()
+def evaluate(network: HeadNetwork, embed: torch.nn.Module, sequences: list[Sequence], config: TrainConfig) -> list:
+    network.eval()
+    totals = [[0, 0] for _ in range(config.unroll)]
+    for batch in [sequences[i:i + config.batch] for i in range(0, len(sequences), config.batch)]:
+        _, agreement = unrolled_losses(network, embed, batch, config.unroll, config.cls_weight)
+        for total, (agree, count) in zip(totals, agreement):
+            total[0] += agree
+            total[1] += count
+    network.train()
+    return [round(a / c, 3) if c else 0.0 for a, c in totals]
+
+
+def _final_norm_weight(lm: LoadedModel) -> torch.Tensor:
+    """The target's final norm weight (the head's norm starts from it: the features' scale per dimension)."""
+    norm = getattr(lm.model.get_decoder(), "norm", None)
+    weight = getattr(norm, "weight", None)
+    hidden = lm.model.config.hidden_size
+    return weight.detach().float().cpu() if weight is not None and weight.shape == (hidden,) else torch.ones(hidden)
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        return "avx512_bf16" in Path("/proc/cpuinfo").read_text() or "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False

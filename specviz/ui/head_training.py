@@ -1,0 +1,108 @@
+"""The app trains the draft head in the background when its target has none: `python -m specviz train-head`
+in a child process at a lower priority (the app's visitors keep the machine first), its log beside the
+head's file, at most one per target across the app's processes (a lock file holds the child's pid).
+
+SPECVIZ_HEAD_TRAINING=off (the tests set it) starts nothing; the status then says how to train by hand.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specviz.runtime.draft_head import TRAIN_HINT, head_path
+from specviz.runtime.loaded_model import LoadedModel
+
+ROOT = Path(__file__).resolve().parents[2]
+NICENESS = 10
+_children: dict[str, subprocess.Popen] = {}
+
+
+@dataclass(frozen=True)
+class HeadTraining:
+    """Where the head of one target stands: ready, training (since when), or neither, and what to show."""
+    state: str          # "ready", "training", "off", "failed"
+    message: str
+
+
+def _lock(lm: LoadedModel) -> Path:
+    return head_path(lm).with_suffix(".training")
+
+
+def _log(lm: LoadedModel) -> Path:
+    return head_path(lm).with_suffix(".log")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _running_pid(lm: LoadedModel) -> int | None:
+    try:
+        pid = int(_lock(lm).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def enabled() -> bool:
+    return os.environ.get("SPECVIZ_HEAD_TRAINING", "on").strip().lower() not in ("off", "0", "no", "false")
+
+
+def start_if_missing(lm: LoadedModel) -> HeadTraining:
+    """Start training the head for lm in the background when it has none and none is being trained."""
+    if head_path(lm).is_file():
+        return status(lm)
+    if not enabled():
+        return status(lm)
+    if _running_pid(lm) is None:
+        path = head_path(lm)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = _log(lm).open("w")
+        command = [sys.executable, "-m", "specviz", "train-head", "--model", lm.name, "--device", "cpu"]
+        child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=lambda: os.nice(NICENESS))
+        _lock(lm).write_text(f"{child.pid} {time.time():.0f}\n")
+        _children[lm.name] = child
+    return status(lm)
+
+
+def status(lm: LoadedModel) -> HeadTraining:
+    if head_path(lm).is_file():
+        return HeadTraining("ready", f"Draft head for {lm.name}: trained; the model source drafts with it.")
+    pid = _running_pid(lm)
+    if pid is not None:
+        try:
+            started = float(_lock(lm).read_text().split()[1])
+            since = f", started {time.strftime('%H:%M', time.localtime(started))}"
+        except (OSError, ValueError, IndexError):
+            since = ""
+        return HeadTraining("training", f"⏳ A draft head for {lm.name} is being trained in the background{since} "
+                                        "(about 15 minutes on 2 cores); until it is ready the model source drafts "
+                                        "with the target's own weights.")
+    if not enabled():
+        return HeadTraining("off", f"No draft head for {lm.name} yet ({TRAIN_HINT}); the model source drafts with "
+                                   "the target's own weights.")
+    child = _children.get(lm.name)
+    if child is not None and child.poll() not in (None, 0):
+        return HeadTraining("failed", f"⚠️ Training the draft head for {lm.name} failed (see {_log(lm)}); the model "
+                                      f"source drafts with the target's own weights.")
+    return HeadTraining("off", f"No draft head for {lm.name} yet ({TRAIN_HINT}).")
+
+
+def _stop_children() -> None:
+    for child in _children.values():
+        if child.poll() is None:
+            child.terminate()
+
+
+atexit.register(_stop_children)
