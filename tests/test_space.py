@@ -212,6 +212,8 @@ def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
     assert str(tmp_path) not in answers[0] and "exist" not in answers[0]
     _, message = call_handler(app.on_step, lab, method="reader", draft_model=existing)
     assert "drafts only with" in message
+    _, message = call_handler(app.on_step, lab, method="reader", draft_model=f"head:{existing}")
+    assert "drafts only with" in message and existing not in message  # a head file of one's own is a path
     _, message = call_handler(app.on_step, lab, mode="compile")
     assert "compile" in message
     _, message = call_handler(app.on_step, lab, max_new_tokens=app.POLICY.max_new_tokens + 1)

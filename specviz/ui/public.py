@@ -31,8 +31,9 @@ from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared import SELF_DRAFT
 
 DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
-# drafts a visitor may pick besides an allowed model: the target's own weights, or its first K layers
-SELF_DRAFTS = ("", "self-skip:4", "self-skip:8", "self-skip:12")
+# drafts a visitor may pick besides an allowed model: the default, the trained head (never `head:FILE`, a path),
+# the target's own weights, or its first K layers
+SELF_DRAFTS = ("", "head", "self", "self-skip:4", "self-skip:8", "self-skip:12")
 MODEL_SLOTS = 2
 MAX_NEW_TOKENS = 512
 MAX_SWEEP_RUNS = 24
@@ -98,8 +99,9 @@ class Policy:
         name = (name or "").strip()
         if not self.public or name in self.drafts or name == SELF_DRAFT:
             return name
-        raise SpecvizError("This Space drafts only with the target's own weights (blank), its first K layers "
-                           f"({', '.join(d for d in SELF_DRAFTS if d)}) or a model on its list "
+        raise SpecvizError("This Space drafts only with its default (blank), the draft head trained for the target "
+                           "(head), the target's own weights (self), its first K layers "
+                           f"({', '.join(d for d in SELF_DRAFTS if d.startswith('self-skip'))}) or a model on its list "
                            f"({', '.join(self.models)}). Pick one of them.")
 
     def check_mode(self, mode: str | None) -> str:
