@@ -21,11 +21,11 @@ from specviz.errors import SpecvizError
 from specviz.records.notes import ReSpecNote
 from specviz.runtime import draft_head
 from specviz.runtime.block_forward import causal_forward
-from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, MissingHead, head_for, load_head,
+from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, MissingHead, load_head,
                                         target_identity, target_shape)
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
-from specviz.runtime.shared import resolve_draft
+from specviz.runtime.shared import head_for, resolve_draft
 from specviz.tools.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
                                       usable_request)
 from specviz.tools.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask

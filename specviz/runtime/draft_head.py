@@ -21,7 +21,7 @@ decoder (runtime.lean_forward, runtime.native where it runs) takes the fc output
 The file is safetensors with a JSON header (`HeadRecord`): the format and its version, the target it was
 trained for (name, shape, a probe of its weights), a digest of its vocabulary, the head's shape and how
 it was trained. `load_head` refuses, with a sentence for the user (`SpecvizError`), a file that is
-corrupt, of a newer format, or trained for another target or vocabulary; `head_for` says so in a
+corrupt, of a newer format, or trained for another target or vocabulary; `runtime.shared.head_for` says so in a
 `MissingHead` that the methods show while they draft with the copy-logit tree instead.
 """
 
@@ -360,27 +360,6 @@ def load_head(lm: LoadedModel, path: Path | None = None) -> DraftHead:
         raise corrupt
     network.load_state_dict(tensors, strict=False)
     return DraftHead(lm, network, record, path)
-
-
-def head_for_path(lm: LoadedModel, path: str = "") -> DraftHead:
-    """The head of a file for lm, loaded once per process and target: a shared resource keyed by the
-    target's key, the file and its modification time (a retrained head is read again), so that a session
-    state holding it travels as that key (runtime.portable) and another process loads the same file."""
-    from specviz.runtime.shared import shared
-
-    file = Path(path) if path else head_path(lm)
-    stamp = file.stat().st_mtime_ns if file.is_file() else 0
-    if lm.shared_key is not None:
-        return shared(("head", lm.shared_key, str(file), stamp))
-    return shared(("head", id(lm.model), str(file), stamp), lambda: load_head(lm, file))
-
-
-def head_for(lm: LoadedModel, path: str = "") -> DraftHead | MissingHead:
-    """head_for_path, or a MissingHead that says why there is none (missing, corrupt, stale, foreign)."""
-    try:
-        return head_for_path(lm, path)
-    except SpecvizError as error:
-        return MissingHead(str(error))
 
 
 def head_exists(lm: LoadedModel) -> bool:

@@ -21,6 +21,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
+from specviz.errors import SpecvizError
 from specviz.runtime.gc_pauses import freeze_long_lived
 
 _values: dict[tuple, object] = {}
@@ -174,6 +175,37 @@ def _head(model: tuple, file: str, stamp: int):
     return load_head(resolve(model), Path(file))
 
 
+def head_for_path(lm, path: str = ""):
+    """The head of a file for lm, loaded once per process and target: a shared resource keyed by the
+    target's key, the file and its modification time (a retrained head is read again), so that a session
+    state holding it travels as that key (runtime.portable) and another process loads the same file."""
+    from pathlib import Path
+
+    from specviz.runtime.draft_head import head_path
+
+    file = Path(path) if path else head_path(lm)
+    stamp = file.stat().st_mtime_ns if file.is_file() else 0
+    if lm.shared_key is not None:
+        return shared(("head", lm.shared_key, str(file), stamp))
+    return shared(("head", id(lm.model), str(file), stamp), lambda: _load_head_file(lm, file))
+
+
+def head_for(lm, path: str = ""):
+    """head_for_path, or a MissingHead that says why there is none (missing, corrupt, stale, foreign)."""
+    from specviz.runtime.draft_head import MissingHead
+
+    try:
+        return head_for_path(lm, path)
+    except SpecvizError as error:
+        return MissingHead(str(error))
+
+
+def _load_head_file(lm, file):
+    from specviz.runtime.draft_head import load_head
+
+    return load_head(lm, file)
+
+
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
     (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
@@ -181,7 +213,7 @@ def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
     cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
     draft-quality)."""
-    from specviz.runtime.draft_head import HEAD_SPEC, head_exists, head_for
+    from specviz.runtime.draft_head import HEAD_SPEC, head_exists
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
 
