@@ -235,10 +235,12 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     page.wait_for_function(f"{CAPTION}.includes('Showing step {shown + 1} ')", timeout=30_000)
     bonus = "#tree-box svg:not([style*='display: none']) g.n-bonus .n-in"
     early = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
-    phases = page.evaluate("() => document.querySelector('#tree-box').getAnimations({subtree: true})"
-                           ".map(a => a.animationName)")
-    assert "tv-ph" in phases and "tv-in" in phases and "tv-pulse" in phases  # draft ... commit are under way
-    page.wait_for_timeout(900)
+    phases = set()
+    for _ in range(6):  # what runs over the first 0.9 s of the step (a busy machine may start it late)
+        phases |= set(page.evaluate("() => document.querySelector('#tree-box').getAnimations({subtree: true})"
+                                    ".map(a => a.animationName)"))
+        page.wait_for_timeout(150)
+    assert {"tv-ph", "tv-in", "tv-pulse"} <= phases  # draft ... commit are under way
     page.screenshot(path=str(SHOTS / "animation-frame-1280x720.png"))  # mid-step: verified, accepting
     page.wait_for_timeout(1500)  # the pace is 2.5 s a step: the step is whole from 0.75 of it
     late = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
