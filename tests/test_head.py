@@ -3,6 +3,7 @@ bookkeeping, every method that drafts with it staying lossless (greedy and sampl
 a tiny target in seconds, and the fallbacks when the head cannot draft."""
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -412,3 +413,39 @@ def test_the_target_writes_new_requests_it_can_answer(tiny):
     assert usable_request('"Write a limerick about a cat who sails."\n\nMore text') == \
         "Write a limerick about a cat who sails."
     assert usable_request("ok") is None
+
+
+def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkeypatch, tmp_path):
+    """ui.head_training: a missing head starts one niced `train-head` child per target (a second call while
+    it runs starts none), the status says it is training, then ready once the file is there; switched off,
+    it starts nothing and says how to train by hand."""
+    from types import SimpleNamespace
+
+    from specviz.ui import head_training
+
+    started = []
+
+    class Child:
+        pid = os.getpid()  # alive for as long as the test runs
+
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+        def poll(self):
+            return None
+
+    monkeypatch.setenv("SPECVIZ_HEADS", str(tmp_path))
+    monkeypatch.setattr(head_training.subprocess, "Popen", Child)
+    monkeypatch.setattr(head_training, "_children", {})
+    target = SimpleNamespace(name="some-target")
+    monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "off")
+    off = head_training.start_if_missing(target)
+    assert off.state == "off" and "train-head" in off.message and started == []
+    monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "on")
+    first = head_training.start_if_missing(target)
+    again = head_training.start_if_missing(target)
+    assert len(started) == 1
+    assert started[0][1:] == ["-m", "specviz", "train-head", "--model", "some-target", "--device", "cpu"]
+    assert first.state == again.state == "training" and "being trained in the background" in first.message
+    draft_head.head_path(target).write_bytes(b"")  # the child wrote the head
+    assert head_training.status(target).state == "ready"
