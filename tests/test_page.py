@@ -232,7 +232,10 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     page = paused_page(browser, page_url)
     shown = shown_step(page)
     page.locator("#next-btn").click()
-    page.wait_for_function(f"{CAPTION}.includes('Showing step {shown + 1} ')", timeout=30_000)
+    # the tree's own title, not the caption: the caption's Markdown may be drawn later, on a busy machine
+    # after the step's first phases have played
+    title = "(document.querySelector('#tree-box .tv-title')?.innerText || '')"
+    page.wait_for_function(f"{title}.startsWith('step {shown + 1}:')", timeout=30_000)
     bonus = "#tree-box svg:not([style*='display: none']) g.n-bonus .n-in"
     early = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
     phases = set()
