@@ -10,20 +10,22 @@ REPEAT_PROMPT = "Write the numbers from 1 to 60, separated by commas."
 def test_planner_answers_an_empty_tree_as_its_general_path_would():
     """No draft node (a silent source, no budget left): plain decoding, priced from the curve directly."""
     from specviz.engine.costmodel import CostModel
-    from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan
+    from specviz.engine.planner import AcceptanceModel, OnlineCost, best_first, plan_tree
 
     cost = OnlineCost(CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m",
                                 device="cpu", dtype="float32", threads=2))
     for _ in range(4):
         cost.observe(1, 12.5)  # the correction moves the one-token cost to 12.5 ms
-    kept, cut, curve = plan(DraftTree(1), AcceptanceModel(), cost, 64, draft_ms=0.5)
+    empty = plan_tree(DraftTree(1), AcceptanceModel(), cost, 64, draft_ms=0.5)
+    kept, cut, curve = empty.kept, empty.cut, empty.expected
     assert kept == [] and cut.kept == cut.offered == 0
     assert cut.expected_tokens_per_s == round(1000 / (0.5 + 12.5), 2)
     assert curve == [0.0]
     # the general path, on a tree whose one node does not pay for its verify cost, decides the same
     tree = DraftTree(1)
     tree.add(0, 5, "logits", prior=0.05)
-    kept, general, _ = plan(tree, AcceptanceModel(), cost, 64, draft_ms=0.5)
+    chosen = plan_tree(tree, AcceptanceModel(), cost, 64, draft_ms=0.5)
+    kept, general = chosen.kept, chosen.cut
     assert kept == [] and general.expected_tokens_per_s == cut.expected_tokens_per_s
     assert best_first(DraftTree(1), AcceptanceModel(), 64)[0] == []
 
@@ -71,7 +73,7 @@ def test_the_planner_drafts_again_after_trees_were_measured_during_a_burst(lm):
 # ---- per-source calibration of the planner --------------------------------------------------------
 def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     from specviz.engine.costmodel import CostModel
-    from specviz.engine.planner import AcceptanceModel, plan
+    from specviz.engine.planner import AcceptanceModel, plan_tree
 
     def tree():
         t = DraftTree(1)
@@ -85,14 +87,14 @@ def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     cost = CostModel(sizes=[1, 2, 8], ms=[10.0, 12.0, 24.0], context_len=512, model="m", device="cpu",
                      dtype="float32", threads=2)
     model = AcceptanceModel()
-    kept_before, _, _ = plan(tree(), model, cost, 8)
+    kept_before = plan_tree(tree(), model, cost, 8).kept
     assert set(kept_before) == {1, 2}  # the logits chain promises most (and takes the root's first share)
     for _ in range(6):  # the logits nodes always fail, the retrieval chain is always accepted
         t = tree()
         model.observe_step(t, model.node_chances(t), ["root", "rejected", "unreached", "accepted", "accepted"])
     assert model.calibration("logits") < 0.5 < 1.0 < model.calibration("retrieval")
     t = tree()
-    kept_after, _, _ = plan(t, model, cost, 8)
+    kept_after = plan_tree(t, model, cost, 8).kept
     assert set(kept_after) == {3, 4} and all(t.sources[n] == {"retrieval"} for n in kept_after)
     saved = model.checkpoint()
     model.observe_step(t, model.node_chances(t), ["root", "accepted", "accepted", "rejected", "unreached"])

@@ -278,14 +278,6 @@ def _best_first(tree: DraftTree, acceptance: AcceptanceModel, max_nodes: int,
     return order, [0.0, *itertools.accumulate(chances[n] for n in order)], chances
 
 
-def plan(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
-         margin: float = PLAIN_MARGIN, chances: list[float] | None = None) -> tuple[list[int], BudgetCut, list[float]]:
-    """The best-first nodes to keep, the numbers behind the cut, and the expected accepted drafts of keeping
-    the first k nodes of the best-first order (k = 0..): plan_tree's answer in short."""
-    chosen = plan_tree(tree, acceptance, cost, max_nodes, draft_ms, margin=margin, chances=chances)
-    return chosen.kept, chosen.cut, chosen.expected
-
-
 def plan_tree(tree: DraftTree, acceptance: AcceptanceModel, cost, max_nodes: int, draft_ms: float = 0.0,
               overhead_ms: float = 0.0, margin: float = PLAIN_MARGIN,
               chances: list[float] | None = None) -> TreePlan:

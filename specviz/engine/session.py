@@ -24,8 +24,7 @@ from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.prompts import PromptText, encode
 from specviz.records.charts import SamplingCharts
 from specviz.records.offered import NOT_RANKED, CutNodes
-from specviz.records.plan import BudgetCut, SourceSplit
-from specviz.records.plan import PlanDecision
+from specviz.records.plan import BudgetCut, PlanDecision, SourceSplit
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
 from specviz.records.trace import Trace

@@ -24,7 +24,7 @@ def split_from_dict(data: dict | None) -> SourceSplit | None:
 
 @dataclass(frozen=True)
 class BudgetCut:
-    """budget=auto: where the planner cut the best-first order of the offered nodes (planner.plan)."""
+    """budget=auto: where the planner cut the best-first order of the offered nodes (planner.plan_tree)."""
     offered: int                    # draft nodes the sources offered
     kept: int                       # the best-first prefix kept (0: plain decoding pays best)
     expected_accepted: float        # expected accepted drafts of the kept prefix

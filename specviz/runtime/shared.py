@@ -181,13 +181,13 @@ def head_for_path(lm, path: str = ""):
     state holding it travels as that key (runtime.portable) and another process loads the same file."""
     from pathlib import Path
 
-    from specviz.runtime.draft_head import head_path
+    from specviz.runtime.draft_head import head_path, load_head
 
     file = Path(path) if path else head_path(lm)
     stamp = file.stat().st_mtime_ns if file.is_file() else 0
     if lm.shared_key is not None:
         return shared(("head", lm.shared_key, str(file), stamp))
-    return shared(("head", id(lm.model), str(file), stamp), lambda: _load_head_file(lm, file))
+    return shared(("head", id(lm.model), str(file), stamp), lambda: load_head(lm, file))
 
 
 def head_for(lm, path: str = ""):
@@ -198,12 +198,6 @@ def head_for(lm, path: str = ""):
         return head_for_path(lm, path)
     except SpecvizError as error:
         return MissingHead(str(error))
-
-
-def _load_head_file(lm, file):
-    from specviz.runtime.draft_head import load_head
-
-    return load_head(lm, file)
 
 
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
