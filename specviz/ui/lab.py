@@ -60,10 +60,6 @@ class Lab:
     def settings(self) -> Settings | None:
         return self.state.settings
 
-    @property
-    def baselines(self) -> dict:
-        return self.state.baselines
-
     # ---- settings -------------------------------------------------------------------------------
     @staticmethod
     def checked_prompt(prompt: str):
@@ -300,9 +296,6 @@ class Lab:
         """The output against greedy decoding where the method may differ from it (computed by the last model
         call: ui.lab_state.update_diff); None otherwise."""
         return self.state.diff
-
-    def _baseline_key(self, new_tokens: int) -> tuple:
-        return self.state.baseline_key(new_tokens)
 
     def baseline_so_far(self) -> RunResult | None:
         """ar on the same prompt and sampling for as many tokens as the run has, where one was measured (stepped
