@@ -333,7 +333,10 @@ const edges = () => {
 };
 const restart = () => {
   document.documentElement.style.setProperty('--pace', String(pace()));
-  for (const a of element.getAnimations({subtree: true})) { a.cancel(); a.play(); }
+  // every animation of the step from its start, finished ones too (a chip's, which holds no end state, is
+  // already over when a busy page calls this late): the class off, a reflow, the class on
+  const root = element.querySelector('.tv.tv-anim');
+  if (root) { root.classList.remove('tv-anim'); void root.offsetWidth; root.classList.add('tv-anim'); }
   fit();
   centre();
   edges();
