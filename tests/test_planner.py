@@ -102,6 +102,27 @@ def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     assert model.checkpoint() == saved
 
 
+def test_a_calibrated_chance_is_never_above_its_parents_or_one():
+    """A source that delivers more than it promised gets a factor above 1; a node of it must still be no
+    likelier than the path to it (and so than 1), or the planner values deep chains it cannot get."""
+    from specviz.engine.planner import CALIBRATION_MAX, AcceptanceModel
+
+    t = DraftTree(1)
+    a = t.add(0, 5, "retrieval", prior=0.9)
+    b = t.add(a, 6, "retrieval", prior=0.95)
+    t.add(b, 7, "logits", prior=0.2)
+    model = AcceptanceModel()
+    for _ in range(20):  # promises 0.9 + 0.855 a step, delivers 2: factor up to CALIBRATION_MAX
+        model.observe_step(t, model.node_chances(t), ["root", "accepted", "accepted", "rejected"])
+    assert model.calibration("retrieval") > 1.0
+    raw = model.node_chances(t)
+    calibrated = model.calibrated(t, raw)
+    assert raw[a] * model.calibration("retrieval") > 1.0  # uncapped it would pass 1 ...
+    assert calibrated[0] == 1.0 and calibrated[a] == 1.0  # ... capped at the root's
+    assert all(calibrated[n] <= calibrated[t.parents[n]] for n in range(1, len(t)))
+    assert calibrated[b] == min(raw[b] * min(CALIBRATION_MAX, model.calibration("retrieval")), 1.0)
+
+
 def test_a_steps_fixed_overhead_is_priced_and_favours_no_smaller_tree():
     """Theorem 1's denominator is the whole step: a fixed overhead (acceptance, updates, the record) is paid
     whatever is kept, so pricing it never keeps fewer nodes, and the promise counts it."""

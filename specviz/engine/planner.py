@@ -25,7 +25,7 @@ retrieval share) that estimate is the prior instead.
 Each source's promises are calibrated per session: the planner keeps, per source, an exponential moving
 sum of the chances of the kept nodes it proposed and of how many of them the target accepted, and
 scales that source's chances by got / promised (1 at the start, at most CALIBRATION_MAX; a node two
-sources proposed takes the better factor). On text that does not repeat, the copy-logit priors (a
+sources proposed takes the better factor; a node's calibrated chance is at most its parent's). On text that does not repeat, the copy-logit priors (a
 probability seen in another context) promise several times what the target accepts; this stops the
 planner paying for those trees without touching a retrieval chain that does pay. A source that kept no
 node this step fades towards the start, so a session that stopped drafting from it tries again later.
@@ -100,10 +100,14 @@ class AcceptanceModel:
                    / (self.promised.get(source, 0.0) + CALIBRATION_PRIOR))
 
     def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
-        """Unconditional chances times the best calibration among each node's sources (root: 1)."""
+        """Unconditional chances times the best calibration among each node's sources (root: 1), each at most
+        its parent's: a factor above 1 must not make a node likelier than the path to it (or than 1)."""
         factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])}
-        factor_of, sources = factors.__getitem__, tree.sources
-        return [1.0] + [chances[n] * max(map(factor_of, sources[n])) for n in range(1, len(tree))]
+        factor_of, sources, parents = factors.__getitem__, tree.sources, tree.parents
+        out = [1.0] * len(tree)
+        for n in range(1, len(tree)):  # a parent's index is below its children's
+            out[n] = min(chances[n] * max(map(factor_of, sources[n])), out[parents[n]])
+        return out
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[NodeStatus]) -> None:
         """chances: the verified tree's uncalibrated node chances; accepted nodes are the ones delivered."""

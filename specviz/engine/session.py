@@ -58,9 +58,8 @@ def headline_figures(new_tokens: int, steps: int, wall_s: float) -> dict:
 
 
 def shown_chance(chance: float) -> float:
-    """A calibrated chance as a record shows it: the session's calibration factor (up to CALIBRATION_MAX) can
-    lift a likely node's chance past 1, which is no probability."""
-    return round(min(1.0, chance), 4)
+    """A calibrated chance as a record shows it (the planner keeps each at most its parent's, so at most 1)."""
+    return round(chance, 4)
 
 
 class TokenTexts:
