@@ -45,7 +45,8 @@ HEAD_PARAMS = [
     Param("head_breadth", 4, 1, 16, int, "draft head: children of each expanded node (its top-k)"),
     Param("head_expand", 4, 1, 16, int, "draft head: nodes of each level expanded, the best by path chance "
                                         "(EAGLE-2's dynamic tree)"),
-    Param("head_depth", 3, 1, 16, int, "draft head: levels drafted (one head forward each)"),
+    # 2, not EAGLE-2's deeper trees: on a CPU a third level costs more than it brings (docs/benchmarks.md)
+    Param("head_depth", 2, 1, 16, int, "draft head: levels drafted (one head forward each)"),
     Param("head_nodes", 24, 1, 256, int, "draft head: nodes it offers, the best by path chance (EAGLE-2's "
                                          "reranking; the rest of the budget is left to the other sources)"),
 ]
