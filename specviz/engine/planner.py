@@ -25,9 +25,10 @@ retrieval share) that estimate is the prior instead.
 Each source's promises are calibrated per session: the planner keeps, per source, an exponential moving
 sum of the chances of the kept nodes it proposed and of how many of them the target accepted, and
 scales that source's chances by got / promised (1 at the start, at most CALIBRATION_MAX; a node two
-sources proposed takes the better factor; a node's calibrated chance is at most its parent's). On text that does not repeat, the copy-logit priors (a
-probability seen in another context) promise several times what the target accepts; this stops the
-planner paying for those trees without touching a retrieval chain that does pay. A source that kept no
+sources proposed takes the better factor; a node's calibrated chance is at most its parent's). On text
+that does not repeat, the copy-logit priors (a probability seen in another context) promise several times
+what the target accepts; this stops the planner paying for those trees without touching a retrieval
+chain that does pay. A source that kept no
 node this step fades towards the start, so a session that stopped drafting from it tries again later.
 
 The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
