@@ -28,8 +28,8 @@ scales that source's chances by got / promised (1 at the start, at most CALIBRAT
 sources proposed takes the better factor; a node's calibrated chance is at most its parent's). On text
 that does not repeat, the copy-logit priors (a probability seen in another context) promise several times
 what the target accepts; this stops the planner paying for those trees without touching a retrieval
-chain that does pay. A source that kept no
-node this step fades towards the start, so a session that stopped drafting from it tries again later.
+chain that does pay. A source that kept no node this step fades towards the start, so a session that
+stopped drafting from it tries again later.
 
 The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
 size band, scale the curve (context length and machine load move it; the planner needs the ratio between

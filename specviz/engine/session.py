@@ -57,11 +57,6 @@ def headline_figures(new_tokens: int, steps: int, wall_s: float) -> dict:
             "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
 
 
-def shown_chance(chance: float) -> float:
-    """A calibrated chance as a record shows it (the planner keeps each at most its parent's, so at most 1)."""
-    return round(chance, 4)
-
-
 class TokenTexts:
     """Decoded text of single tokens. The whole vocabulary is decoded once per tokenizer (49,152 tokens:
     about 0.1 s) and shared by every session: a step records up to a few hundred tokens, and decoding each
@@ -113,7 +108,7 @@ class Drafted:
             cut.parents.append(new_id[offered.parents[node]])
             cut.tokens.append(offered.tokens[node])
             cut.sources.append("+".join(sorted(offered.sources[node])))
-            cut.chances.append(shown_chance(plan.chances[node]))
+            cut.chances.append(round(plan.chances[node], 4))
             cut.ranks.append(rank.get(node, NOT_RANKED))
         return cut
 
@@ -388,7 +383,7 @@ class Session:
                 mark=transferred if status is transferred else None,
                 target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
-                score=round(tree.score(n), 6), meta=node_meta, chance=shown_chance(chances[n])))
+                score=round(tree.score(n), 6), meta=node_meta, chance=round(chances[n], 4)))
         origins = ["+".join(sorted(tree.sources[n])) + ORIGIN_MARKS.get(statuses[n], "")
                    for n in verification.path[:len(committed) - 1]]
         origins += ["bonus"] * (len(committed) - len(origins))
