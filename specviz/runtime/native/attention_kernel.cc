@@ -4,8 +4,9 @@
 //
 // Query heads that share a key/value head are taken together (kv head h: rows g * n + t for group g, tree
 // token t), so each key is read once for all of them; q and the output are read and written in the
-// forward's own (token, head, d) layout. Per kv head the keys are first transposed into tiles of 16
-// (d x 16), so a score is a plain FMA chain over d, 16 keys per vector, without horizontal sums. Then per
+// forward's own (token, head, d) layout. Per kv head the keys are first transposed into tiles of kLanes keys
+// (d x kLanes: 16 with AVX-512, 8 with AVX2, 4 elsewhere), so a score is a plain FMA chain over d, a vector of
+// keys at a time, without horizontal sums. Then per
 // block of up to kRows rows (blocks of even size): scores + mask, the row's max, exponentials
 // (vector_math.h), and out = sum p_j v_j / sum p_j with j in key order, a masked key contributing exactly
 // 0. The buffers the kernel fills are 64-byte aligned.
@@ -25,28 +26,53 @@
 
 namespace {
 
-// query rows per block: they share every key and value read. Six rows of 64 dims keep the block's
-// accumulators (6 x 4 vectors of the output) in registers; 128 dims take three.
+// query rows per block: they share every key and value read. With AVX-512 (32 registers of 16 floats) six rows
+// of 64 dims keep the block's accumulators (6 x 4 vectors of the output) in registers, and 128 dims take three;
+// with AVX2 (16 registers of 8 floats) two rows of 64 dims (2 x 8 vectors: a few spill, still 10% faster than
+// one row here) and one of 128; with 4-float vectors one row of 64 dims already takes 16 registers.
+#if defined(__AVX512F__)
 template <int kDim>
 constexpr int kRows = kDim == 64 ? 6 : 3;
+#elif defined(__AVX__)
+template <int kDim>
+constexpr int kRows = kDim == 64 ? 2 : 1;
+#else
+template <int kDim>
+constexpr int kRows = 1;
+#endif
 constexpr int kMostRows = kRows<64>;  // the scratch each thread holds serves every head size
 constexpr size_t kKeptFloats = 1 << 18;  // 1 MB of transposed keys kept per calling thread
 
-// rows[i] <- column i of the 16 x 16 block (four perfect shuffles of rows i and i + 8)
-inline void transpose16(vf* rows) {
-    const vi lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const vi hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    for (int stage = 0; stage < 4; stage++) {
+// rows[i] <- column i of the kLanes x kLanes block (log2(kLanes) perfect shuffles of rows i and i + kLanes / 2)
+#if defined(__AVX512F__)
+constexpr int kShuffleStages = 4;
+#define SPECVIZ_INTERLEAVE_LO {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23}
+#define SPECVIZ_INTERLEAVE_HI {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}
+#elif defined(__AVX__)
+constexpr int kShuffleStages = 3;
+#define SPECVIZ_INTERLEAVE_LO {0, 8, 1, 9, 2, 10, 3, 11}
+#define SPECVIZ_INTERLEAVE_HI {4, 12, 5, 13, 6, 14, 7, 15}
+#else
+constexpr int kShuffleStages = 2;
+#define SPECVIZ_INTERLEAVE_LO {0, 4, 1, 5}
+#define SPECVIZ_INTERLEAVE_HI {2, 6, 3, 7}
+#endif
+inline void transpose_tile(vf* rows) {
+    const vi lo = SPECVIZ_INTERLEAVE_LO;
+    const vi hi = SPECVIZ_INTERLEAVE_HI;
+    for (int stage = 0; stage < kShuffleStages; stage++) {
         vf next[kLanes];
-        for (int i = 0; i < 8; i++) {
-            next[2 * i] = __builtin_shuffle(rows[i], rows[i + 8], lo);
-            next[2 * i + 1] = __builtin_shuffle(rows[i], rows[i + 8], hi);
+        for (int i = 0; i < kLanes / 2; i++) {
+            next[2 * i] = __builtin_shuffle(rows[i], rows[i + kLanes / 2], lo);
+            next[2 * i + 1] = __builtin_shuffle(rows[i], rows[i + kLanes / 2], hi);
         }
         for (int i = 0; i < kLanes; i++) rows[i] = next[i];
     }
 }
 
-// the first 64-byte boundary at or after p (a buffer holds kLanes spare floats for it): a vector that
+constexpr int kAlignSpare = 16;  // floats a buffer holds past its size, for aligned() (64 bytes, any kLanes)
+
+// the first 64-byte boundary at or after p (a buffer holds kAlignSpare spare floats for it): a vector that
 // straddles two cache lines loads at half speed, which cost the scores a quarter of their time
 inline float* aligned(float* p) {
     return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
@@ -57,7 +83,7 @@ inline bool any_lane(vi lanes) {
     return std::memcmp(&lanes, &none, sizeof none) != 0;
 }
 
-// dot products of `rows` query rows (q: rows x dim) with kChunks x 16 keys from j0 (kt: 16-key tiles, d x 16)
+// dot products of `rows` query rows (q: rows x dim) with kChunks x kLanes keys from j0 (kt: tiles, d x kLanes)
 template <int kDim, int kChunks, int rows>
 inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[][2]) {
     for (int r = 0; r < rows; r++)
@@ -124,7 +150,7 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, const float* kt, int6
         }
     }
     // out = sum_j weight_j v_j / sum_j weight_j, both in key order (so a key's position never matters);
-    // 16 keys masked for every row of the block are skipped (a masked key adds exactly 0)
+    // a vector of keys masked for every row of the block is skipped (a masked key adds exactly 0)
     vf acc[rows][kDim / kLanes];
     float sum[rows];
     for (int r = 0; r < rows; r++) {
@@ -160,7 +186,7 @@ void attend_rows(int count, const float* q, Rows q_rows, int64_t r0, const float
     attend_block<kDim, R>(q, q_rows, r0, kt, padded, v, keys, mask, scale, out, out_rows, s);
 }
 
-// Transposes keys [from, keys) of every kv head into 16-key tiles (the tile that holds `from` whole, zero past
+// Transposes keys [from, keys) of every kv head into kLanes-key tiles (the tile that holds `from` whole, zero past
 // the last key) at kt (kv head h at kt + h * kt_stride, 64-byte aligned), then attends every query row.
 // A caller that keeps kt between calls passes how many keys it already holds transposed as `from`.
 template <int kDim>
@@ -174,7 +200,7 @@ void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const f
 #pragma omp parallel
     {
         static thread_local std::vector<float> scratch;
-        scratch.resize(kMostRows * padded + kLanes);
+        scratch.resize(kMostRows * padded + kAlignSpare);
 #pragma omp for schedule(static)
         for (int64_t unit = 0; unit < kv_heads * new_tiles; unit++) {
             const int64_t h = unit / new_tiles, j0 = (first_tile + unit % new_tiles) * kLanes;
@@ -184,7 +210,7 @@ void attend(const float* q, Rows q_rows, int64_t groups, const float* k, const f
                 vf block[kLanes];
                 for (int i = 0; i < kLanes; i++)
                     block[i] = j0 + i < keys ? load(head_keys + (j0 + i) * kDim + c * kLanes) : vf{};
-                transpose16(block);
+                transpose_tile(block);
                 for (int i = 0; i < kLanes; i++) store(tile + (c * kLanes + i) * kLanes, block[i]);
             }
         }
@@ -207,7 +233,7 @@ void attend_all_keys(const float* q, Rows q_rows, int64_t groups, const float* k
                      int64_t kv_heads, int64_t keys, const float* mask, float scale, float* out, Rows out_rows) {
     const int64_t padded = (keys + kLanes - 1) / kLanes * kLanes;
     static thread_local std::vector<float> transposed;
-    transposed.resize(kv_heads * padded * kDim + kLanes);
+    transposed.resize(kv_heads * padded * kDim + kAlignSpare);
     attend<kDim>(q, q_rows, groups, k, v, kv_stride, kv_heads, keys, mask, scale, out, out_rows,
                  aligned(transposed.data()), padded * kDim, 0);
     if (transposed.size() > kKeptFloats) {

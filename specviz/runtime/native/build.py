@@ -4,8 +4,13 @@ runtime/native/layer_kernel.cc, runtime/native/linear_kernel.cc, runtime/native/
 Each is compiled with the machine's C++ compiler (`CXX`, else g++, else c++) into the cache
 (`cache_root()/native`), keyed by its source and every local file it includes (the shared header
 vector_math.h; decoder_kernel.cc includes three kernels), the flags, the compiler and the processor
-(-march=native); a new build removes that kernel's older builds. Built with -fopenmp where the
+and the target architecture; a new build removes that kernel's older builds. Built with -fopenmp where the
 compiler can, else single-threaded. SPECVIZ_NATIVE=0 turns every kernel off (torch paths instead).
+
+SPECVIZ_NATIVE_ARCH picks the architecture (GCC's -march): `native` (the default: whatever this processor has),
+or a named level such as `x86-64-v3` (AVX2 and FMA, no AVX-512), `x86-64-v2` / `x86-64` (SSE only: the kernels'
+generic branch, the one a NEON machine shares the shape of) or `armv8-a`. It reproduces another machine's branch
+on this one: an AVX-512 machine built for `x86-64-v3` runs the code an AVX2-only machine runs.
 """
 
 from __future__ import annotations
@@ -24,12 +29,25 @@ from typing import Callable
 from specviz.runtime.cache_dir import cache_root
 
 HEADER = Path(__file__).with_name("vector_math.h")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", f"-I{HEADER.parent}")
+BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", f"-I{HEADER.parent}")
+ARCH_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,40}")
 THREADED = ("-fopenmp",)  # without it (a compiler with no OpenMP) a kernel runs on one thread
 
 
 def turned_off() -> bool:
     return os.environ.get("SPECVIZ_NATIVE", "1") == "0"
+
+
+def architecture() -> str:
+    """The -march the kernels are built for (SPECVIZ_NATIVE_ARCH, default `native`)."""
+    arch = os.environ.get("SPECVIZ_NATIVE_ARCH", "").strip().lower() or "native"
+    if not ARCH_PATTERN.fullmatch(arch):
+        raise RuntimeError(f"SPECVIZ_NATIVE_ARCH={arch[:40]!r} is not an architecture name such as native or x86-64-v3")
+    return arch
+
+
+def flags() -> tuple[str, ...]:
+    return (*BASE_FLAGS, f"-march={architecture()}")
 
 
 def processor() -> str:
@@ -66,24 +84,26 @@ def build(source: Path, compiler_path: str) -> Path:
     """The shared library of one kernel source, compiled now unless the cache has this very build."""
 
     text = b"".join(path.read_bytes() for path in with_includes(source))
-    key = hashlib.sha256(text + " ".join(FLAGS).encode() + compiler_path.encode() + processor().encode()).hexdigest()[:16]
+    build_flags = flags()
+    key = hashlib.sha256(text + " ".join(build_flags).encode() + compiler_path.encode() + processor().encode()).hexdigest()[:16]
     folder = cache_root() / "native"
-    target = folder / f"{source.stem}-{key}.so"
+    stem = f"{source.stem}-{architecture()}"  # builds for other architectures stay (tests build two)
+    target = folder / f"{stem}-{key}.so"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         built = Path(scratch) / target.name
         for extra in (THREADED, ()):
-            result = subprocess.run([compiler_path, *FLAGS, *extra, "-o", str(built), str(source)],
+            result = subprocess.run([compiler_path, *build_flags, *extra, "-o", str(built), str(source)],
                                     capture_output=True, text=True, timeout=120)
             if result.returncode == 0:
                 break
         else:
             raise RuntimeError(f"{Path(compiler_path).name} failed: {result.stderr.strip()[-300:]}")
         os.replace(built, target)  # whole or not at all: another process may be loading it
-    for older in folder.glob(f"{source.stem}-*.so"):  # earlier versions of this kernel (a process using one keeps it)
-        if older != target:
+    for older in folder.glob(f"{stem}-*.so"):  # earlier versions of this kernel (a process using one keeps it)
+        if older != target and re.fullmatch(re.escape(stem) + r"-[0-9a-f]{16}\.so", older.name):
             older.unlink(missing_ok=True)
     return target
 

@@ -36,7 +36,7 @@ inline float* slot_out(const int64_t* slots, int64_t layer, Slot s) {
 
 // a 64-byte aligned scratch buffer of at least `floats`, kept by the calling thread between forwards
 inline float* scratch(std::vector<float>& buffer, int64_t floats) {
-    if (buffer.size() < size_t(floats + kLanes)) buffer.resize(floats + kLanes);
+    if (buffer.size() < size_t(floats + kAlignSpare)) buffer.resize(floats + kAlignSpare);
     return aligned(buffer.data());
 }
 

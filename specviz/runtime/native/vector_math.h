@@ -1,8 +1,12 @@
 // Vector helpers the native kernels share (runtime/native/logit_kernel.cc, runtime/native/attention_kernel.cc,
 // runtime/native/layer_kernel.cc). GCC's vector extensions keep them portable (AVX-512, AVX2 or NEON: whatever
-// -march=native offers). Every function works lane by lane with plain arithmetic (no libm), so a value
+// the build's -march offers). Every function works lane by lane with plain arithmetic (no libm), so a value
 // gets the same result in any lane and in any call: what makes the kernels' results independent of how
 // many rows share a call.
+//
+// A vector is one register of the build's processor: 16 floats with AVX-512, 8 with AVX, 4 elsewhere (SSE,
+// NEON). Wider-than-native vectors are legal GCC but compile to pieces moved through the stack: the 16-float
+// vectors these kernels once used everywhere made the tree attention 18x slower than ATen's on AVX2.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +14,16 @@
 
 namespace {
 
+#if defined(__AVX512F__)
 constexpr int kLanes = 16;
+#elif defined(__AVX__)
+constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
+#endif
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
+typedef float vf __attribute__((vector_size(4 * kLanes)));
+typedef int32_t vi __attribute__((vector_size(4 * kLanes)));
 
 inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
