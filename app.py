@@ -211,9 +211,7 @@ def on_load_model(name, mode=""):
         return f"⚠️ {error}"
     from specviz.runtime.modes import parse_mode
 
-    notes = "".join(f" ⚠️ {note}" for note in [*parse_mode(mode).notes, *lm.notes])
-    return (f"Loaded **{lm.name}** on {lm.device}, mode **{lm.mode}** (linear kernel {lm.linear}{' with packed weights' if lm.packed and lm.linear == 'onednn' else ''}, "
-            f"{'lean' if lm.lean else 'stock'} forward), context {lm.max_context}.{notes}")
+    return lm.description() + "".join(f" ⚠️ {note}" for note in parse_mode(mode).notes)
 
 
 # ---- timeline, play, linked views ---------------------------------------------------------------------
@@ -411,8 +409,9 @@ def _param_update(p, settings: dict):
     return gr.update(**update)
 
 
-def on_url(request: gr.Request):
-    """Settings from the page URL's query parameters; what cannot be used is named in the message."""
+def on_url(lab, request: gr.Request):
+    """Settings from the page URL's query parameters; what cannot be used is named in the message (kept in the
+    session's lab, so the first visit's Play ticks, which redraw the message, keep showing it)."""
     query = dict(request.query_params) if request is not None else {}
     settings, notes = settings_from_query(query, EXAMPLES)
     method = settings.get("method", DEFAULT_METHOD)
@@ -432,6 +431,8 @@ def on_url(request: gr.Request):
         message = f"Settings from the link: {', '.join(restored)}."
     if notes:
         message += " ⚠️ Ignored: " + "; ".join(notes) + "."
+    if message and lab is not None:
+        lab.message = message.strip()
     return [*updates, message.strip() or gr.update()]
 
 
@@ -722,7 +723,7 @@ def build_app() -> gr.Blocks:
         demo.load(eta_state, temperature, eta, **private)
         # the shipped trace first, then the URL's settings (their message must come last)
         demo.load(on_first_view, [lab, compare], [*outputs, compare, timer], **private).then(
-            on_url, None, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
+            on_url, lab, [method, example, prompt, auto_budget, budget, max_new_tokens, temperature, top_p, seed,
                            *param_inputs, message], api_name="url_settings", **private)
         demo.unload(on_close)
         head_timer = gr.Timer(HEAD_STATUS_EVERY_S, active=False)

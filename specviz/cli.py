@@ -371,12 +371,12 @@ def cmd_calibrate(args) -> None:
     cost = costmodel.calibrate(lm, context_len=_positive("--context", args.context, lm.max_context - 200),
                                repeats=_positive("--repeats", args.repeats, 100))
     print(cost.table())
-    if costmodel.plausible(cost.ms):
+    print(f"linear kernel by tree size: {lm.linear_summary()}")
+    if cost.busy is None:
         print(f"saved to {costmodel.stored_path(lm)}")
     else:
-        print(f"not saved: a bigger tree measured much cheaper than a smaller one in each of "
-              f"{costmodel.CALIBRATION_ATTEMPTS} attempts (something else was running?); calibrate again on a "
-              f"quiet machine")
+        print(f"not saved: {cost.busy} in each of {costmodel.CALIBRATION_ATTEMPTS} attempts (something else was "
+              f"running?); calibrate again on a quiet machine")
 
 
 def cmd_datastore(args) -> None:
@@ -406,7 +406,8 @@ def cmd_profile(args) -> None:
         raise SpecvizError("--sizes names no size.")
     rows = profile(lm, sizes, _positive("--context", args.context, lm.max_context - max(sizes) - 1),
                    _positive("--repeats", args.repeats, 1000))
-    _emit(format_profile(lm, rows), {"mode": lm.mode, "linear": lm.linear, "rows": rows}, args.json)
+    _emit(format_profile(lm, rows), {"mode": lm.mode, "linear": lm.linear, "linear_by_size": lm.linear_summary(),
+                                     "rows": rows}, args.json)
 
 
 def cmd_random_model(args) -> None:

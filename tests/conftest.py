@@ -11,6 +11,26 @@ os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
 
 from specviz.runtime.shared import shared_model  # noqa: E402
 
+LONG_FLAG = "--long"  # the README names it: `bash tests/run.sh --long`
+
+
+def pytest_addoption(parser):
+    parser.addoption(LONG_FLAG, action="store_true", default=False,
+                     help="also run the long statistical tests (marked long; SPECVIZ_LONG_TESTS=1 does the same)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked long (statistical checks of hundreds of seeded sessions per method) run only when asked
+    for: the default run keeps every check of correctness (lossless on real prompts, seeded sampling equal to
+    plain decoding for every method, the two fast distribution tests, the browser and the bundle) and stays
+    within half an hour on the slower processors here."""
+    if config.getoption(LONG_FLAG) or os.environ.get("SPECVIZ_LONG_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason=f"a long statistical test: run with `bash tests/run.sh {LONG_FLAG}`")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
 def lm():

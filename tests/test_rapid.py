@@ -168,6 +168,7 @@ def test_sampled_output_follows_the_target(lm, method):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("method", [m for m in METHODS if m not in FAST])
 def test_sampled_output_follows_the_target_every_method(lm, method):
     assert joint_p_value(lm, method, 200) > 1e-3

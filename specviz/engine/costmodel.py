@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from specviz.runtime.kv import new_cache
 
+from specviz.runtime import fast_linear, linear_paths
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.tree.draft_tree import DraftTree
@@ -31,6 +33,10 @@ class CostModel:
     device: str
     dtype: str
     threads: int
+    paths: list[str] | None = None  # the linear kernel each size ran (runtime.linear_paths); None: the model's own
+    path_ms: dict[str, list[float]] = field(default_factory=dict)  # every kernel timed, ms at each size
+    processor: str = ""             # runtime.linear_paths.processor_key() of the machine that measured it
+    busy: str | None = None         # why it was not stored (why_busy: measured while the machine was busy)
 
     def cost_ms(self, q: int) -> float:
         """Interpolated cost of a forward over q tokens; linear extrapolation past the last size. np.interp's
@@ -63,10 +69,16 @@ class CostModel:
         return self.cost_ms(q) / self.ms[0]
 
     def table(self) -> str:
+        others = sorted(self.path_ms)
         lines = [f"verify cost on {self.model} ({self.device}, {self.dtype}, {self.threads} threads, "
-                 f"cache of {self.context_len} tokens)", "  tokens      ms   x one-token"]
-        for q, ms in zip(self.sizes, self.ms):
-            lines.append(f"  {q:6d} {ms:8.1f} {ms / self.ms[0]:8.2f}")
+                 f"cache of {self.context_len} tokens)",
+                 "  tokens      ms   x one-token" + ("   linear kernel" + "".join(f" {k + ' ms':>11}" for k in others)
+                                                    if self.paths else "")]
+        for i, (q, ms) in enumerate(zip(self.sizes, self.ms)):
+            row = f"  {q:6d} {ms:8.1f} {ms / self.ms[0]:8.2f}"
+            if self.paths:
+                row += f"   {self.paths[i]:>13}" + "".join(f" {self.path_ms[k][i]:11.1f}" for k in others)
+            lines.append(row)
         return "\n".join(lines)
 
 
@@ -82,8 +94,8 @@ FORWARD_REVISION = 6
 
 def stored_path(lm: LoadedModel) -> Path:
     """One curve per everything that moves it (LoadedModel.describe: device, mode, kernel, forward backend,
-    threads) and per revision of the forward."""
-    return cache_root() / "costs" / f"{_slug(lm.describe())}-r{FORWARD_REVISION}.json"
+    threads), per processor (its model name and feature flags) and per revision of the forward."""
+    return cache_root() / "costs" / f"{_slug(lm.describe())}-{linear_paths.processor_key()}-r{FORWARD_REVISION}.json"
 
 
 # a bigger tree never costs much less than a smaller one (measured here: at most about 5% less, where a
@@ -91,6 +103,15 @@ def stored_path(lm: LoadedModel) -> Path:
 # something else ran, and is measured again rather than trusted
 PLAUSIBLE_DROP = 0.85
 CALIBRATION_ATTEMPTS = 3
+# a quiet machine's repeats of one forward lie within a few percent of each other (their median relative
+# spread, (slowest - fastest) / median over the sizes, was 0.02-0.08 here); a curve whose repeats spread more
+# than this was measured while something else ran
+NOISY_SPREAD = 0.35
+# a one-token forward of a weight-bound model costs about one read of its weights; this many times that
+# estimate means the cores or the memory were busy elsewhere (measured here: 1.0-1.4x)
+WEIGHT_READ_FACTOR = 4.0
+# after the first timed round a linear kernel this much dearer than the best at every size is timed no more
+DROP_SLOWER = 1.5
 
 
 def plausible(ms: list[float]) -> bool:
@@ -100,6 +121,8 @@ def plausible(ms: list[float]) -> bool:
 
 
 def load(lm: LoadedModel) -> CostModel | None:
+    """The stored curve, where it was measured on this processor with the linear kernels this model now runs
+    at each size; None otherwise (it is measured again, never trusted)."""
     path = stored_path(lm)
     if not path.is_file():
         return None
@@ -107,13 +130,21 @@ def load(lm: LoadedModel) -> CostModel | None:
         cost = CostModel(**json.loads(path.read_text()))
     except (ValueError, TypeError):
         return None  # an unreadable file is recalibrated, never trusted
-    return cost if plausible(cost.ms) else None  # so is one measured during a burst of load (older versions)
+    if not plausible(cost.ms):  # so is one measured during a burst of load (older versions)
+        return None
+    if cost.processor != linear_paths.processor_key():
+        return None
+    kernels = [lm.linear_path_for(q) for q in cost.sizes]
+    return cost if (cost.paths or [lm.linear] * len(cost.sizes)) == kernels else None
 
 
-def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int) -> list[float]:
-    """Median time of a tree forward (a chain of q tokens) per size, on a cache of context_len tokens. The
-    sizes take turns (each round times each size once), so a burst of load in the middle lands in one
-    round of every size, and the medians leave it out, instead of spoiling every repeat of a few sizes."""
+def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
+             kernels: list[str | None] = (None,)) -> dict[str | None, list[list[float]]]:
+    """Every timed forward (ms) per linear kernel and size: a tree forward (a chain of q tokens) on a cache of
+    context_len tokens, with each kernel of `kernels` forced (None: as the model runs now). Sizes and kernels
+    take turns (each round times each pair once), so a burst of load in the middle lands in one round of every
+    pair, and the medians leave it out, instead of spoiling every repeat of a few. After the first timed round
+    a kernel dearer than DROP_SLOWER x the best at every size is timed no more (it keeps that round)."""
     model = lm.model
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
@@ -125,35 +156,107 @@ def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int) -> list[flo
         tree = DraftTree(context[-1])
         tree.add_path(context[:q - 1], "retrieval")
         trees.append(tree)
-    times: list[list[float]] = [[] for _ in sizes]
+    times: dict[str | None, list[list[float]]] = {k: [[] for _ in sizes] for k in kernels}
+    timed = list(kernels)
     for round_ in range(repeats + 1):  # the first round warms every shape up
-        for tree, kept in zip(trees, times):
+        for tree, i in zip(trees, range(len(sizes))):
+            for kernel in timed:
+                with lm.decoder.forcing(kernel) if kernel is not None else _nothing():
+                    started = time.perf_counter()
+                    tree_forward(lm, cache, tree, context_len)
+                    if lm.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    elapsed = (time.perf_counter() - started) * 1000
+                cache.crop(-len(tree))
+                if round_:
+                    times[kernel][i].append(elapsed)
+        if round_ == 1 and len(timed) > 1:
+            best = [min(times[k][i][0] for k in timed) for i in range(len(sizes))]
+            timed = [k for k in timed if any(times[k][i][0] < DROP_SLOWER * best[i] for i in range(len(sizes)))]
+    return times
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def spread(times: list[float]) -> float:
+    """(slowest - fastest) / median of one size's repeats: a few percent on a quiet machine."""
+    return (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
+
+
+_bandwidth: dict[str, float] = {}
+
+
+def weight_read_ms(lm: LoadedModel) -> float | None:
+    """What reading the model's linear weights once costs here: their bytes over this machine's read
+    bandwidth (a sum over 256 MB, best of three, measured once a process). None off the CPU, and for weights
+    that fit in the caches (under 64 MB), where a forward is not bound by reading them."""
+    weight_bytes = fast_linear.linear_weight_bytes(lm.model)
+    if lm.device.type != "cpu" or weight_bytes < 64 * 2**20:
+        return None
+    if "cpu" not in _bandwidth:
+        buffer = torch.ones(64 * 2**20)
+        best = float("inf")
+        for _ in range(3):
             started = time.perf_counter()
-            tree_forward(lm, cache, tree, context_len)
-            if lm.device.type == "cuda":
-                torch.cuda.synchronize()
-            elapsed = (time.perf_counter() - started) * 1000
-            cache.crop(-len(tree))
-            if round_:
-                kept.append(elapsed)
-    return [round(statistics.median(kept), 3) for kept in times]
+            buffer.sum()
+            best = min(best, time.perf_counter() - started)
+        _bandwidth["cpu"] = buffer.numel() * 4 / best
+    return weight_bytes / _bandwidth["cpu"] * 1000
+
+
+def why_busy(lm: LoadedModel, times: dict[str | None, list[list[float]]], ms: list[float]) -> str | None:
+    """Why a measured curve cannot be this machine's own (None: it can): a bigger tree much cheaper than a
+    smaller one, repeats spread far beyond a quiet machine's, or a one-token forward far dearer than reading
+    the weights once."""
+    if not plausible(ms):
+        return "a bigger tree measured much cheaper than a smaller one"
+    spreads = [spread(t) for per_size in times.values() for t in per_size if len(t) > 1]
+    if spreads and statistics.median(spreads) > NOISY_SPREAD:
+        return f"its repeats spread {statistics.median(spreads):.0%} (a quiet machine: a few percent)"
+    estimate = weight_read_ms(lm)
+    if estimate is not None and ms[0] > WEIGHT_READ_FACTOR * estimate:
+        return (f"a one-token forward took {ms[0]:.1f} ms, {ms[0] / estimate:.1f}x reading the weights once "
+                f"({estimate:.1f} ms)")
+    return None
 
 
 def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, repeats: int = 5,
               save: bool = True, attempts: int = CALIBRATION_ATTEMPTS) -> CostModel:
-    """The verify cost curve, measured (see _measure) until it is plausible, at most `attempts` times. A
-    curve still implausible after that is used but not saved: the next session measures again."""
+    """The verify cost curve, measured (see _measure) until it is plausible (why_busy), at most `attempts`
+    times. Where the model can run several linear kernels (LoadedModel.linear_candidates) each is timed and
+    the fastest per size kept (runtime.linear_paths.choose): the choice is stored and applied to the model,
+    and the curve is its cost. A curve still implausible after that is used but not saved (nor its choice):
+    the next session measures again."""
+    kernels = lm.linear_candidates() if lm.measures_linear_paths() else [None]
     for _ in range(attempts):
-        medians = _measure(lm, sizes, context_len, repeats)
-        if plausible(medians):
+        times = _measure(lm, sizes, context_len, repeats, kernels)
+        medians = {k: [round(statistics.median(t), 3) for t in per_size] for k, per_size in times.items()}
+        choice = linear_paths.choose(list(sizes), medians) if kernels != [None] else None
+        ms = choice.chosen_ms() if choice is not None else medians[None]
+        busy = why_busy(lm, times, ms)
+        if busy is None:
             break
-    cost = CostModel(sizes=list(sizes), ms=medians, context_len=context_len, model=lm.name,
+    if choice is not None:
+        lm.apply_linear_choice(choice)
+        if save and busy is None:
+            linear_paths.save(lm.describe(), choice)
+    cost = CostModel(sizes=list(sizes), ms=list(ms), context_len=context_len, model=lm.name,
                      device=lm.device.type, dtype=str(lm.dtype).replace("torch.", ""),
-                     threads=torch.get_num_threads())
-    if save and plausible(medians):
+                     threads=torch.get_num_threads(), paths=list(choice.paths) if choice else None,
+                     path_ms={k: list(v) for k, v in medians.items()} if choice else {},
+                     processor=linear_paths.processor_key(), busy=busy)
+    if save and busy is None:
         path = stored_path(lm)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(cost), indent=1))
+        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        staging.write_text(json.dumps(asdict(cost), indent=1))
+        staging.replace(path)  # whole or not at all: a reader never sees half a curve
     return cost
 
 

@@ -27,9 +27,15 @@ sliding window). Anything else keeps the stock forward: `install` says why not.
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
+from specviz.runtime import fast_linear
+from specviz.runtime.linear_paths import LinearChoice
 from specviz.runtime.native import attention_kernel, decoder_kernel, layer_kernel
 
 SUPPORTED = ("llama", "mistral", "qwen2")
@@ -77,26 +83,34 @@ def _as_is(weight: torch.Tensor, module=None) -> torch.Tensor:
     return weight
 
 
+@dataclass(frozen=True)
+class LinearVariant:
+    """The decoder's linear layers for one kernel: the kernel and every weight in the form it takes."""
+    linear: Callable            # linear(x, weight, bias)
+    layers: list[tuple]         # per layer: norm1, qkv, qkv bias, o, o bias, norm2, gate, up, down
+    head: object                # the lm head's weight
+
+
 class LeanDecoder:
-    def __init__(self, model, linear, prepare=_as_is):
+    def __init__(self, model, linear, prepare=_as_is, kernel: str | None = None, packed: bool = False):
         """linear(x, weight, bias) is the kernel the model runs (runtime.fast_linear or F.linear);
-        prepare(weight, module) gives a weight in the form that kernel takes (e.g. oneDNN's packed copy)."""
+        prepare(weight, module) gives a weight in the form that kernel takes (e.g. oneDNN's packed copy).
+        kernel: its name among runtime.fast_linear.CHOICES where it is one (then the decoder can also run the
+        others, per tree size: use_paths), packed: whether oneDNN's packed weights exist on the modules."""
         config, inner = model.config, model.model
         self.model, self.inner, self.linear = model, inner, linear
+        self.kernel, self.packed = kernel, packed
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim ** -0.5
         self.eps = [layer.input_layernorm.variance_epsilon for layer in inner.layers]
-        self.layers = []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv, qkv_bias = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
-            self.layers.append((layer.input_layernorm.weight, prepare(qkv), qkv_bias,
-                                prepare(attn.o_proj.weight, attn.o_proj), attn.o_proj.bias,
-                                layer.post_attention_layernorm.weight, prepare(mlp.gate_proj.weight, mlp.gate_proj),
-                                prepare(mlp.up_proj.weight, mlp.up_proj), prepare(mlp.down_proj.weight, mlp.down_proj)))
-        self.head = prepare(model.lm_head.weight, model.lm_head)
+        self._fused = [_fuse([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj])
+                       for layer in inner.layers]  # dense (weight, bias) of each layer's q/k/v
+        self.layers, self.head = self._prepared(prepare)
+        self.variants = {kernel: LinearVariant(linear, self.layers, self.head)} if kernel else {}
+        self.choice: LinearChoice | None = None  # the kernel per tree size (use_paths); None: this one at every size
+        self._forced = threading.local()  # .kernel: the kernel every forward of this thread runs (calibration)
         # the two halves of a layer (runtime.modes' compile swaps in compiled versions: one graph each,
         # weights as inputs, so every layer shares it)
         self.before_attention, self.after_attention = self._before_attention, self._after_attention
@@ -105,6 +119,55 @@ class LeanDecoder:
         self.native_layers = True  # runtime.native.decoder_kernel where it runs (False: the loop below, call by call)
         self.glue = None  # per forward: runtime.native.layer_kernel's library, or None for torch's ops
         self._native = None  # runtime.native.decoder_kernel.NativeDecoder, built on first use ("no": it cannot run here)
+
+    def _prepared(self, prepare) -> tuple[list[tuple], object]:
+        layers = []
+        for layer, (qkv, qkv_bias) in zip(self.inner.layers, self._fused):
+            attn, mlp = layer.self_attn, layer.mlp
+            layers.append((layer.input_layernorm.weight, prepare(qkv), qkv_bias,
+                           prepare(attn.o_proj.weight, attn.o_proj), attn.o_proj.bias,
+                           layer.post_attention_layernorm.weight, prepare(mlp.gate_proj.weight, mlp.gate_proj),
+                           prepare(mlp.up_proj.weight, mlp.up_proj), prepare(mlp.down_proj.weight, mlp.down_proj)))
+        return layers, prepare(self.model.lm_head.weight, self.model.lm_head)
+
+    def variant(self, kernel: str) -> LinearVariant:
+        """The linear layers for another kernel of runtime.fast_linear.CHOICES, weights prepared on first use
+        (oneDNN's packed copies are the modules' own; only the fused q/k/v matrices are packed anew)."""
+        if kernel not in self.variants:
+            layers, head = self._prepared(fast_linear.weight_preparer(kernel, self.packed))
+            self.variants[kernel] = LinearVariant(fast_linear.kernel(kernel), layers, head)
+        return self.variants[kernel]
+
+    def use_paths(self, choice: LinearChoice | None) -> None:
+        """Run each tree size with the kernel the choice keeps for it (None: the decoder's own at every size)."""
+        kept = {self.kernel, *(choice.paths if choice is not None else ())}
+        for path in kept - {None}:
+            self.variant(path)
+        for path in set(self.variants) - kept:  # measured, not chosen: its weights (packed q/k/v copies) go
+            del self.variants[path]
+        self.choice = choice
+
+    def path_for(self, rows: int) -> str | None:
+        """The kernel a forward of `rows` tokens runs in this thread (None: a decoder built without kernel names)."""
+        forced = getattr(self._forced, "kernel", None)
+        if forced is not None:
+            return forced
+        return self.choice.path_for(rows) if self.choice is not None else self.kernel
+
+    def forcing(self, kernel: str | None):
+        """A context in which this thread's forwards all run `kernel` (None: as chosen), for measuring it."""
+        decoder = self
+
+        class _Forcing:
+            def __enter__(self):
+                if kernel is not None:
+                    decoder.variant(kernel)
+                self.previous = getattr(decoder._forced, "kernel", None)
+                decoder._forced.kernel = kernel
+
+            def __exit__(self, *exc):
+                decoder._forced.kernel = self.previous
+        return _Forcing()
 
     def native_decoder(self):
         """runtime.native.decoder_kernel's NativeDecoder for this model, or None where it cannot run (or is off)."""
@@ -148,21 +211,23 @@ class LeanDecoder:
         out = F.scaled_dot_product_attention(packed, k, v, attn_mask=packed_mask, scale=self.scale)
         return out.reshape(1, self.heads, n, self.head_dim).transpose(1, 2).reshape(1, n, self.heads * self.head_dim)
 
-    def _before_attention(self, h, norm, qkv, qkv_bias, cos, sin, eps: float):
+    def _before_attention(self, h, norm, qkv, qkv_bias, cos, sin, eps: float, linear=None):
         """rmsnorm, the fused q/k/v matmul and rotary: q (1, heads, n, d), k and v (1, kv_heads, n, d).
-        cos, sin (1, n, 1, d): q and k heads are rotated in one pass (the same numbers as one by one)."""
+        cos, sin (1, n, 1, d): q and k heads are rotated in one pass (the same numbers as one by one).
+        linear: the kernel (None: the decoder's own)."""
         n = h.shape[1]
         qk_heads = self.heads + self.kv_heads
-        fused = self.linear(self._rmsnorm(h, norm, eps), qkv, qkv_bias)
+        fused = (linear or self.linear)(self._rmsnorm(h, norm, eps), qkv, qkv_bias)
         qk = self._rotate(fused[..., :qk_heads * self.head_dim].view(1, n, qk_heads, self.head_dim), cos, sin)
         v = fused[..., qk_heads * self.head_dim:].view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         return qk[:, :, :self.heads].transpose(1, 2), qk[:, :, self.heads:].transpose(1, 2), v
 
-    def _after_attention(self, h, attended, w_o, b_o, norm, w_gate, w_up, w_down, eps: float):
+    def _after_attention(self, h, attended, w_o, b_o, norm, w_gate, w_up, w_down, eps: float, linear=None):
         """The output projection and residual, then rmsnorm, the gated MLP and its residual."""
-        h = h + self.linear(attended, w_o, b_o)
+        linear = linear or self.linear
+        h = h + linear(attended, w_o, b_o)
         x = self._rmsnorm(h, norm, eps)
-        return h + self.linear(self._gated(self.linear(x, w_gate, None), self.linear(x, w_up, None)), w_down, None)
+        return h + linear(self._gated(linear(x, w_gate, None), linear(x, w_up, None)), w_down, None)
 
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor, cache,
@@ -178,7 +243,9 @@ class LeanDecoder:
         """__call__ on inputs already embedded: h (1, n, hidden) in the model dtype (a draft head feeds its
         own mix of token embeddings and features here)."""
         cos, sin = self.inner.rotary_emb(h, position_ids)
-        native = self.native_decoder()
+        path = self.path_for(h.shape[1])
+        own = path is None or path == self.kernel
+        native = self.native_decoder() if own else None
         if native is not None and native.cache_ready(cache, len(self.layers)):
             if not features:
                 return native.forward(h, cos, sin, mask, cache)
@@ -192,18 +259,33 @@ class LeanDecoder:
         packed_mask = None
         if kernel is None:
             packed_mask = mask.repeat(groups, 1) if groups > 1 else mask  # once, not once per layer
-        for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(self.layers):
-            q, k, v = self.before_attention(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i])
+        if own:
+            linear, layers, head = None, self.layers, self.head
+            before, after = self.before_attention, self.after_attention
+        else:  # another kernel for this size (use_paths): its weights, through the uncompiled halves
+            variant = self.variant(path)
+            linear, layers, head = variant.linear, variant.layers, variant.head
+            before, after = self._before_attention, self._after_attention
+        for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(layers):
+            if own:
+                q, k, v = before(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i])
+            else:
+                q, k, v = before(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i], linear)
             keys, values = cache.layers[i].update(k, v)
             attended = self._attention(q, keys, values, mask, packed_mask, kernel)
-            h = self.after_attention(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i])
+            if own:
+                h = after(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i])
+            else:
+                h = after(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i], linear)
         h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
-        logits = self.linear(h, self.head, getattr(self.model.lm_head, "bias", None))[0].float()
+        logits = (linear or self.linear)(h, head, getattr(self.model.lm_head, "bias", None))[0].float()
         return (logits, h[0].float()) if features else logits
 
 
-def build(model, linear, prepare=_as_is) -> tuple[LeanDecoder | None, str | None]:
+def build(model, linear, prepare=_as_is, kernel: str | None = None,
+          packed: bool = False) -> tuple[LeanDecoder | None, str | None]:
     """A LeanDecoder for the model, or None and why not where the model is not Llama-shaped. The model is
-    left as it is (apart from the fused q/k/v views): the LoadedModel holds the decoder."""
+    left as it is (apart from the fused q/k/v views): the LoadedModel holds the decoder. kernel, packed: see
+    LeanDecoder."""
     reason = why_not(model)
-    return (LeanDecoder(model, linear, prepare) if reason is None else None), reason
+    return (LeanDecoder(model, linear, prepare, kernel, packed) if reason is None else None), reason

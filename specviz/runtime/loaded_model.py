@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specviz.runtime import modes
-from specviz.runtime.native import attention_kernel, layer_kernel
+from specviz.runtime import fast_linear, modes
+from specviz.runtime.linear_paths import LinearChoice
+from specviz.runtime.native import attention_kernel, layer_kernel, linear_kernel
 
 if TYPE_CHECKING:
     from specviz.runtime.lean_forward import LeanDecoder
@@ -30,6 +31,44 @@ class LoadedModel:
     decoder: "LeanDecoder | None" = None  # the lean forward (runtime.lean_forward); None: transformers' forward
     notes: list[str] = field(default_factory=list)  # what was asked for and could not be had here
     shared_key: tuple | None = None  # its key among the process's shared resources (runtime.shared), if it is one
+    linear_forced: bool = False  # the kernel was asked for (--linear, SPECVIZ_LINEAR, compile): no other is measured
+    linear_choice: LinearChoice | None = None  # the kernel per tree size, as measured here (runtime.linear_paths)
+
+    def linear_candidates(self) -> list[str]:
+        """The linear kernels a tree forward of this model can run here, its own first (what calibration times)."""
+        if self.linear_forced or self.decoder is None or self.decoder.kernel is None or self.device.type != "cpu":
+            return [self.linear]
+        found = [self.linear]
+        if linear_kernel.available(self.device, self.dtype) is None and "native" not in found:
+            found.append("native")
+        if fast_linear.available(self.device, self.dtype) is None and "onednn" not in found:
+            found.append("onednn")
+        if "stock" not in found:
+            found.append("stock")
+        return found
+
+    def measures_linear_paths(self) -> bool:
+        """Whether calibration times several linear kernels and keeps the fastest per tree size."""
+        return len(self.linear_candidates()) > 1
+
+    def apply_linear_choice(self, choice: LinearChoice | None) -> None:
+        """Run each tree size with the kernel the choice keeps (None: the model's own kernel at every size)."""
+        self.linear_choice = choice
+        if self.decoder is not None and self.decoder.kernel is not None:
+            self.decoder.use_paths(choice)
+
+    def linear_path_for(self, rows: int) -> str:
+        """The kernel a forward of `rows` tokens runs."""
+        return self.linear_choice.path_for(rows) if self.linear_choice is not None else self.linear
+
+    def linear_summary(self) -> str:
+        """Which linear kernel runs at which tree size, and why, in one line."""
+        if self.linear_choice is None:
+            why = "asked for" if self.linear_forced else (
+                "not measured yet: the cost curve's calibration times every kernel" if self.measures_linear_paths()
+                else "the only kernel here")
+            return f"{self.linear} at every size ({why})"
+        return "; ".join(self.linear_choice.explain()) + " (measured on this processor)"
 
     def shared_parts(self) -> dict:
         """What sessions may hold of this model directly: written by key in a session state (runtime.portable)."""
@@ -64,8 +103,18 @@ class LoadedModel:
             backend += "-calls"
         return backend
 
+    def description(self) -> str:
+        """What the app's model panel says of this model (Markdown): where and how it runs."""
+        packed = " with packed weights" if self.packed and self.linear == "onednn" else ""
+        notes = "".join(f" ⚠️ {note}" for note in self.notes)
+        return (f"Loaded **{self.name}** on {self.device}, mode **{self.mode}** (linear kernel {self.linear}{packed}, "
+                f"{'lean' if self.lean else 'stock'} forward), context {self.max_context}. Linear kernel by tree "
+                f"size: {self.linear_summary()}.{notes}")
+
     def describe(self) -> str:
         """Everything that moves the cost of a forward, as one key: model, device, mode, linear kernel,
         forward backend and threads (the cost curve is stored under it)."""
         kernel = self.linear + ("-dense" if self.linear == "onednn" and not self.packed else "")
+        if self.measures_linear_paths():
+            kernel = "auto-" + kernel  # its kernel per size is measured (runtime.linear_paths)
         return f"{self.name}|{self.device.type}|{self.mode}|{kernel}|{self.forward_backend()}|{torch.get_num_threads()}t"

@@ -15,6 +15,7 @@ import torch
 from specviz.runtime import grouped_attention as attention
 from specviz.runtime import fast_linear
 from specviz.runtime import lean_forward
+from specviz.runtime import linear_paths
 from specviz.runtime import modes
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.gc_pauses import freeze_long_lived
@@ -186,10 +187,12 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
             run_mode.notes.append(why_not_packed)
     decoder = None
     if os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock":
-        decoder, _ = lean_forward.build(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed))
+        decoder, _ = lean_forward.build(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed),
+                                        kernel=kernel, packed=packed)
     lean = decoder is not None
     if kernel == "native" and not lean:  # the native kernel runs in the lean forward only
         kernel = "onednn"
+    forced = bool((linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip()) or run_mode.compiled
     if run_mode.compiled:
         why = modes.compile_forward(decoder) if lean else "compile needs the lean forward (a Llama-shaped model)"
         if why:
@@ -205,10 +208,12 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     freeze_long_lived()  # ~370k objects the collector's full passes need not scan again
     keep_freed_memory()  # from here each step reuses the last step's freed tensors (runtime.memory_release)
     give_back_freed_memory()  # the load's temporaries
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
+    lm = LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
                        load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, decoder=decoder,
-                       notes=run_mode.notes + ([kernel_note] if kernel_note else []))
+                       notes=run_mode.notes + ([kernel_note] if kernel_note else []), linear_forced=forced)
+    lm.apply_linear_choice(linear_paths.load(lm.describe()) if lm.measures_linear_paths() else None)
+    return lm
 
 
 @torch.inference_mode()

@@ -21,7 +21,9 @@ import time
 import torch
 
 from specviz.engine.tree_forward import tree_forward
+from specviz.runtime import linear_paths
 from specviz.runtime.kv import new_cache
+from specviz.runtime.native import build, linear_kernel
 from specviz.tree.draft_tree import DraftTree
 
 
@@ -89,9 +91,12 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     lm.model(input_ids=torch.tensor([context[:context_len - 1]], device=lm.device), past_key_values=cache,
              use_cache=True)
     tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
-    # interleaved with the linear layers alone, so machine drift moves both alike
+    # interleaved with the linear layers alone and the forward with each other linear kernel, so machine
+    # drift moves them all alike
     linear, stock = LinearOnly(lm, q), LinearOnly(lm, q, stock=True)
     times, linear_times, stock_times = [], [], []
+    kernels = lm.linear_candidates() if lm.measures_linear_paths() else []
+    kernel_times: dict[str, list[float]] = {k: [] for k in kernels}
     for _ in range(repeats + 1):
         _sync(lm.device)
         started = time.perf_counter()
@@ -101,6 +106,12 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
         cache.crop(-q)
         linear_times.append(linear.ms())
         stock_times.append(stock.ms())
+        for kernel in kernels:
+            with lm.decoder.forcing(kernel):
+                started = time.perf_counter()
+                tree_forward(lm, cache, tree, context_len - 1)
+                kernel_times[kernel].append((time.perf_counter() - started) * 1000)
+            cache.crop(-q)
     top = None
     if profile:
         from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -120,7 +131,9 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     stock_ratios = [f / l for f, l in zip(times[1:], stock_times[1:])]
     return {"forward_ms": statistics.median(times[1:]), "linear_ms": statistics.median(linear_times[1:]),
             "ratio": statistics.median(ratios), "stock_linear_ms": statistics.median(stock_times[1:]),
-            "stock_ratio": statistics.median(stock_ratios), "top_ops": top}
+            "stock_ratio": statistics.median(stock_ratios), "top_ops": top,
+            "kernel": lm.linear_path_for(q),
+            "kernel_forward_ms": {k: round(statistics.median(v[1:]), 2) for k, v in kernel_times.items()}}
 
 
 def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, with_ops: bool = True) -> list[dict]:
@@ -128,8 +141,16 @@ def profile(lm, sizes=(1, 16, 64), context_len: int = 512, repeats: int = 7, wit
     for q in sizes:
         measured = forward_ms(lm, q, context_len, repeats, profile=with_ops)
         rows.append({"tokens": q, **{k: round(v, 3 if "ratio" in k else 2) for k, v in measured.items()
-                                     if k != "top_ops"}, "top_ops": measured["top_ops"]})
+                                     if isinstance(v, float)},
+                     **{k: measured[k] for k in ("top_ops", "kernel", "kernel_forward_ms")}})
     return rows
+
+
+def _architecture() -> str:
+    try:
+        return build.architecture()
+    except RuntimeError as error:
+        return str(error)
 
 
 def format_profile(lm, rows: list[dict]) -> str:
@@ -141,6 +162,16 @@ def format_profile(lm, rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"{r['tokens']:>6} {r['forward_ms']:>11.2f} {r['linear_ms']:>10.2f} {r['ratio']:>6.2f}   "
                      f"{r['stock_linear_ms']:>17.2f} {r['stock_ratio']:>6.2f}")
+    kernels = sorted({k for r in rows for k in r["kernel_forward_ms"]})
+    if kernels:
+        lines.append(f"the forward with each linear kernel (ms), and the one this model runs at that size:")
+        lines.append(f"{'tokens':>6} " + " ".join(f"{k:>10}" for k in kernels) + f" {'runs':>8}")
+        for r in rows:
+            lines.append(f"{r['tokens']:>6} " + " ".join(f"{r['kernel_forward_ms'][k]:>10.2f}" for k in kernels)
+                         + f" {r['kernel']:>8}")
+    lines.append(f"linear kernel by tree size: {lm.linear_summary()}")
+    lines.append(f"processor: {linear_paths.processor_name()}; native kernels built for -march="
+                 f"{_architecture()} ({linear_kernel.isa() or 'not built'})")
     for r in rows:
         if r["top_ops"]:
             lines.append(f"heaviest operators at {r['tokens']} tokens (self ms, calls): "

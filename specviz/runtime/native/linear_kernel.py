@@ -53,6 +53,8 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.linear_kernel_forward.restype = None
     lib.linear_kernel_group_columns.argtypes = []
     lib.linear_kernel_group_columns.restype = ctypes.c_int
+    lib.linear_kernel_isa.argtypes = []
+    lib.linear_kernel_isa.restype = ctypes.c_char_p
     return lib
 
 
@@ -86,6 +88,13 @@ _kernel = Kernel(SOURCE, _load, _self_check)
 # library(): the loaded kernel, built on first use (None: not here); status(): 'native' or why not;
 # reset(): forget the loaded kernel (tests: the next use decides again)
 library, status, reset = _kernel.library, _kernel.status, _kernel.reset
+
+
+def isa(lib: ctypes.CDLL | None = None) -> str | None:
+    """The register blocking the kernel `lib` (default: the loaded one) was built with: 'avx512', 'avx2-fma',
+    'neon-fma' or 'generic'; None where no kernel is built."""
+    lib = lib or library()
+    return lib.linear_kernel_isa().decode() if lib is not None else None
 
 
 def available(device: torch.device, dtype: torch.dtype) -> str | None:
