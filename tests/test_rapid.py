@@ -161,6 +161,7 @@ def joint_p_value(lm, method: str, runs: int) -> float:
     return chi_square_p(counts, expected / expected.sum())
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("method", FAST)
 def test_sampled_output_follows_the_target(lm, method):
     """The first two sampled tokens of each method over many seeds follow p(t1) p(t2 | t1)."""
