@@ -72,6 +72,7 @@ def test_the_decoder_runs_each_size_with_the_kernel_chosen_for_it(tiny_models, m
     lm = load_model(tiny_models["same"])
     if not lm.measures_linear_paths():
         pytest.skip(f"one linear kernel here: {lm.linear_candidates()}")
+    lm.apply_linear_choice(None)  # from the model's own kernel at every size, whatever an earlier test stored
     ids = lm.tokenizer("The kernel per size", return_tensors="pt").input_ids[0].tolist()
     own = {rows: _tree_logits(lm, rows, ids) for rows in (1, 6)}
     other = next(k for k in lm.linear_candidates() if k != lm.linear)
