@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from specviz.runtime.lean_forward import LeanDecoder
 
 
+MEASURED_FROM_BYTES = 64 * 2**20  # linear weights from which each tree size's kernel is measured (linear_paths)
+
+
 @dataclass
 class LoadedModel:
     model: torch.nn.Module
@@ -35,8 +38,11 @@ class LoadedModel:
     linear_choice: LinearChoice | None = None  # the kernel per tree size, as measured here (runtime.linear_paths)
 
     def linear_candidates(self) -> list[str]:
-        """The linear kernels a tree forward of this model can run here, its own first (what calibration times)."""
-        if self.linear_forced or self.decoder is None or self.decoder.kernel is None or self.device.type != "cpu":
+        """The linear kernels a tree forward of this model can run here, its own first (what calibration times).
+        Only its own for a model whose linear weights fit in the caches (MEASURED_FROM_BYTES): its forward is not
+        bound by reading them, its timings are mostly noise, and a kernel picked by noise would only change bits."""
+        if self.linear_forced or self.decoder is None or self.decoder.kernel is None or self.device.type != "cpu" \
+                or fast_linear.linear_weight_bytes(self.model) < MEASURED_FROM_BYTES:
             return [self.linear]
         found = [self.linear]
         if linear_kernel.available(self.device, self.dtype) is None and "native" not in found:
