@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from specviz.runtime.kv import new_cache
 
-from specviz.runtime import fast_linear, linear_paths
+from specviz.runtime import fast_linear, linear_paths, loaded_model
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.tree.draft_tree import DraftTree
@@ -159,9 +160,9 @@ def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
     times: dict[str | None, list[list[float]]] = {k: [[] for _ in sizes] for k in kernels}
     timed = list(kernels)
     for round_ in range(repeats + 1):  # the first round warms every shape up
-        for tree, i in zip(trees, range(len(sizes))):
+        for i, tree in enumerate(trees):
             for kernel in timed:
-                with lm.decoder.forcing(kernel) if kernel is not None else _nothing():
+                with lm.decoder.forcing(kernel) if kernel is not None else contextlib.nullcontext():
                     started = time.perf_counter()
                     tree_forward(lm, cache, tree, context_len)
                     if lm.device.type == "cuda":
@@ -176,14 +177,6 @@ def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
     return times
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def spread(times: list[float]) -> float:
     """(slowest - fastest) / median of one size's repeats: a few percent on a quiet machine."""
     return (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
@@ -195,9 +188,9 @@ _bandwidth: dict[str, float] = {}
 def weight_read_ms(lm: LoadedModel) -> float | None:
     """What reading the model's linear weights once costs here: their bytes over this machine's read
     bandwidth (a sum over 256 MB, best of three, measured once a process). None off the CPU, and for weights
-    that fit in the caches (under 64 MB), where a forward is not bound by reading them."""
+    that fit in the caches (under loaded_model.MEASURED_FROM_BYTES), where a forward is not bound by reading them."""
     weight_bytes = fast_linear.linear_weight_bytes(lm.model)
-    if lm.device.type != "cpu" or weight_bytes < 64 * 2**20:
+    if lm.device.type != "cpu" or weight_bytes < loaded_model.MEASURED_FROM_BYTES:
         return None
     if "cpu" not in _bandwidth:
         buffer = torch.ones(64 * 2**20)

@@ -27,6 +27,7 @@ sliding window). Anything else keeps the stock forward: `install` says why not.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -154,20 +155,17 @@ class LeanDecoder:
             return forced
         return self.choice.path_for(rows) if self.choice is not None else self.kernel
 
+    @contextlib.contextmanager
     def forcing(self, kernel: str | None):
         """A context in which this thread's forwards all run `kernel` (None: as chosen), for measuring it."""
-        decoder = self
-
-        class _Forcing:
-            def __enter__(self):
-                if kernel is not None:
-                    decoder.variant(kernel)
-                self.previous = getattr(decoder._forced, "kernel", None)
-                decoder._forced.kernel = kernel
-
-            def __exit__(self, *exc):
-                decoder._forced.kernel = self.previous
-        return _Forcing()
+        if kernel is not None:
+            self.variant(kernel)
+        previous = getattr(self._forced, "kernel", None)
+        self._forced.kernel = kernel
+        try:
+            yield
+        finally:
+            self._forced.kernel = previous
 
     def native_decoder(self):
         """runtime.native.decoder_kernel's NativeDecoder for this model, or None where it cannot run (or is off)."""
