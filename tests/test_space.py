@@ -31,7 +31,7 @@ DOCUMENT = json.dumps({"document": " ".join(
     "question": "When does ferry 7 leave the north pier?"})
 # fixed choices: a fixed budget and no measured choice, so that every tree depends on the state alone
 FIXED = {"unified": {"model_stage": "on"}, "respec": {"fallback": "model"}}
-N = 10
+N = 6  # tokens a walk asks for: two Steps, a Run, a Step after Reset (enough for trees that carry state)
 
 
 @pytest.fixture
