@@ -15,14 +15,13 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offl
 
 import gradio as gr  # noqa: E402
 
-from specviz.errors import SpecvizError  # noqa: E402
+from specviz.errors import SpecvizError, quoted  # noqa: E402
 from specviz.ui.lab import Lab
 from specviz.ui import gpu
 from specviz.ui.lab_state import ModelCall, SweepRequest
 from specviz.ui.public import Policy
 from specviz.runtime.shared import shared_model
 from specviz.engine.suite import example_prompts, load_suite
-from specviz.accept.sampling import SamplingSettings
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.ui.viz import distribution_figure, prediction_figure
@@ -38,13 +37,14 @@ from specviz.ui.share import query_from_settings, settings_from_query
 from specviz.ui.slides import write_tree_svg
 from specviz.ui.views import AccountingView, CompareView, LabView
 from specviz.records.trace import MAX_TRACE_BYTES
+from specviz.ui.input_values import MAX_TOKENS_PRIVATE, number_in, text_value, whole_number
+from specviz.ui.live_sessions import LIVE
+from specviz.ui.visitor_request import MAX_NAME_CHARS, PARAMS, VisitorRequest
 
 MAX_TRACE_MB = MAX_TRACE_BYTES // 2**20
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = example_prompts(ASSETS / "suite.jsonl")
-# every method parameter once (methods share names such as tau); each method reads only its own
-PARAMS = list({p.name: p for m in METHODS.values() for p in m.params}.values())
 
 
 # the widgets that show a LabView, by field (steps and shown_step together set the timeline slider); the
@@ -62,6 +62,9 @@ LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
 # model events at once: 2 answered 8 concurrent visitors sooner than 1 or 4 on 2 cores (README, "Many visitors")
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
+MAX_AXIS_CHARS = 500   # a sweep axis's text (NAME=V1,V2,...): far more than 64 grid points need
+# Gradio's cache of files handed to browsers (downloads): swept every 15 minutes of what is over an hour old
+DELETE_CACHE = (900, 3600)
 
 DRAFT_MODELS = [("default: the trained draft head when there is one, else self", ""),
                 ("head: the draft head trained for the target (python -m specviz train-head)", "head"),
@@ -70,31 +73,16 @@ DRAFT_MODELS = [("default: the trained draft head when there is one, else self",
 HEAD_STATUS_EVERY_S = 30  # the page asks how the background training of the head goes this often
 # what visitors may ask for: everything here, an allow-list and limits in public mode (SPACE_ID set, or --public)
 POLICY = Policy.from_environment()
-# the settings widgets, by the keyword each event passes them as (the API's named parameters: a method that gains
-# a parameter adds a name and shifts nothing)
-SETTING_NAMES = ("model", "draft_model", "mode", "prompt", "method", "auto_budget", "budget", "temperature", "top_p",
-                 "seed")
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
              ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
              ("bf16 + torch.compile", "bf16+compile")]
 
 
-def _base(settings: dict) -> dict:
-    """The page's settings widgets (by name) as Lab.apply's keyword arguments; in public mode the model, the
-    draft model and the mode are checked against the allow-list first (SpecvizError)."""
-    values = {name: settings.get(name) for name in SETTING_NAMES}
-    return {"model": POLICY.check_model(values["model"]), "prompt": values["prompt"], "method": values["method"],
-            "budget": "auto" if values["auto_budget"] else values["budget"],
-            "params": {p.name: settings[p.name] for p in PARAMS if p.name in settings},
-            "draft_model": POLICY.check_draft(values["draft_model"]), "mode": POLICY.check_mode(values["mode"]),
-            "temperature": values["temperature"], "top_p": values["top_p"], "seed": values["seed"]}
-
-
-def _settings(lab: Lab | None, settings: dict) -> Lab:
-    lab = lab or Lab()
-    lab.apply(**_base(settings))
-    return lab
+def _request(settings: dict, max_new_tokens) -> VisitorRequest:
+    """The one door (ui.visitor_request): the page's settings widgets (by name, as the API's named parameters)
+    and the token limit, checked against types, ranges and this app's policy (SpecvizError)."""
+    return VisitorRequest.from_inputs(settings, max_new_tokens, POLICY)
 
 
 def _widget_values(view: LabView) -> dict:
@@ -112,12 +100,13 @@ def _widget_values(view: LabView) -> dict:
 def _shown(lab: Lab):
     """lab.view() as the outputs of a Lab event: [lab, *VIEW_WIDGETS]."""
     values = _widget_values(lab.view())
+    values["message"] = POLICY.shown(values["message"])
     return (lab, *(values[name] for name in VIEW_WIDGETS))
 
 
 def eta_state(temperature):
     """eta means nothing at temperature 0 (greedy verification): the slider is off there, and says why."""
-    if float(temperature or 0) > 0:
+    if isinstance(temperature, (int, float)) and temperature > 0:
         return gr.update(interactive=True, info="")
     return gr.update(value=0.0, interactive=False,
                      info="off at temperature 0: verification is greedy there and p_hat needs a temperature")
@@ -129,7 +118,7 @@ def on_node(lab, node_id):
 
 def param_visibility(method: str):
     """Show the chosen method's parameters only."""
-    own = {p.name for p in METHODS[method].params} if method in METHODS else set()
+    own = {p.name for p in METHODS[method].params} if isinstance(method, str) and method in METHODS else set()
     return [gr.update(visible=p.name in own) for p in PARAMS]
 
 
@@ -161,8 +150,9 @@ def on_step(request: gr.Request, lab, max_new_tokens, **settings):
     mode, prompt, method, auto_budget, budget, temperature, top_p, seed) and any method parameter by its name."""
     lab = _visitor(request, lab or Lab())
     try:
-        lab = _settings(lab, settings)
-        lab.step(POLICY.check_new_tokens(max_new_tokens))
+        wanted = _request(settings, max_new_tokens)
+        lab.take(wanted.settings)
+        lab.step(wanted.max_new_tokens)
     except SpecvizError as error:
         return _failed(lab, error)
     return _shown(lab)
@@ -172,8 +162,9 @@ def on_run(request: gr.Request, lab, max_new_tokens, **settings):
     """Steps to max_new_tokens or EOS, shown as they come (the same named parameters as /step)."""
     lab = _visitor(request, lab or Lab())
     try:
-        lab = _settings(lab, settings)
-        for _ in lab.run(POLICY.check_new_tokens(max_new_tokens)):
+        wanted = _request(settings, max_new_tokens)
+        lab.take(wanted.settings)
+        for _ in lab.run(wanted.max_new_tokens):
             yield _shown(lab)
     except SpecvizError as error:
         yield _failed(lab, error)
@@ -196,48 +187,64 @@ def on_head_status(name):
     timer keeps asking while it trains."""
     from specviz.runtime.shared import loaded, model_key
 
+    if not isinstance(name, str) and name is not None:
+        return "", gr.Timer(active=False)
     key = model_key(name)
     lm = next((shared_model(k[1], k[2]) for k in loaded("model") if k[1] == key), None)
     if lm is None:
         return "", gr.Timer(active=True)  # the model is still loading
     state = head_training.status(lm)
-    return state.message, gr.Timer(active=state.state == "training")
+    return POLICY.shown(state.message), gr.Timer(active=state.state == "training")
 
 
 def on_load_model(name, mode=""):
-    try:
-        lm = shared_model(POLICY.check_model(name), POLICY.check_mode(mode))
-    except SpecvizError as error:
-        return f"⚠️ {error}"
-    from specviz.runtime.modes import parse_mode
+    from specviz.runtime.modes import parse_mode, settled_here
 
-    return lm.description() + "".join(f" ⚠️ {note}" for note in parse_mode(mode).notes)
+    try:
+        name = POLICY.check_model(text_value("model", name, MAX_NAME_CHARS))
+        mode = POLICY.check_mode(text_value("mode", mode, MAX_NAME_CHARS))
+        lm = shared_model(name, mode)
+    except SpecvizError as error:
+        return POLICY.shown(f"⚠️ {error}")
+    notes = [*parse_mode(mode).notes, *settled_here(mode)[1]]
+    return POLICY.shown(lm.description() + "".join(f" ⚠️ {note}" for note in notes))
 
 
 # ---- timeline, play, linked views ---------------------------------------------------------------------
 def on_go(lab, delta):
     lab = lab or Lab()
-    lab.go(int(delta))
+    try:
+        lab.go(whole_number("delta", delta, -1_000_000, 1_000_000))
+    except SpecvizError as error:
+        return _failed(lab, error)
     return _shown(lab)
 
 
 def on_go_to(lab, step):
     lab = lab or Lab()
-    lab.go_to(step)
+    try:
+        lab.go_to(whole_number("step", step, 0, 10_000_000))
+    except SpecvizError as error:
+        return _failed(lab, error)
     return _shown(lab)
 
 
 def on_token(lab, evt: gr.EventData):
     lab = lab or Lab()
-    lab.select_token(getattr(evt, "token", None) if evt is not None else None)
+    token = getattr(evt, "token", None) if evt is not None else None
+    lab.select_token(token if isinstance(token, int) and not isinstance(token, bool) else None)
     return _shown(lab)
 
 
 def on_play(lab, pace):
     lab = lab or Lab()
+    try:  # the pace slider's range: a timer of 0 s would tick as fast as the server answers
+        pace_s = number_in("pace (seconds per step)", pace, 0.2, 5.0)
+    except SpecvizError as error:
+        return (*_failed(lab, error), gr.Timer(active=False))
     if not lab.play():  # already playing: the timer runs on at its pace
         return (*_shown(lab), gr.Timer(active=True))
-    return (*_shown(lab), gr.Timer(value=float(pace), active=True))
+    return (*_shown(lab), gr.Timer(value=pace_s, active=True))
 
 
 def on_pause(lab):
@@ -251,9 +258,13 @@ def on_tick(lab, max_new_tokens, **settings):
     if not lab.playing:
         return (*_shown(lab), gr.Timer(active=False))
     try:
-        if lab.follows_live_run:
-            lab = _settings(lab, settings)  # a live step uses the page's settings, as Step does
-        going = lab.tick(int(max_new_tokens))
+        if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
+            wanted = _request(settings, max_new_tokens)
+            lab.take(wanted.settings)
+            limit = wanted.max_new_tokens
+        else:
+            limit = POLICY.check_new_tokens(max_new_tokens)
+        going = lab.tick(limit)
     except SpecvizError as error:
         return (*_failed(lab, error), gr.Timer(active=False))
     return (*_shown(lab), gr.Timer(active=going))
@@ -263,8 +274,8 @@ def on_tick(lab, max_new_tokens, **settings):
 def on_replay_shipped(lab, name):
     lab = lab or Lab()
     try:
-        if name not in TRACES:
-            raise SpecvizError(f"No shipped trace named {name!r}.")
+        if not isinstance(name, str) or name not in TRACES:
+            raise SpecvizError(f"No shipped trace named {quoted(name)}; the shipped ones: {', '.join(TRACES)}.")
         lab.load_trace(TRACES[name], name)
     except SpecvizError as error:
         return _failed(lab, error)
@@ -276,8 +287,12 @@ def on_upload(lab, path):
     if not path:
         return _shown(lab)
     try:
+        if not isinstance(path, str):
+            raise SpecvizError("Upload a trace file (JSON).")
         POLICY.check_upload(os.path.getsize(path))
         lab.load_trace(path)
+    except OSError:
+        return _failed(lab, SpecvizError("That upload could not be read: upload the trace file again."))
     except SpecvizError as error:
         return _failed(lab, error)
     return _shown(lab)
@@ -296,34 +311,40 @@ def on_live_status():
     """The start-up line: live steps warming up, or ready (the timer stops once they are)."""
     from specviz.ui.startup import STATUS
 
-    return STATUS.markdown(), gr.Timer(active=not (STATUS.ready or STATUS.error))
+    return POLICY.shown(STATUS.markdown()), gr.Timer(active=not (STATUS.ready or STATUS.error))
 
 
 def on_close(request: gr.Request):
     visitors.release(getattr(request, "session_hash", None))
 
 
-def on_download_trace(lab):
+def on_download_trace(request: gr.Request, lab):
     lab = lab or Lab()
     try:
-        return lab.export_trace(_download_folder())
+        return _kept(request, lab.export_trace(str(_download_folder(request))))
     except SpecvizError as error:
-        raise gr.Error(str(error))
+        raise gr.Error(POLICY.shown(str(error)))
 
 
-def on_download_svg(lab):
+def on_download_svg(request: gr.Request, lab):
     lab = lab or Lab()
     record, token_text = lab.shown_record()
     if record is None:
         raise gr.Error("No step to export yet: Step, Run or load a trace first.")
-    return str(write_tree_svg(record, Path(_download_folder()) / f"specviz-tree-step{record.step}.svg",
-                              token_text=token_text))
+    path = write_tree_svg(record, _download_folder(request) / f"specviz-tree-step{record.step}.svg",
+                          token_text=token_text)
+    return _kept(request, str(path))
 
 
-def _download_folder() -> str:
-    import tempfile
+def _download_folder(request: gr.Request | None) -> Path:
+    """The visitor's own folder for downloads (removed when the session is released)."""
+    return visitors.files_folder(getattr(request, "session_hash", None))
 
-    return tempfile.mkdtemp(prefix="specviz-")
+
+def _kept(request: gr.Request | None, path: str) -> str:
+    """path, after the visitor's folder was cut back to its size limit (oldest files first)."""
+    visitors.keep_within(_download_folder(request), POLICY.max_session_files_bytes)
+    return path
 
 
 def on_accounting(lab):
@@ -333,7 +354,8 @@ def on_accounting(lab):
 
 def _compare_shown(compare: Compare):
     view = compare.view()
-    return (compare, *(getattr(view, name) for name in CompareView.names()))
+    return (compare, *(POLICY.shown(getattr(view, name)) if name == "message" else getattr(view, name)
+                       for name in CompareView.names()))
 
 
 # ---- A/B, presets, URL ----------------------------------------------------------------------------------
@@ -341,8 +363,9 @@ def on_ab_step(request: gr.Request, compare, side_a, side_b, max_new_tokens, **s
     """Both sides one step: the page's settings (named as for /step) with each side's overrides."""
     compare = _visitor(request, compare or Compare())
     try:
-        compare.apply(_base(settings), _checked_side(side_a, 'A'), _checked_side(side_b, 'B'))
-        compare.step(POLICY.check_new_tokens(max_new_tokens))
+        wanted = _request(settings, max_new_tokens)
+        compare.apply(wanted, side_a, side_b, POLICY)
+        compare.step(wanted.max_new_tokens)
     except SpecvizError as error:
         compare.fail(error)
     return _compare_shown(compare)
@@ -352,25 +375,13 @@ def on_ab_run(request: gr.Request, compare, side_a, side_b, max_new_tokens, **se
     """Both sides to the end, shown as they come."""
     compare = _visitor(request, compare or Compare())
     try:
-        compare.apply(_base(settings), _checked_side(side_a, 'A'), _checked_side(side_b, 'B'))
-        for _ in compare.run(POLICY.check_new_tokens(max_new_tokens)):
+        wanted = _request(settings, max_new_tokens)
+        compare.apply(wanted, side_a, side_b, POLICY)
+        for _ in compare.run(wanted.max_new_tokens):
             yield _compare_shown(compare)
     except SpecvizError as error:
         compare.fail(error)
         yield _compare_shown(compare)
-
-
-def _checked_side(overrides: str, side: str) -> str:
-    """A side's overrides, its draft model checked against the allow-list in public mode."""
-    from specviz.ui.compare import parse_overrides
-
-    try:
-        values = parse_overrides(overrides)
-        if "draft_model" in values:
-            POLICY.check_draft(values["draft_model"])
-    except SpecvizError as error:
-        raise SpecvizError(f"Side {side}: {error}") from None
-    return overrides
 
 
 def on_ab_reset(compare):
@@ -381,7 +392,7 @@ def on_ab_reset(compare):
 
 def on_preset(name):
     """A preset's settings into the page's widgets, its A/B sides and its question."""
-    preset = PRESETS.get(name)
+    preset = PRESETS.get(name) if isinstance(name, str) else None
     if preset is None:
         return [gr.update()] * (7 + len(PARAMS))
     values = {**{p.name: p.default for p in PARAMS}, **preset.params}
@@ -392,6 +403,8 @@ def on_preset(name):
 
 def on_paper_settings(method: str, which: str):
     """The paper's configuration of the method (which="paper") or our tuned default ("ours") into the widgets."""
+    if not isinstance(method, str) or method not in METHODS:
+        method = DEFAULT_METHOD
     values = widget_values(method, which, {p.name: p.default for p in PARAMS})
     budget = values["budget"]
     return [gr.update(value=budget == "auto"), gr.update() if budget == "auto" else gr.update(value=budget),
@@ -413,7 +426,7 @@ def on_url(lab, request: gr.Request):
     """Settings from the page URL's query parameters; what cannot be used is named in the message (kept in the
     session's lab, so the first visit's Play ticks, which redraw the message, keep showing it)."""
     query = dict(request.query_params) if request is not None else {}
-    settings, notes = settings_from_query(query, EXAMPLES)
+    settings, notes = POLICY.link_settings(*settings_from_query(query, EXAMPLES))
     method = settings.get("method", DEFAULT_METHOD)
     prompt = EXAMPLES[settings["example"]] if "example" in settings else settings.get("prompt")
     budget = settings.get("budget")
@@ -438,13 +451,15 @@ def on_url(lab, request: gr.Request):
 
 def on_share(max_new_tokens, **settings):
     """A link to the page with these settings (the same named parameters as /step)."""
-    prompt, budget = settings.get("prompt"), settings.get("budget")
-    example = next((label for label, text in EXAMPLES.items() if text == prompt), None)
-    query = query_from_settings(settings.get("method"), "auto" if settings.get("auto_budget") else int(budget),
-                                max_new_tokens, settings.get("temperature"), settings.get("top_p"),
-                                settings.get("seed"), {p.name: settings[p.name] for p in PARAMS if p.name in settings},
-                                example)
-    note = "" if example or not prompt else " (the prompt is not an example, so the link leaves it out)"
+    try:
+        wanted = _request(settings, max_new_tokens)
+    except SpecvizError as error:
+        return POLICY.shown(f"⚠️ {error}")
+    chosen, sampling = wanted.settings, wanted.settings.sampling
+    example = next((label for label, text in EXAMPLES.items() if text == chosen.prompt), None)
+    query = query_from_settings(chosen.method, chosen.budget, wanted.max_new_tokens, sampling.temperature,
+                                sampling.top_p, sampling.seed, dict(chosen.params), example)
+    note = "" if example else " (the prompt is not an example, so the link leaves it out)"
     return f"Link to these settings: [{query}]({query}){note}"
 
 
@@ -456,52 +471,58 @@ SWEEP_METRICS = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)", 
                                                 "differing_fraction")]
 
 
-def on_sweep(axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens, progress=gr.Progress(),
-             **settings):
+def on_sweep(visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens,
+             progress=gr.Progress(), **settings):
     """A grid over one or two axes (axis_1, axis_2: NAME=V1,V2,...) on the page's prompt or a suite category
     (scope, category), sweep_tokens new tokens per run, with the page's other settings (named as for /step)."""
-    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes
+    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes, runs_needed
 
     try:
-        axes = parse_axes([axis_1, axis_2])  # refuses a too-large grid before anything loads
+        axes = parse_axes([text_value("axis 1", axis_1, MAX_AXIS_CHARS), text_value("axis 2", axis_2, MAX_AXIS_CHARS)])
+        limit = POLICY.max_sweep_tokens or MAX_TOKENS_PRIVATE
+        sweep_tokens = whole_number("new tokens per run", sweep_tokens, 1, limit)
+        wanted = _request(settings, max_new_tokens)
         if scope == "suite category":
-            prompts = [item for item in SUITE if item["category"] == category]
+            # a suite item's own token count gives way to the sweep's: the limit is the sweep's
+            prompts = [{k: v for k, v in item.items() if k != "max_new_tokens"} for item in SUITE
+                       if isinstance(category, str) and item["category"] == category]
             if not prompts:
-                raise SpecvizError(f"No suite prompts in category {category!r}.")
+                raise SpecvizError(f"No suite prompts in category {quoted(category)}; the categories: "
+                                   f"{', '.join(CATEGORIES)}.")
+        elif scope == "page prompt":
+            prompts = [{"id": "page prompt", "category": "prompt",
+                        "prompt": Lab.checked_prompt(wanted.settings.prompt)}]
         else:
-            prompts = [{"id": "page prompt", "category": "prompt", "prompt": Lab.checked_prompt(settings.get("prompt"))}]
-        points = 1
-        for _, values in axes:
-            points *= len(values)
-        POLICY.check_sweep(points * len(prompts), sweep_tokens)
-        base = _base(settings)
-        method = base["method"]
-        spec = METHODS[method]
-        sampling = SamplingSettings.checked(base["temperature"], base["top_p"], base["seed"])
-        request = SweepRequest(model=base["model"], mode=base["mode"],
-                               draft_model=base["draft_model"] if spec.uses_draft_model else "", method=method,
-                               prompts=tuple(prompts), axes=tuple(axes), max_new_tokens=int(sweep_tokens),
-                               params=tuple(sorted((k, v) for k, v in base["params"].items()
-                                                   if k in {p.name for p in spec.params})),
-                               budget=base["budget"], sampling=sampling)
+            raise SpecvizError(f"scope must be 'page prompt' or 'suite category', got {quoted(scope)}.")
+        chosen = wanted.settings
+        params = dict(chosen.params)
+        POLICY.check_sweep(runs_needed(chosen.method, axes, params, chosen.budget, chosen.sampling, len(prompts)),
+                           sweep_tokens)
+        sweep = SweepRequest(model=chosen.model, mode=chosen.mode, draft_model=chosen.draft_model,
+                             method=chosen.method, prompts=tuple(prompts), axes=tuple(axes),
+                             max_new_tokens=sweep_tokens, params=tuple(sorted(params.items())),
+                             budget=chosen.budget, sampling=chosen.sampling)
         report = None
-        for _, _, (kind, *result) in gpu.call(ModelCall("sweep", (), int(sweep_tokens), sweep=request), []):
+        for _, _, (kind, *result) in gpu.call(ModelCall("sweep", (), sweep_tokens, sweep=sweep), []):
             if kind == "progress":
                 done, total, label = result
                 progress((done, total), desc=label)
             else:
                 report = result[0]
     except SpecvizError as error:
-        return None, gr.update(), None, "", f"⚠️ {error}"
-    path = Path(_download_folder()) / f"specviz-sweep-{method}.csv"
+        return None, gr.update(), None, "", POLICY.shown(f"⚠️ {error}")
+    path = _download_folder(visit) / f"specviz-sweep-{chosen.method}.csv"
     path.write_text(grid_csv(report))
-    return (report, grid_figure(report, metric), str(path), f"```\n{format_grid(report)}\n```",
+    metric = metric if metric in dict(SWEEP_METRICS).values() else "speedup"
+    return (report, grid_figure(report, metric), _kept(visit, str(path)), f"```\n{format_grid(report)}\n```",
             f"Sweep done: {len(report['points'])} points x {len(prompts)} prompts.")
 
 
 def on_sweep_metric(report, metric):
     from specviz.tools.sweep import grid_figure
 
+    if report is None or metric not in dict(SWEEP_METRICS).values():
+        return gr.update()
     return grid_figure(report, metric)
 
 
@@ -561,9 +582,9 @@ def build_app() -> gr.Blocks:
     # what a new visitor sees at once: the initial values, before any event answers
     first = first_view(TRACES.get(FIRST_TRACE), FIRST_TRACE, EXAMPLES)
     shown = first.view
-    with gr.Blocks(title="specviz: speculative decoding with draft trees") as demo:
+    with gr.Blocks(title="specviz: speculative decoding with draft trees", delete_cache=DELETE_CACHE) as demo:
         lab = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda lab: lab and lab.release())
-        compare = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda c: c and c.reset())
+        compare = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=lambda c: c and c.release())
         # the settings: a side panel, closed at first so that the tree has the screen
         with gr.Sidebar(label="Settings", open=False, width=360, elem_id="settings-panel"):
             example = gr.Dropdown(list(EXAMPLES), label="Example prompts (from assets/suite.jsonl)",
@@ -713,7 +734,8 @@ def build_app() -> gr.Blocks:
         model_events = dict(concurrency_id="model", concurrency_limit=MODEL_CONCURRENCY)
         private = dict(api_visibility="private")  # page plumbing: no API endpoint
         method.change(param_visibility, method, param_inputs, **private)
-        method.change(paper_settings_markdown, method, paper_note, **private)
+        method.change(lambda m: paper_settings_markdown(m) if isinstance(m, str) and m in METHODS else "", method,
+                      paper_note, **private)
         paper_outputs = [auto_budget, budget, temperature, *param_inputs]
         paper_btn.click(lambda m: on_paper_settings(m, "paper"), method, paper_outputs, **private)
         tuned_btn.click(lambda m: on_paper_settings(m, "ours"), method, paper_outputs, **private)
@@ -732,7 +754,8 @@ def build_app() -> gr.Blocks:
         demo.load(on_live_status, None, [live_status, live_timer], **private)
         live_timer.tick(on_live_status, None, [live_status, live_timer], **private)
         node.input(on_node, [lab, node], distribution, **private)
-        example.change(lambda label: EXAMPLES.get(label, ""), example, prompt, api_name="example")
+        example.change(lambda label: EXAMPLES.get(label, "") if isinstance(label, str) else "", example, prompt,
+                       api_name="example")
         step_btn.click(on_step, [lab], outputs, inputs_kwargs=run_inputs, api_name="step", **model_events)
         run_event = run_btn.click(on_run, [lab], outputs, inputs_kwargs=run_inputs, api_name="run", **model_events)
         run_event.then(on_accounting, lab, plots, **private)
@@ -789,12 +812,13 @@ def main() -> None:
         startup.place_models(list(POLICY.models) or [model])
     elif POLICY.model_slots:
         set_model_slots(POLICY.model_slots)
+    LIVE.limit = POLICY.max_live_sessions
     # the page is up at once (a shipped trace replays) while the model loads and warms up
     startup.start_in_background(model, EXAMPLES[next(iter(EXAMPLES))], DEFAULT_METHOD, gpu.zero_gpu())
     launch = dict(LAUNCH_OPTIONS)
     if POLICY.max_upload_bytes:
         launch["max_file_size"] = POLICY.max_upload_bytes
-    build_app().queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port, **launch)
+    build_app().queue(default_concurrency_limit=8, max_size=POLICY.max_queue).launch(server_name=args.host, server_port=args.port, **launch)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specviz.errors import SpecvizError
+import math
+
+from specviz.errors import SpecvizError, quoted
 
 
 @dataclass(frozen=True)
@@ -22,18 +24,20 @@ class Param:
         if self.kind is str:
             text = str(value).strip()
             if text not in self.choices:
-                raise SpecvizError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}.")
+                raise SpecvizError(f"{self.name} must be one of {', '.join(self.choices)}, got {quoted(value)}.")
             return text
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise SpecvizError(f"{self.name} must be a number, got {value!r}.") from None
+        except (TypeError, ValueError, OverflowError):
+            raise SpecvizError(f"{self.name} must be a number, got {quoted(value)}.") from None
+        if isinstance(value, bool) or not math.isfinite(number):  # "nan", "inf", 1e400: no number of a range
+            raise SpecvizError(f"{self.name} must be a number between {self.low} and {self.high}, got {quoted(value)}.")
         if self.kind is int:
             if number != int(number):
-                raise SpecvizError(f"{self.name} must be a whole number, got {value!r}.")
+                raise SpecvizError(f"{self.name} must be a whole number, got {quoted(value)}.")
             number = int(number)
         if not self.low <= number <= self.high:
-            raise SpecvizError(f"{self.name} must be between {self.low} and {self.high}, got {value!r}.")
+            raise SpecvizError(f"{self.name} must be between {self.low} and {self.high}, got {quoted(value)}.")
         return number
 
 

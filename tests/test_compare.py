@@ -3,7 +3,8 @@
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.ui.compare import Compare, parse_overrides, side_settings
+from specviz.ui.compare import Compare, parse_overrides, side_request
+from specviz.ui.visitor_request import VisitorRequest
 
 PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
 
@@ -20,10 +21,10 @@ def test_overrides_are_parsed_and_checked():
     for bad, expected in [("tau", "NAME=VALUE"), ("tau=1 tau=2", "twice"), ("=3", "NAME=VALUE")]:
         with pytest.raises(SpecvizError, match=expected):
             parse_overrides(bad)
-    settings = side_settings(base_settings(), {"method": "respec", "tau": "3"})
-    assert settings["method"] == "respec" and settings["params"]["tau"] == "3"
+    side = side_request(VisitorRequest.of_loose(base_settings()), "method=respec tau=3")
+    assert side.settings.method == "respec" and dict(side.settings.params)["tau"] == 3.0
     with pytest.raises(SpecvizError, match="has no parameter 'tau'"):
-        side_settings(base_settings(), {"tau": "3"})
+        side_request(VisitorRequest.of_loose(base_settings()), "tau=3")
 
 
 def test_ab_steps_both_and_names_the_bad_side(lm):

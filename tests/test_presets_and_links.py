@@ -1,7 +1,8 @@
 """Presets are valid configurations; a link's settings round-trip, and nonsense in it is named."""
 
 from specviz.methods import METHODS
-from specviz.ui.compare import parse_overrides, side_settings
+from specviz.ui.compare import side_request
+from specviz.ui.visitor_request import VisitorRequest
 from specviz.ui.presets import PRESETS
 from specviz.ui.share import query_from_settings, settings_from_query
 
@@ -17,17 +18,15 @@ def base_settings(**changes):
 # ---- presets and URL settings --------------------------------------------------------------------------------
 def test_presets_are_valid_configurations():
     import app
-    from specviz.accept.sampling import SamplingSettings
 
     assert len(PRESETS) >= 4
     for preset in PRESETS:
         assert preset.example in app.EXAMPLES and preset.question.endswith((".", "?", ")"))
         for overrides in (preset.side_a, preset.side_b):
-            settings = side_settings(base_settings(method=preset.method, temperature=preset.temperature),
-                                     parse_overrides(overrides))
-            spec = METHODS[settings["method"]]
-            params = spec.resolve_params({k: v for k, v in settings["params"].items() if k in {p.name for p in spec.params}})
-            spec.check_sampling(params, SamplingSettings.checked(settings["temperature"]))
+            base = VisitorRequest.of_loose(base_settings(method=preset.method, temperature=preset.temperature))
+            side = side_request(base, overrides).settings  # checked as any request: a bad preset raises here
+            spec = METHODS[side.method]
+            spec.check_sampling(dict(side.params), side.sampling)
 
 
 def test_url_settings_round_trip_and_nonsense_is_named():

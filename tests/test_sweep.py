@@ -140,7 +140,9 @@ def test_cli_round_trip_with_csv(tmp_path):
     assert all(p["differing_fraction"] == 0.0 for p in report["points"])
 
 
-def test_cli_refusals_name_the_problem(tmp_path):
+def test_cli_refusals_name_the_problem(tmp_path, capsys):
+    from specviz.cli import main
+
     suite = tmp_path / "suite.jsonl"
     suite.write_text(json.dumps({"id": "a", "category": "copy", "prompt": "x"}))
     for args, expected in [
@@ -150,5 +152,6 @@ def test_cli_refusals_name_the_problem(tmp_path):
             (("--prompt", "x", "--method", "rapid", "--vary", "eta=0,1"), "eta=1 is refused"),
             (("--prompt", "x", "--vary", "budget=" + ",".join(map(str, range(1, 101))), "--vary",
               "seed=" + ",".join(map(str, range(100)))), "at most 64 grid points")]:
-        out = cli("sweep", *args)
-        assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        status = main(["sweep", *args])  # in this process: main() is what `python -m specviz` runs
+        err = capsys.readouterr().err
+        assert status == 2 and expected in err and "Traceback" not in err, (args, err)

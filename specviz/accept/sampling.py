@@ -29,6 +29,7 @@ eta > 0 is not lossless: the output then follows min(q, p_hat) + (1 - beta) norm
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,7 @@ from specviz.accept.position_noise import PositionNoise
 from specviz.accept.verification import Verification, make_verification
 from specviz.records.charts import PositionChart
 from specviz.tree.draft_tree import ROOT, DraftTree
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 
 TAIL_FRACTION = 0.1   # RAPID: p_hat entries below this fraction of its maximum keep the target's value
 EMPTY_MASS = 1e-12    # a residual with less mass than this is treated as empty (see _draw)
@@ -52,28 +53,28 @@ class SamplingSettings:
 
     @classmethod
     def checked(cls, temperature=0.0, top_p=1.0, seed=0) -> "SamplingSettings":
-        """Parse and range-check what a user typed; one clear message per bad value."""
-        try:
-            temperature = float(temperature)
-        except (TypeError, ValueError):
-            raise SpecvizError(f"temperature must be a number, got {temperature!r}.") from None
+        """Parse and range-check what a user typed; one clear message per bad value ("nan", "inf", 1e400, a
+        list or an object included)."""
+        temperature = _finite("temperature", temperature, "a number between 0 and 5")
         if not 0.0 <= temperature <= 5.0:
             raise SpecvizError(f"temperature must be between 0 and 5, got {temperature:g}.")
-        try:
-            top_p = float(top_p)
-        except (TypeError, ValueError):
-            raise SpecvizError(f"top_p must be a number, got {top_p!r}.") from None
+        top_p = _finite("top_p", top_p, "a number in (0, 1]")
         if not 0.0 < top_p <= 1.0:
             raise SpecvizError(f"top_p must be in (0, 1], got {top_p:g}.")
-        try:
-            as_float = float(seed)
-        except (TypeError, ValueError):
-            raise SpecvizError(f"seed must be a whole number, got {seed!r}.") from None
-        if as_float != int(as_float) or isinstance(seed, bool):
-            raise SpecvizError(f"seed must be a whole number, got {seed!r}.")
-        if not 0 <= int(as_float) < 2 ** 63:
-            raise SpecvizError(f"seed must be between 0 and 2^63 - 1, got {seed!r}.")
-        return cls(temperature, top_p, int(as_float))
+        wanted = "a whole number between 0 and 2^63 - 1"
+        if isinstance(seed, str) and seed.strip().isdigit():
+            seed = int(seed.strip())  # exact: a seed past 2^53 does not survive float()
+        if isinstance(seed, bool):
+            raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
+        if not isinstance(seed, int):
+            as_float = _finite("seed", seed, wanted)
+            if as_float != int(as_float):
+                raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
+            seed = int(as_float)
+        if not 0 <= seed < 2 ** 63:
+            raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
+        exact = seed
+        return cls(temperature, top_p, exact)
 
     @property
     def greedy(self) -> bool:
@@ -219,3 +220,16 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
     verification.charts = charts
     verification.empty_residuals = empty_residuals
     return verification
+
+
+def _finite(name: str, value, wanted: str) -> float:
+    """A finite float from a user's value, or a SpecvizError that says what was wanted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.") from None
+    if not math.isfinite(number):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
+    return number

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import torch
 
+from specviz.runtime.cache_files import discard, write_atomically
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.cache_dir import cache_root
@@ -54,9 +55,13 @@ def build(lm, corpus=CORPUS, tokens: int = SEED_TOKENS) -> CopyLogitTable:
 
 
 def save(table: CopyLogitTable, path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     rows = table.frozen()
-    np.savez(path, top_tokens=rows.top_tokens.astype(np.int32), top_probs=rows.top_probs, seen=rows.seen)
+
+    def write(staging) -> None:
+        with open(staging, "wb") as f:  # a file object: np.savez would add ".npz" to a name
+            np.savez(f, top_tokens=rows.top_tokens.astype(np.int32), top_probs=rows.top_probs, seen=rows.seen)
+
+    write_atomically(path, write)
 
 
 def load(path) -> CopyLogitTable:
@@ -77,8 +82,8 @@ def ensure(lm) -> tuple[CopyLogitTable, float]:
     if path.is_file():
         try:
             return load(path), time.perf_counter() - started
-        except SpecvizError:
-            path.unlink()  # a broken cache file is rebuilt, never trusted
+        except SpecvizError as error:
+            discard(path, str(error))  # a broken cache file is rebuilt, never trusted
     table = build(lm)
     save(table, path)
     return table, time.perf_counter() - started

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
-import os
 import re
 import statistics
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from specviz.runtime.cache_files import write_atomically
 from specviz.runtime.kv import new_cache
 
 from specviz.runtime import fast_linear, linear_paths, loaded_model
@@ -245,11 +245,8 @@ def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, 
                      path_ms={k: list(v) for k, v in medians.items()} if choice else {},
                      processor=linear_paths.processor_key(), busy=busy)
     if save and busy is None:
-        path = stored_path(lm)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(asdict(cost), indent=1))
-        staging.replace(path)  # whole or not at all: a reader never sees half a curve
+        text = json.dumps(asdict(cost), indent=1)  # whole or not at all: a reader never sees half a curve
+        write_atomically(stored_path(lm), lambda staging: staging.write_text(text))
     return cost
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specviz.runtime.cache_files import discard, write_atomically
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.shared import register_loader, shared
 from specviz.errors import SpecvizError
@@ -75,12 +76,14 @@ def build(lm, corpus: Path = CORPUS, out: Path | None = None) -> dict:
     tokens = join_documents(documents)
     index = SuffixArray(tokens)
     out = out or datastore_path(tokenizer_name(lm))
-    out.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()[:16]
-    staging = out.with_suffix(".tmp.npz")
-    np.savez(staging, tokens=tokens.astype(np.int32), sa=index.sa.astype(np.int32),
-             meta=np.array(json.dumps({"format": FORMAT, "corpus_sha256": digest, "documents": len(documents)})))
-    staging.replace(out)
+    meta = json.dumps({"format": FORMAT, "corpus_sha256": digest, "documents": len(documents)})
+
+    def write(staging) -> None:
+        with open(staging, "wb") as f:  # a file object: np.savez would add ".npz" to a name
+            np.savez(f, tokens=tokens.astype(np.int32), sa=index.sa.astype(np.int32), meta=np.array(meta))
+
+    write_atomically(out, write)
     return {"path": str(out), "documents": len(documents), "tokens": int((tokens >= 0).sum()),
             "build_s": round(time.perf_counter() - started, 3), "file_bytes": out.stat().st_size}
 
@@ -170,7 +173,14 @@ def shared_datastore(lm) -> "Datastore":
     """READER's long-term datastore for the target's tokenizer, loaded once per process (SpecvizError when
     missing or corrupt)."""
     path = datastore_path(tokenizer_name(lm))
-    return shared(("datastore", str(path)))
+    try:
+        return shared(("datastore", str(path)))
+    except SpecvizError as error:
+        if not path.is_file() or not CORPUS.is_file():
+            raise
+        discard(path, str(error))  # a half-written or foreign file where the shipped corpus's belongs
+        build(lm, out=path)
+        return shared(("datastore", str(path)))
 
 
 register_loader("datastore", lambda path: Datastore.load(Path(path)))

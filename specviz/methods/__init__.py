@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 from specviz.methods.base import AUTO_MAX_NODES, BUDGET_MAX, Method, parse_budget
 from specviz.methods.baseline import PlainDecoding, PromptLookup
 from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
@@ -26,7 +26,7 @@ PEER_METHODS = {
 
 def get_method(name: str) -> type[Method]:
     if name not in METHODS:
-        raise SpecvizError(f"Unknown method '{name}'; choose one of {', '.join(METHODS)}.")
+        raise SpecvizError(f"Unknown method {quoted(name)}; choose one of {', '.join(METHODS)}.")
     return METHODS[name]
 
 

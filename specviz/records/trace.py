@@ -9,9 +9,10 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 from specviz.records.legacy import step_from_v2
 from specviz.records.step import StepRecord, finite
+from specviz.records.trace_check import check_raw, check_trace
 
 # 1: the first traces (no version field). 2: format_version, the token texts, the decoded prompt, the
 # machine it was recorded on, prefill time, the declared losslessness and the verify cost curve, so that
@@ -59,17 +60,24 @@ class Trace:
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise SpecvizError(f"This trace has format version {version!r}; this specviz reads versions up to "
                                f"{FORMAT_VERSION}. Update specviz to replay it.")
+        check_raw(data)
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         # an older trace is read into today's records, so it is a trace of this version now (and saves as one)
         values["format_version"] = FORMAT_VERSION
         try:
             read_step = StepRecord.from_dict if version >= 3 else step_from_v2
+            if not isinstance(data["steps"], list):
+                raise TypeError("steps is not a list")
             values["steps"] = [read_step(s) for s in data["steps"]]
-            return cls(**values)
-        except (TypeError, KeyError, AttributeError, ValueError) as error:
-            raise SpecvizError(f"This trace is damaged: a step record does not have the fields of version "
-                               f"{version} ({error}).") from None
+            trace = cls(**values)
+        except SpecvizError:
+            raise
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError) as error:
+            raise SpecvizError(f"This trace is damaged: a record does not have the fields of version {version} "
+                               f"({quoted(str(error), 120)}).") from None
+        check_trace(trace)
+        return trace
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False))
@@ -84,6 +92,8 @@ class Trace:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
-            raise SpecvizError(f"{path.name} is not a specviz trace: it is not JSON text.") from None
+            raise SpecvizError("This file is not a specviz trace: it is not JSON text.") from None
+        except RecursionError:  # nesting deeper than the parser goes: no trace nests like that
+            raise SpecvizError("This file is not a specviz trace: its JSON nests far too deep.") from None
         return cls.from_dict(data)
 

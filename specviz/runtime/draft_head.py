@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from specviz.runtime.cache_files import write_atomically
 from specviz.errors import SpecvizError
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.loaded_model import LoadedModel
@@ -300,13 +301,10 @@ def save_head(network: HeadNetwork, record: HeadRecord, path: Path) -> Path:
     """Write the trained weights and the draft vocabulary with the record, atomically."""
     from safetensors.torch import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {**{k: v.float().cpu() for k, v in network.trained_state().items()},
                "draft_ids": network.draft_ids.cpu().long().contiguous()}
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(tensors, str(staging), metadata={"specviz": record.to_json()})
-    os.replace(staging, path)
-    return path
+    return write_atomically(path, lambda staging: save_file(tensors, str(staging),
+                                                            metadata={"specviz": record.to_json()}))
 
 
 def read_record(path: Path) -> HeadRecord:

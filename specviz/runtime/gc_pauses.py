@@ -29,3 +29,32 @@ def collect_everything() -> None:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
+
+
+MIN_COLLECTION_GAP_S = 5.0   # requested collections: at most one this often
+_requested = threading.Event()
+_collector: list[threading.Thread] = []
+
+
+def request_collection() -> None:
+    """collect_everything soon, on a background thread, at most once every MIN_COLLECTION_GAP_S however often
+    it is asked for: what a handler anyone may call in a loop asks for instead of collecting itself."""
+    with _lock:
+        if not _collector:
+            worker = threading.Thread(target=_collect_when_asked, name="specviz-collector", daemon=True)
+            _collector.append(worker)
+            worker.start()
+    _requested.set()
+
+
+def _collect_when_asked() -> None:
+    import time
+
+    from specviz.runtime.memory_release import give_back_freed_memory
+
+    while True:
+        _requested.wait()
+        _requested.clear()
+        collect_everything()
+        give_back_freed_memory()
+        time.sleep(MIN_COLLECTION_GAP_S)

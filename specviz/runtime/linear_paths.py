@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from specviz.runtime.cache_files import write_atomically
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.native import build
 
@@ -154,8 +153,5 @@ def load(model_key: str) -> LinearChoice | None:
 
 def save(model_key: str, choice: LinearChoice) -> None:
     """Store the choice (a temporary file, then a rename: a reader never sees half of it)."""
-    path = stored_path(model_key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    staging.write_text(json.dumps(choice.to_json(), indent=1))
-    staging.replace(path)
+    text = json.dumps(choice.to_json(), indent=1)
+    write_atomically(stored_path(model_key), lambda staging: staging.write_text(text))

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from specviz.runtime import grouped_attention as attention
+from specviz.runtime.cache_files import LOG
 from specviz.runtime import fast_linear
 from specviz.runtime import lean_forward
 from specviz.runtime import linear_paths
@@ -72,11 +73,32 @@ def _dequantised_cache_dir() -> Path:
     return cache_root() / "models" / "SmolLM2-135M-Instruct-Q4_1-dequantised"
 
 
+def _unreadable(folder: Path) -> str | None:
+    """Why a dequantised cache folder cannot be read back (its files cut short, or not ours), None if it can."""
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
+            if not list(weights.keys()):
+                return "no weights"
+        json.loads((folder / "config.json").read_text())
+        json.loads((folder / "tokenizer.json").read_text())
+    except Exception as error:  # noqa: BLE001 (safetensors, OS and JSON errors alike)
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
 def ensure_default_model_folder() -> Path:
     """Dequantise the packaged GGUF once and save it as safetensors; later loads read that folder."""
     target = _dequantised_cache_dir()
     if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
-        return target
+        why = _unreadable(target)
+        if why is None:
+            return target
+        LOG.warning("discarding the cache %s (%s): it is rebuilt", target, why)
+        shutil.rmtree(target, ignore_errors=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     gguf_dir = packaged_gguf_dir()

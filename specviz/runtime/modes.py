@@ -55,6 +55,19 @@ def canonical(text: str | None) -> str:
     return "+".join(filter(None, [name, "compile" if mode.compiled else ""]))
 
 
+def settled_here(text: str | None) -> tuple[str, list[str]]:
+    """The canonical mode this machine's default device will really run for text, and why it differs (the notes
+    settle gives): a bf16 asked for on a CPU without bf16 runs fp32 and shares the fp32 copy of the weights
+    instead of loading another."""
+    mode = parse_mode(canonical(text))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ran = settle(mode, device, torch.float32)
+    if not ran.notes:
+        return canonical(text), []
+    name = PRECISION_NAMES.get(ran.dtype, "") if ran.dtype != torch.float32 else ""
+    return "+".join(filter(None, [name, "compile" if ran.compiled else ""])), ran.notes
+
+
 def why_not_precision(device: torch.device, dtype: torch.dtype) -> str | None:
     """None when this device computes in dtype at a useful speed, else why not."""
     if device.type == "cuda":

@@ -11,7 +11,7 @@ ZeroGPU worker) resolves them again. A resource may name read-only parts of itse
 (`shared_parts()`: a model's module and tokenizer), which travel by key too.
 
 Models have slots: `set_model_slots(n)` keeps at most n models loaded, releasing the least recently used one when
-another is loaded (a session that still holds a released model keeps it until it ends).
+another is loaded; `on_model_released` tells the app, which releases the sessions that held it (ui.live_sessions).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ _loaders: dict[str, Callable[..., object]] = {}   # kind -> load(*key[1:])
 _model_use: OrderedDict[tuple, None] = OrderedDict()   # model keys, least recently used first
 _model_slots: list[int | None] = [None]   # at most this many models loaded (None: no limit)
 MODEL_KINDS = ("model",)
+_release_listeners: list[Callable[[tuple], None]] = []   # told the key of every model released for room
 
 
 def shared(key: tuple, load: Callable[[], object] | None = None):
@@ -116,6 +117,15 @@ def _make_room_for(key: tuple) -> None:
             oldest = held[0]
             _model_use.pop(oldest, None)
         release(oldest)
+        for listener in list(_release_listeners):
+            listener(oldest)
+
+
+def on_model_released(listener: Callable[[tuple], None]) -> None:
+    """listener(key) after a model is released to make room, so that whoever holds sessions on it lets them go
+    (a session that kept a released model would pin a copy that the slots no longer count)."""
+    if listener not in _release_listeners:
+        _release_listeners.append(listener)
 
 
 def release(key: tuple) -> None:
@@ -150,10 +160,11 @@ def _load_model(name: str, run_mode: str):
 
 def shared_model(name: str | None, mode: str | None = None):
     """A target (or draft) model by hub id, folder or the default's name, in a run mode (runtime.modes;
-    blank: SPECVIZ_MODE or the device default); read-only weights, one copy per (model, mode)."""
-    from specviz.runtime.modes import canonical
+    blank: SPECVIZ_MODE or the device default); read-only weights, one copy per (model, mode this machine runs):
+    a mode that falls back here shares the copy of the mode it falls back to."""
+    from specviz.runtime.modes import settled_here
 
-    return shared(("model", model_key(name), canonical(mode_key(mode))))
+    return shared(("model", model_key(name), settled_here(mode_key(mode))[0]))
 
 
 SELF_DRAFT = "self"  # a draft model spec: the target's own weights (as a blank one)

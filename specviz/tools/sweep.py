@@ -227,6 +227,16 @@ def _row(item: dict, run: "RunResult", reference: "RunResult", threshold: float,
             "forward_ms": round(sum(r.timings_ms["forward"] for r in records), 3)}
 
 
+def runs_needed(method: str, axes, params: dict | None = None, budget="auto",
+                sampling: "SamplingSettings | None" = None, prompts: int = 1) -> int:
+    """Every generation run_grid makes for this grid on this many prompts: the untimed warm-ups (ar's and each
+    point's), and per prompt greedy ar, ar at each distinct sampled setting and every point (what a limit on a
+    sweep's size counts). Checks the grid as grid_points does; needs no model."""
+    points = grid_points(method, axes, params, budget, sampling, prompts=prompts)
+    keys = {_baseline_key(p["sampling"]) for p in points if not p["sampling"].greedy}
+    return 1 + len(points) + prompts * (1 + len(keys) + len(points))
+
+
 def run_grid(lm: "LoadedModel", prompts: list, method: str, axes, max_new_tokens: int = 64,
              params: dict | None = None, budget="auto", draft: "LoadedModel | None" = None,
              sampling: "SamplingSettings | None" = None,

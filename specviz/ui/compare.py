@@ -6,47 +6,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specviz.engine.token_diff import token_diff
-from specviz.errors import SpecvizError
-from specviz.methods import get_method
+from specviz.errors import SpecvizError, quoted
+from specviz.runtime.gc_pauses import request_collection
 from specviz.ui.lab import Lab
+from specviz.ui.live_sessions import LIVE
 from specviz.ui.lab_state import ModelCall
 from specviz.ui.views import CompareView
 from specviz.ui.tree_svg import tree_html
 from specviz.ui.viz import token_diff_html, tokens_html
+from specviz.ui.input_values import text_value
+from specviz.ui.public import Policy
+from specviz.ui.visitor_request import VisitorRequest
 
-# settings of a run that are not method parameters, as Lab.apply names them
-RUN_SETTINGS = ("method", "budget", "temperature", "top_p", "seed", "draft_model")
+MAX_OVERRIDES_CHARS = 500
 
 
 def parse_overrides(text: str) -> dict[str, str]:
     """'method=respec tau=3, temperature=0.8' -> {'method': 'respec', 'tau': '3', 'temperature': '0.8'}."""
+    text = text_value("a side's overrides", text, MAX_OVERRIDES_CHARS)
     overrides = {}
-    for item in (text or "").replace(",", " ").split():
+    for item in text.replace(",", " ").split():
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
-            raise SpecvizError(f"'{item}' is not NAME=VALUE (write e.g. method=respec tau=3).")
+            raise SpecvizError(f"{quoted(item)} is not NAME=VALUE (write e.g. method=respec tau=3).")
         if name in overrides:
-            raise SpecvizError(f"{name} is set twice.")
+            raise SpecvizError(f"{quoted(name)} is set twice.")
         overrides[name] = value
     return overrides
 
 
-def side_settings(base: dict, overrides: dict[str, str]) -> dict:
-    """Lab.apply's keyword arguments for one side: the page's settings with these overrides."""
-    settings = {**base, "params": dict(base["params"])}
-    for name in RUN_SETTINGS:
-        if name in overrides:
-            settings[name] = overrides[name]
-    spec = get_method(settings["method"])
-    own = {p.name for p in spec.params}
-    for name, value in overrides.items():
-        if name in RUN_SETTINGS:
-            continue
-        if name not in own:
-            raise SpecvizError(f"{spec.name} has no parameter '{name}' (its parameters: "
-                               f"{', '.join(sorted(own)) or 'none'}; run settings: {', '.join(RUN_SETTINGS)}).")
-        settings["params"][name] = value
-    return settings
+def side_request(base: VisitorRequest, overrides: str, policy: Policy = Policy.private()) -> VisitorRequest:
+    """One side: the page's request with the side's overrides, checked as any request is."""
+    return base.with_overrides(parse_overrides(overrides), policy)
 
 
 @dataclass
@@ -55,19 +46,20 @@ class Compare:
     b: Lab = field(default_factory=Lab)
     message: str = ""
 
-    def apply(self, base: dict, overrides_a: str, overrides_b: str) -> None:
-        """Both sides from the page's settings; a side whose settings are bad is named, and neither changes."""
+    def apply(self, base: VisitorRequest | dict, overrides_a: str, overrides_b: str,
+              policy: Policy = Policy.private()) -> None:
+        """Both sides from the page's request (or Lab.apply's loose keyword arguments) with each side's overrides;
+        a side whose settings are bad is named, and neither changes."""
+        if not isinstance(base, VisitorRequest):
+            base = VisitorRequest.of_loose(base, policy)
         sides = []
         for name, overrides in (("A", overrides_a), ("B", overrides_b)):
             try:
-                sides.append(side_settings(base, parse_overrides(overrides)))
+                sides.append(side_request(base, overrides, policy))
             except SpecvizError as error:
                 raise SpecvizError(f"Side {name}: {error}") from None
-        for name, lab, settings in (("A", self.a, sides[0]), ("B", self.b, sides[1])):
-            try:
-                lab.apply(**settings)
-            except SpecvizError as error:
-                raise SpecvizError(f"Side {name}: {error}") from None
+        self.a.take(sides[0].settings)
+        self.b.take(sides[1].settings)
         self.message = ""
 
     def _call(self, action: str, max_new_tokens: int):
@@ -77,6 +69,8 @@ class Compare:
         if self.a.wanted is None or self.b.wanted is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
         call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
+        LIVE.touch(self.a)
+        LIVE.touch(self.b)
         generations = (self.a.generation, self.b.generation)
         replies = gpu.call(call, [self.a.state, self.b.state])
         try:
@@ -108,11 +102,18 @@ class Compare:
         self.message = "Both sides done." if all(done) else ""
 
     def reset(self) -> None:
-        self.a.release()
-        self.b.release()
+        """Both sides back to nothing. Their memory goes back by a collection that runs at most every few
+        seconds (runtime.gc_pauses): a full one holds the interpreter for about 180 ms, and /ab_reset is
+        open to anyone, in a loop."""
+        self.a.reset()
+        self.b.reset()
+        request_collection()
         self.message = "Reset."
 
-    release = reset
+    def release(self) -> None:
+        """The visitor left: both sides released."""
+        self.a.release()
+        self.b.release()
 
     def summary(self, lab: Lab, side: str) -> str:
         session = lab.session

@@ -7,14 +7,11 @@ import threading
 from dataclasses import dataclass, field
 
 from specviz.engine.divergence import classify, tie_threshold
-from specviz.runtime.gc_pauses import collect_everything
-from specviz.runtime.modes import parse_mode
+from specviz.runtime.gc_pauses import collect_everything, request_collection
+from specviz.runtime.modes import parse_mode, settled_here
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
-from specviz.methods import get_method, parse_budget
-from specviz.runtime.shared import mode_key, model_key
-from specviz.accept.sampling import SamplingSettings
 from specviz.records.trace import Trace
 from specviz.ui import accounting
 from specviz.engine.prediction import ar_ms_per_token, check
@@ -25,7 +22,10 @@ from specviz.ui.viz import (budget_split_markdown, distribution_figure, document
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown)
 from specviz.ui.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
+from specviz.ui.live_sessions import LIVE
+from specviz.ui.markdown_text import md_text
 from specviz.ui.views import AccountingView, LabView
+from specviz.ui.visitor_request import checked_settings
 
 # in the text's HTML while a first visit's recording plays by itself: the page's script stops it at the first touch
 AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
@@ -70,21 +70,18 @@ class Lab:
     def settings_of(model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
                     mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> Settings:
         """The widgets' values as checked Settings (no model needed): SpecvizError for bad input."""
-        spec = get_method(method)
-        own = {p.name: params[p.name] for p in spec.params if p.name in params}
-        draft_name = (draft_model or "").strip() if spec.uses_draft_model else ""
-        sampling = SamplingSettings.checked(temperature, top_p, seed)
-        resolved = spec.resolve_params(own)
-        spec.check_sampling(resolved, sampling)
-        parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
-        return Settings(model_key(model), prompt, method, parse_budget(budget), tuple(sorted(resolved.items())),
-                        draft_name, mode_key(mode), sampling)
+        return checked_settings(model, prompt, method, budget, params, draft_model, mode, temperature, top_p, seed)
 
     def apply(self, model: str, prompt: str, method: str, budget, params: dict, draft_model: str = "",
               mode: str = "", temperature=0.0, top_p=1.0, seed=0) -> None:
-        """Take the widgets' settings for the next model call; a change of any setting starts a fresh
-        generation there. Bad input raises SpecvizError and changes nothing."""
-        wanted = self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature, top_p, seed)
+        """Lab.take of loose values (the CLI's and tests' way in); bad input raises SpecvizError and changes
+        nothing."""
+        self.take(self.settings_of(model, prompt, method, budget, params, draft_model, mode, temperature, top_p,
+                                   seed))
+
+    def take(self, wanted: Settings) -> None:
+        """Checked settings (ui.visitor_request) for the next model call; a change of any setting starts a fresh
+        generation there."""
         if wanted != self.wanted:  # a mode this machine cannot run or does not know: said at once, no model needed
             notes = parse_mode(wanted.mode).notes
             self.message = " ".join(f"⚠️ {note}" for note in notes) if notes else self.message
@@ -99,6 +96,7 @@ class Lab:
             verb = {"run": "Run"}.get(action, "Step")
             raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
+        LIVE.touch(self)
         generation = self.generation
         for states, messages, _ in gpu.call(call, [self.state]):
             if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
@@ -163,6 +161,25 @@ class Lab:
         self.stop_requested = True
         collect_everything()  # a session's objects refer to each other: free them now, frozen or not
         give_back_freed_memory()
+
+    def release_with(self, message: str) -> None:
+        """Released for the process's sake (room for other visitors, the model unloaded): the visitor reads why.
+        The memory goes back by a collection soon after (runtime.gc_pauses): a release for room comes with every
+        new visitor over the limit, and a full collection at each would stall everyone."""
+        self.reset()
+        self.stop_requested = True
+        request_collection()
+        self.message = message
+
+    @property
+    def holds_state(self) -> bool:
+        """Whether this session holds a model's state (KV caches): what the live-session limit counts."""
+        return self.state.session is not None
+
+    @property
+    def loaded_mode(self) -> str:
+        """The mode key of the model copy this session runs on (a mode that falls back shares another's)."""
+        return settled_here(self.settings.mode)[0] if self.settings is not None else ""
 
     # ---- timeline and replay --------------------------------------------------------------------
     def recording(self) -> Recording | None:
@@ -266,17 +283,31 @@ class Lab:
         return self.replay is None and self.at is None
 
     def load_trace(self, path, name: str | None = None) -> None:
-        """Replay a trace file (the live session, if any, is kept and comes back on Step or Run)."""
+        """Replay a trace file (the live session, if any, is kept and comes back on Step or Run). The trace is
+        checked as it is read (records.trace_check) and its first and last steps are drawn before it replaces
+        what the page shows: a trace that cannot be shown is refused, and the session stays as it was."""
         from pathlib import Path
 
         trace = Trace.load(path)
         if not trace.steps:
             raise SpecvizError("This trace has no steps to replay.")
+        kept = (self.replay, self.replay_name, self.at, self.selected_node, self.playing, self.autoplay,
+                self.message)
         self.replay, self.replay_name = trace, name or Path(path).name
         self.at, self.selected_node, self.playing, self.autoplay = None, None, False, False
-        self.message = (f"Replaying {self.replay_name} ({len(trace.steps)} steps, recorded on "
-                        f"{trace.recorded_on or 'an unknown machine'}): no model needed. Step or Run returns to "
-                        "the live run.")
+        try:
+            for step in {0, len(trace.steps) - 1}:
+                self.at = step
+                self.view()
+        except Exception as error:  # noqa: BLE001 (whatever a damaged trace breaks: refused, never shown)
+            (self.replay, self.replay_name, self.at, self.selected_node, self.playing, self.autoplay,
+             self.message) = kept
+            raise SpecvizError(f"This trace could not be drawn ({type(error).__name__}): it is damaged or not "
+                               "from this version of specviz.") from None
+        self.at = None
+        self.message = (f"Replaying {md_text(self.replay_name)} ({len(trace.steps)} steps, recorded on "
+                        f"{md_text(trace.recorded_on or 'an unknown machine')}): no model needed. Step or Run "
+                        "returns to the live run.")
 
     def export_trace(self, folder) -> str:
         """The shown run as a trace file in folder; its path."""

@@ -19,8 +19,8 @@ from specviz.engine.session import Session
 from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.runtime import portable
-from specviz.runtime.modes import parse_mode
-from specviz.runtime.prompts import validate_messages
+from specviz.runtime.modes import parse_mode, settled_here
+from specviz.runtime.prompts import PromptText, encode, validate_messages
 from specviz.runtime.shared import shared_draft, shared_model
 from specviz.engine.suite import long_context_prompt
 
@@ -35,6 +35,7 @@ class Settings:
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
     mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
     sampling: SamplingSettings = SamplingSettings()
+    max_prompt_tokens: int | None = None  # public mode's cap, checked where the prompt is tokenized (None: context)
 
 
 @dataclass
@@ -145,13 +146,18 @@ def start_session(state: LabState, settings: Settings) -> str:
     parsed = parse_prompt(settings.prompt)
     lm = shared_model(settings.model, settings.mode)
     draft = shared_draft(lm, settings.draft_model, settings.mode)
+    prompt_ids = encode(lm.tokenizer, parsed, lm.max_context)
+    if settings.max_prompt_tokens is not None and len(prompt_ids) > settings.max_prompt_tokens:
+        raise SpecvizError(f"The prompt is {len(prompt_ids):,} tokens long; this Space reads prompts of at most "
+                           f"{settings.max_prompt_tokens:,} tokens.")
     session = Session(lm, settings.method, dict(settings.params), budget=settings.budget, draft=draft,
-                      sampling=settings.sampling).start(parsed)
+                      sampling=settings.sampling).start_ids(prompt_ids, PromptText.of(parsed))
     restarted = state.session is not None and state.session.records
     state.session, state.settings, state.diff = session, settings, None
     message = "Settings changed: generation restarted." if restarted else ""
     # a mode name we do not know, a mode this machine cannot run, a branch that is off
-    warnings = [*parse_mode(settings.mode).notes, *lm.notes, *session.method.warnings]
+    warnings = [*parse_mode(settings.mode).notes, *settled_here(settings.mode)[1], *lm.notes,
+                *session.method.warnings]
     if warnings:
         message = " ".join([message, *(f"⚠️ {w}" for w in warnings)]).strip()
     return message

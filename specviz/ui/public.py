@@ -26,7 +26,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
+from specviz.ui.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared import SELF_DRAFT
 
@@ -39,6 +40,21 @@ MAX_NEW_TOKENS = 512
 MAX_SWEEP_RUNS = 24
 MAX_SWEEP_TOKENS = 64
 MAX_UPLOAD_BYTES = 4 * 2**20
+# the prompt: characters are checked before any model loads, tokens where the prompt is tokenized. 2,048 tokens
+# plus 512 new ones bound a session's KV caches (its own and the paired ar run's) at about 0.42 GB with the 360M
+MAX_PROMPT_CHARS = 20_000
+MAX_PROMPT_TOKENS = 2048
+# sessions that hold a model's state at once (each Lab, and each A/B side); the least recently used idle one is
+# released when another starts (ui.live_sessions). 12 x 0.42 GB of KV caches beside the two models' 6.4 GB and the
+# runtime's 1 GB: 12.4 GB of a 16 GB Space, before the allocator's slack
+MAX_LIVE_SESSIONS = 12
+# requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
+MAX_QUEUE = 64
+# a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released
+MAX_SESSION_FILES_BYTES = 64 * 2**20
+# method parameters a public visitor may not turn on: a datastore that grows with every finished answer is shared
+# by every visitor, so one visitor's text would reach another's drafts
+PRIVATE_ONLY_PARAMS = {"datastore_grow": 0}
 
 
 def public_requested(flag: bool = False) -> bool:
@@ -63,6 +79,11 @@ class Policy:
     max_upload_bytes: int | None = None
     model_slots: int | None = None
     drafts: tuple[str, ...] = field(default=())
+    max_prompt_chars: int | None = None
+    max_prompt_tokens: int | None = None
+    max_live_sessions: int | None = None
+    max_queue: int | None = None
+    max_session_files_bytes: int | None = None
 
     @classmethod
     def private(cls) -> "Policy":
@@ -73,7 +94,9 @@ class Policy:
         models = allowed_models()
         return cls(public=True, models=models, max_new_tokens=MAX_NEW_TOKENS, max_sweep_runs=MAX_SWEEP_RUNS,
                    max_sweep_tokens=MAX_SWEEP_TOKENS, max_upload_bytes=MAX_UPLOAD_BYTES, model_slots=MODEL_SLOTS,
-                   drafts=SELF_DRAFTS + models)
+                   drafts=SELF_DRAFTS + models, max_prompt_chars=MAX_PROMPT_CHARS,
+                   max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS, max_queue=MAX_QUEUE,
+                   max_session_files_bytes=MAX_SESSION_FILES_BYTES)
 
     @classmethod
     def from_environment(cls, public_flag: bool = False) -> "Policy":
@@ -111,11 +134,24 @@ class Policy:
         return mode
 
     def check_new_tokens(self, n) -> int:
-        n = int(n)
-        if self.max_new_tokens is not None and n > self.max_new_tokens:
-            raise SpecvizError(f"This Space generates at most {self.max_new_tokens} new tokens per run; "
-                               f"asked for {n}.")
-        return n
+        """New tokens a run may produce: a whole number from 1 to the limit (no limit here: the context's)."""
+        if self.max_new_tokens is not None:
+            try:
+                return whole_number("max_new_tokens", n, 1, self.max_new_tokens)
+            except SpecvizError:
+                raise SpecvizError(f"This Space generates 1 to {self.max_new_tokens} new tokens per run; asked for "
+                                   f"{quoted(n)}.") from None
+        return whole_number("max_new_tokens", n, 1, MAX_TOKENS_PRIVATE)
+
+    def check_params(self, method: str, values: dict) -> dict:
+        """A method's resolved parameters, refused where public mode keeps one off (PRIVATE_ONLY_PARAMS)."""
+        if self.public:
+            for name, allowed in PRIVATE_ONLY_PARAMS.items():
+                if name in values and values[name] != allowed:
+                    raise SpecvizError(f"This Space keeps {name} at {allowed}: what one visitor generates never "
+                                       "joins another visitor's drafts. Run specviz on your own machine to grow "
+                                       "the datastore.")
+        return values
 
     def check_sweep(self, runs: int, tokens: int) -> None:
         if self.max_sweep_runs is not None and runs > self.max_sweep_runs:
@@ -124,6 +160,20 @@ class Policy:
         if self.max_sweep_tokens is not None and int(tokens) > self.max_sweep_tokens:
             raise SpecvizError(f"This Space runs sweeps of at most {self.max_sweep_tokens} new tokens per run; "
                                f"asked for {int(tokens)}.")
+
+    def link_settings(self, settings: dict, notes: list[str]) -> tuple[dict, list[str]]:
+        """A share link's settings (ui.share) less what this policy keeps off, each named in a note."""
+        if not self.public:
+            return settings, notes
+        kept = {k: v for k, v in settings.items() if k not in PRIVATE_ONLY_PARAMS}
+        return kept, [*notes, *(f"{k} stays at {PRIVATE_ONLY_PARAMS[k]} on this Space" for k in settings
+                                if k in PRIVATE_ONLY_PARAMS)]
+
+    def shown(self, text: str) -> str:
+        """A message as this policy shows it: in public mode without any server path (ui.server_paths)."""
+        from specviz.ui.server_paths import hide_server_paths
+
+        return hide_server_paths(text) if self.public and isinstance(text, str) else text
 
     def check_upload(self, size: int) -> None:
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from specviz.accept.sampling import SamplingSettings
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS, parse_budget
 
 RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
 MAX_PROMPT_CHARS = 20_000
+MAX_NOTES = 8
 
 
 def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tuple[dict, list[str]]:
@@ -19,7 +20,7 @@ def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tupl
     settings, notes = {}, []
     method = query.get("method", DEFAULT_METHOD)
     if method not in METHODS:
-        notes.append(f"method={method!r} is not a method (choose one of {', '.join(METHODS)})")
+        notes.append(f"method={quoted(method)} is not a method (choose one of {', '.join(METHODS)})")
         method = DEFAULT_METHOD
     elif "method" in query:
         settings["method"] = method
@@ -51,9 +52,11 @@ def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tupl
             elif key in own:
                 settings[key] = METHODS[method].resolve_params({key: raw})[key]
             else:
-                notes.append(f"{key} is not a setting of {method}")
+                notes.append(f"{quoted(key)} is not a setting of {method}")
         except (SpecvizError, ValueError, TypeError) as error:
-            notes.append(f"{key}={raw!r} ignored ({error})")
+            notes.append(f"{quoted(key)}={quoted(raw)} ignored ({error})")
+    if len(notes) > MAX_NOTES:  # a link with a thousand keys gets a short message
+        notes = [*notes[:MAX_NOTES], f"and {len(notes) - MAX_NOTES} more"]
     return settings, notes
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError
@@ -91,9 +92,11 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         status.ready_s = round(time.monotonic() - STARTED, 2)
         print(f"specviz: {lm.name} on {lm.device}: live steps ready {status.ready_s:.1f} s after start "
               f"({', '.join(f'{name} {at:.1f} s' for name, at in status.stages)})", flush=True)
-    except (SpecvizError, RuntimeError, OSError) as error:
-        status.error = str(error)
-        print(f"specviz: warm-up failed: {error}", flush=True)
+    except Exception as error:  # noqa: BLE001 (any failure reaches the page as a message, never a spinner)
+        status.error = str(error) if isinstance(error, SpecvizError) else f"{type(error).__name__}: {error}"
+        status.current = "failed"
+        traceback.print_exc()
+        print(f"specviz: warm-up failed: {status.error}", flush=True)
 
 
 def start_in_background(model: str, prompt: str, method: str, zero_gpu: bool = False) -> threading.Thread:

@@ -181,7 +181,7 @@ def tree_html(record: StepRecord | None, token_text: Callable[[int], str], anima
     else:
         drawings = svg_element(offered, "tv-only", highlight, animate)
     mode = "tv-anim" if animate else "tv-static"
-    return (f'<div class="tv {mode}" data-step="{record.step}"{flags}>'
+    return (f'<div class="tv {mode}" data-step="{attr(record.step)}"{flags}>'
             f'<div class="tv-bar"><span class="tv-title">{escape(offered.title)}</span>{_switch(offered)}'
             f'{_phases(offered, record)}</div><div class="tv-frame"><div class="tv-scroll">{drawings}</div>{MORE_HINTS}</div>'
             f'{legend_html(offered)}<div class="tv-tip" role="tooltip"></div></div>')

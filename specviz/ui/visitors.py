@@ -1,14 +1,26 @@
 """Browser sessions' objects by Gradio session, so that a session that disconnects frees its KV caches at
 once: Gradio keeps a disconnected session's state for an hour, and gr.State's time_to_live only covers
-sessions that stay connected. Weak references: the registry never keeps anything alive."""
+sessions that stay connected. Weak references: the registry never keeps anything alive.
+
+Each session's downloads (traces, tree SVGs, sweep CSVs) are written in a folder of its own, capped in size
+(the oldest files go first) and removed with the session."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import weakref
+from pathlib import Path
 
 _open: dict[str, list[weakref.ref]] = {}
 _lock = threading.Lock()
+_folders: dict[str, Path] = {}
+_FILES_ROOT: list[Path] = []   # made on first use, one per process
+SHARED_KEY = "no-session"      # downloads of a call that carries no session (a test calling the handler directly)
+# a session folder untouched this long goes when the next one is made: a client that never closes its tab (an API
+# caller) never sends the event that removes its folder
+FOLDER_MAX_AGE_S = 2 * 3600
 
 
 def register(session_hash: str | None, *objects) -> None:
@@ -24,6 +36,9 @@ def release(session_hash: str | None) -> int:
     """Release (obj.release()) what a disconnected session held; how many objects that was."""
     with _lock:
         refs = _open.pop(session_hash or "", [])
+        folder = _folders.pop(session_hash or "", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
     objects = [r() for r in refs if r() is not None]
     for obj in objects:
         obj.release()
@@ -33,3 +48,45 @@ def release(session_hash: str | None) -> int:
 def open_sessions() -> int:
     with _lock:
         return len(_open)
+
+
+def files_folder(session_hash: str | None) -> Path:
+    """The session's own folder for what it downloads (made on first use, removed by release)."""
+    key = session_hash or SHARED_KEY
+    with _lock:
+        if not _FILES_ROOT:
+            _FILES_ROOT.append(Path(tempfile.mkdtemp(prefix="specviz-downloads-")))
+        folder = _folders.get(key)
+        if folder is None or not folder.is_dir():
+            _remove_stale_folders()
+            folder = Path(tempfile.mkdtemp(prefix="session-", dir=_FILES_ROOT[0]))
+            _folders[key] = folder
+    return folder
+
+
+def _remove_stale_folders() -> None:
+    """Session folders whose newest change is older than FOLDER_MAX_AGE_S; call with the lock held."""
+    import time
+
+    now = time.time()
+    for key, folder in list(_folders.items()):
+        try:
+            newest = max([folder.stat().st_mtime, *(f.stat().st_mtime for f in folder.iterdir())])
+        except OSError:
+            newest = 0.0
+        if now - newest > FOLDER_MAX_AGE_S:
+            shutil.rmtree(folder, ignore_errors=True)
+            _folders.pop(key, None)
+
+
+def keep_within(folder: Path, max_bytes: int | None) -> None:
+    """Remove the folder's oldest files until what is left takes at most max_bytes (the newest always stays)."""
+    if max_bytes is None:
+        return
+    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.stat().st_mtime_ns)
+    total = sum(f.stat().st_size for f in files)
+    for old in files[:-1]:
+        if total <= max_bytes:
+            break
+        total -= old.stat().st_size
+        old.unlink(missing_ok=True)

@@ -5,6 +5,7 @@ prediction charts (plotly)."""
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 
@@ -12,6 +13,7 @@ from specviz.tree import sources
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
 from specviz.records.status import BENT_STATUSES, NodeStatus
 from specviz.records.step import StepRecord
+from specviz.ui.markdown_text import md_code, md_text
 from specviz.ui.tree_view import COMMIT_AT, visible_token
 
 # the marks of committed tokens that are not sources (Okabe-Ito's remaining colours): several sources, the
@@ -34,7 +36,9 @@ def origin_class(origin: str) -> str:
     for mark in BENT_STATUSES:
         if origin.endswith(f"~{mark}"):
             return mark
-    return origin if "+" not in origin else "several"
+    if "+" in origin:
+        return "several"
+    return origin if re.fullmatch(r"[\w-]+", origin) else "other"  # a class name: a trace's text never more
 
 
 def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorded: bool = False,
@@ -104,7 +108,7 @@ def budget_split_markdown(record: StepRecord | None) -> str:
             accepted[source] = accepted.get(source, 0) + 1
     rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
     for source, share in split.items():
-        rows.append(f"| {source} | {share.offered} | {share.proposed} | {share.shared} | "
+        rows.append(f"| {md_text(source)} | {share.offered} | {share.proposed} | {share.shared} | "
                     f"{record.allocation.get(source, 0)} | {accepted.get(source, 0)} |")
     cut = record.plan.cut if record.plan else None
     if cut:
@@ -121,7 +125,7 @@ def _fmt(values: list[float]) -> str:
 
 def measured_choice_text(choice: MeasuredChoice) -> str:
     """What a measured choice (drafters.measured_choice) measured, and how often it explores."""
-    rates = ", ".join(f"{k} {v if v is not None else '?'} tok/s" for k, v in choice.tokens_per_s.items())
+    rates = ", ".join(f"{md_text(k)} {v if v is not None else '?'} tok/s" for k, v in choice.tokens_per_s.items())
     explore = (f"; the other choice is tried every {choice.explore_every} steps"
                if choice.explore_every is not None else "")
     return f"measured {rates} (at the calibrated machine speed){explore}"
@@ -136,7 +140,7 @@ def respec_step_markdown(record: StepRecord | None, token_text) -> str:
     e = note.trigger
     key = "".join(token_text(t) for t in e.key)
     lines = [f"**ReSpec, step {record.step}**: H_k = {_fmt(e.entropies)} · C_k = {_fmt(e.confidences)}",
-             f"key k* = {e.key_length}: `{visible_token(key)}` (H_min {e.h_min:.2f}), seen "
+             f"key k* = {e.key_length}: {md_code(visible_token(key))} (H_min {e.h_min:.2f}), seen "
              f"{e.matches} times before → retrieval **{'fired' if e.fired else 'not fired'}**"]
     retrieval = note.retrieval
     if retrieval:
@@ -148,9 +152,10 @@ def respec_step_markdown(record: StepRecord | None, token_text) -> str:
                 lines.append(f"| {c.position} | {c.score:.3f} | {c.drafted} | {c.accepted} | {rate} |")
             lines.append("")
     fallback = note.fallback
-    lines.append(f"drafted by **{note.drafted_by}** (fallback {fallback.mode}: {measured_choice_text(fallback)})")
+    lines.append(f"drafted by **{md_text(note.drafted_by)}** (fallback {md_text(fallback.mode)}: "
+                 f"{measured_choice_text(fallback)})")
     relaxed = [visible_token(n.text) for n in record.nodes if n.status == NodeStatus.RELAXED]
-    lines.append(f"relaxed acceptances: {', '.join(f'`{t}`' for t in relaxed) if relaxed else 'none'}")
+    lines.append(f"relaxed acceptances: {', '.join(md_code(t) for t in relaxed) if relaxed else 'none'}")
     return "  \n".join(lines)
 
 
@@ -185,9 +190,9 @@ def search_step_markdown(record: StepRecord | None) -> str:
     lines = []
     search = record.note(SearchNote)
     if search:
-        where = f" from the {search.index}" if search.index else ""
+        where = f" from the {md_text(search.index)}" if search.index else ""
         lines.append(f"**Widening**: {search.tokens} tokens searched{where} (query suffix matched "
-                     f"{search.matched} tokens); datastore {search.datastore}")
+                     f"{search.matched} tokens); datastore {md_text(search.datastore)}")
     deepen = record.note(DeepenNote)
     if deepen:
         lines.append("**Deepening**: no draft model branch to seed it" if deepen.seed is None else
@@ -195,7 +200,7 @@ def search_step_markdown(record: StepRecord | None) -> str:
                      f"{deepen.tokens} tokens searched")
     stage = record.note(ModelStageNote)
     if stage:
-        lines.append(f"**Draft model stage** {'ran' if stage.ran else 'skipped'} ({stage.choice.mode}: "
+        lines.append(f"**Draft model stage** {'ran' if stage.ran else 'skipped'} ({md_text(stage.choice.mode)}: "
                      f"{measured_choice_text(stage.choice)})")
     if record.plan is not None:
         lines.append(f"**Predicted** {record.plan.predicted_accepted:.2f} accepted drafts · **measured** "

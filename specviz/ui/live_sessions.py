@@ -1,0 +1,66 @@
+"""The sessions that hold a model's state (a Lab with a started generation, each A/B side): at most a limit at
+once in public mode, so that the process's memory has a bound. When one more starts, the least recently used
+idle one is released (its KV caches and baselines dropped) and its visitor reads why when they come back. A
+session whose model the shared registry released to make room is released too: it would otherwise pin a copy
+of the weights that the model slots no longer count. Weak references: the registry keeps nothing alive."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+
+from specviz.runtime.shared import on_model_released
+
+ROOM_MESSAGE = ("⚠️ This session was released to make room for other visitors (this Space keeps {limit} running "
+                "at once). Press Step to start again.")
+MODEL_GONE_MESSAGE = ("⚠️ The model this session ran was unloaded to make room for another one. Press Step to "
+                      "load it again and start over.")
+
+
+class LiveSessions:
+    def __init__(self, limit: int | None = None):
+        self.limit = limit
+        self._labs: OrderedDict[int, weakref.ref] = OrderedDict()   # id -> Lab, least recently used first
+        self._lock = threading.Lock()
+
+    def touch(self, lab) -> None:
+        """lab is about to run a model call: it is the most recently used; release the oldest idle ones over
+        the limit."""
+        with self._lock:
+            self._labs.pop(id(lab), None)
+            self._labs[id(lab)] = weakref.ref(lab)
+            if self.limit is None:
+                return
+            over = [old for old in self._alive() if old is not lab and old.holds_state and not old.stepping.locked()]
+            over = over[:max(0, len(over) + 1 - self.limit)]
+        for old in over:
+            old.release_with(ROOM_MESSAGE.format(limit=self.limit))
+
+    def release_model(self, key: tuple) -> None:
+        """The shared registry released the model under key: release every session on it."""
+        _, name, mode = key
+        with self._lock:
+            holding = [lab for lab in self._alive() if lab.settings is not None
+                       and (lab.settings.model, lab.loaded_mode) == (name, mode)]
+        for lab in holding:
+            lab.release_with(MODEL_GONE_MESSAGE)
+
+    def count(self) -> int:
+        with self._lock:
+            return sum(1 for lab in self._alive() if lab.holds_state)
+
+    def _alive(self) -> list:
+        """Live labs, least recently used first (dead references dropped); call with the lock held."""
+        found = []
+        for key, ref in list(self._labs.items()):
+            lab = ref()
+            if lab is None:
+                self._labs.pop(key, None)
+            else:
+                found.append(lab)
+        return found
+
+
+LIVE = LiveSessions()
+on_model_released(LIVE.release_model)
