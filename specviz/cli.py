@@ -585,9 +585,14 @@ def cmd_state_cost(args) -> None:
 
 
 def cmd_space_figures(args) -> None:
+    from specviz.runtime.shared import shared_model
     from specviz.tools.space_figures import measure
+    from specviz.ui.memory_budget import memory_budget
 
-    print(json.dumps(measure(), indent=1))
+    figures = measure()
+    figures["memory_budget"] = memory_budget(shared_model(None), figures["model_rss_bytes"],
+                                             figures["rss_bytes_per_param"])
+    print(json.dumps(figures, indent=1))
 
 
 def cmd_space_bundle(args) -> None:
