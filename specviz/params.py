@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-import math
-
 from specviz.errors import SpecvizError, quoted
+
+
+def finite_number(name: str, value, wanted: str) -> float:
+    """A finite float from a user's value of any JSON type, or a SpecvizError that says what was wanted: "nan",
+    "inf", 1e400, True, a list or an object are each refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.") from None
+    if not math.isfinite(number):
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
+    return number
 
 
 @dataclass(frozen=True)

@@ -219,7 +219,7 @@ def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
     _, message = call_handler(app.on_step, lab, mode="compile")
     assert "compile" in message
     _, message = call_handler(app.on_step, lab, max_new_tokens=app.POLICY.max_new_tokens + 1)
-    assert f"at most {app.POLICY.max_new_tokens} new tokens" in message
+    assert f"generates 1 to {app.POLICY.max_new_tokens} new tokens" in message
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (app.POLICY.max_upload_bytes + 1))
     out = app.on_upload(lab, str(big))

@@ -29,7 +29,6 @@ eta > 0 is not lossless: the output then follows min(q, p_hat) + (1 - beta) norm
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +38,7 @@ from specviz.accept.verification import Verification, make_verification
 from specviz.records.charts import PositionChart
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.errors import SpecvizError, quoted
+from specviz.params import finite_number
 
 TAIL_FRACTION = 0.1   # RAPID: p_hat entries below this fraction of its maximum keep the target's value
 EMPTY_MASS = 1e-12    # a residual with less mass than this is treated as empty (see _draw)
@@ -55,10 +55,10 @@ class SamplingSettings:
     def checked(cls, temperature=0.0, top_p=1.0, seed=0) -> "SamplingSettings":
         """Parse and range-check what a user typed; one clear message per bad value ("nan", "inf", 1e400, a
         list or an object included)."""
-        temperature = _finite("temperature", temperature, "a number between 0 and 5")
+        temperature = finite_number("temperature", temperature, "a number between 0 and 5")
         if not 0.0 <= temperature <= 5.0:
             raise SpecvizError(f"temperature must be between 0 and 5, got {temperature:g}.")
-        top_p = _finite("top_p", top_p, "a number in (0, 1]")
+        top_p = finite_number("top_p", top_p, "a number in (0, 1]")
         if not 0.0 < top_p <= 1.0:
             raise SpecvizError(f"top_p must be in (0, 1], got {top_p:g}.")
         wanted = "a whole number between 0 and 2^63 - 1"
@@ -67,7 +67,7 @@ class SamplingSettings:
         if isinstance(seed, bool):
             raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
         if not isinstance(seed, int):
-            as_float = _finite("seed", seed, wanted)
+            as_float = finite_number("seed", seed, wanted)
             if as_float != int(as_float):
                 raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
             seed = int(as_float)
@@ -221,15 +221,3 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
     verification.empty_residuals = empty_residuals
     return verification
 
-
-def _finite(name: str, value, wanted: str) -> float:
-    """A finite float from a user's value, or a SpecvizError that says what was wanted."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.") from None
-    if not math.isfinite(number):
-        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
-    return number

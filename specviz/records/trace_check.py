@@ -1,7 +1,7 @@
 """A trace from a file is checked before anything draws it: a visitor of a public Space may upload any JSON.
 
 Two passes. On the raw JSON (before any record is built): nesting depth, the number of steps and of nodes in a
-step. On the typed records: every field of every record has its declared type (ints are ints, floats finite,
+step. On the typed records: every field of every record has its declared type (ints are ints, floats finite or null,
 texts of bounded length, statuses known), and every step's tree is a tree: node i has id i, node 0 is the one
 root (parent -1, depth 0), every other node's parent is an earlier node and its depth one more than its
 parent's, and the same holds for the cut nodes that follow the verified ones. A trace that fails is refused
@@ -27,7 +27,7 @@ MAX_INT = 2 ** 53             # ids, token ids, counts: anything larger is not f
 
 
 def check_raw(data) -> None:
-    """Limits on the JSON as read, before records are built from it."""
+    """Limits on the JSON as read, before records are built from it: nesting, finite numbers, steps, nodes."""
     _check_depth(data)
     steps = data.get("steps") if isinstance(data, dict) else None
     if isinstance(steps, list):
@@ -41,12 +41,16 @@ def check_raw(data) -> None:
 
 
 def _check_depth(data) -> None:
-    """Iteratively (a recursive walk is what a hostile nesting would break)."""
+    """Nesting and numbers, iteratively (a recursive walk is what a hostile nesting would break): a trace writes
+    a float that is not finite as null, so NaN, Infinity or 1e400 in the file is not from specviz."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise SpecvizError(f"This trace nests deeper than {MAX_DEPTH} levels: it is not a specviz trace.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecvizError("This trace holds a number that is not finite (NaN or Infinity): a specviz trace "
+                               "writes those as null.")
         if isinstance(value, dict):
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
@@ -127,7 +131,10 @@ def _fits(value, hint, where: str) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        # None and inf too: a trace stores a float that was not finite as null (records.step.finite), and a record
+        # may read a null back as inf (a key-less trigger's h_min); the raw check refused NaN and inf in the file
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and not math.isnan(value))
     if hint is str:  # the decoded prompt's bound here; a node's or a token's text is held to MAX_TEXT below
         return isinstance(value, str) and len(value) <= MAX_PROMPT_TEXT
     if isinstance(hint, type) and issubclass(hint, Enum):

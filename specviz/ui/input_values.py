@@ -3,9 +3,8 @@ scalar. Each is refused with one sentence that names what is wanted and quotes (
 
 from __future__ import annotations
 
-import math
-
 from specviz.errors import SpecvizError, quoted
+from specviz.params import finite_number
 
 MAX_TOKENS_PRIVATE = 1 << 20  # new tokens with no policy limit: the model's context ends a run first
 
@@ -24,28 +23,19 @@ def text_value(name: str, value, limit: int | None = None) -> str:
 def whole_number(name: str, value, low: int, high: int) -> int:
     """A whole number in [low, high] from a slider, a text box or JSON: "nan", "inf", 1e400, 2.5, True, a list
     are each refused with the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecvizError(f"{name} must be a whole number between {low:,} and {high:,}, got {quoted(value)}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise SpecvizError(f"{name} must be a whole number between {low:,} and {high:,}, got {quoted(value)}.") \
-            from None
-    if not math.isfinite(number) or number != int(number) or not low <= number <= high:
-        raise SpecvizError(f"{name} must be a whole number between {low:,} and {high:,}, got {quoted(value)}.")
+    wanted = f"a whole number between {low:,} and {high:,}"
+    number = finite_number(name, value, wanted)
+    if number != int(number) or not low <= number <= high:
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
     return int(number)
 
 
 def number_in(name: str, value, low: float, high: float) -> float:
-    """A finite number in [low, high] (a slider's value): "nan", "inf", a list or True are refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecvizError(f"{name} must be a number between {low:g} and {high:g}, got {quoted(value)}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise SpecvizError(f"{name} must be a number between {low:g} and {high:g}, got {quoted(value)}.") from None
-    if not math.isfinite(number) or not low <= number <= high:
-        raise SpecvizError(f"{name} must be a number between {low:g} and {high:g}, got {quoted(value)}.")
+    """A finite number in [low, high] (a slider's value)."""
+    wanted = f"a number between {low:g} and {high:g}"
+    number = finite_number(name, value, wanted)
+    if not low <= number <= high:
+        raise SpecvizError(f"{name} must be {wanted}, got {quoted(value)}.")
     return number
 
 
