@@ -812,7 +812,7 @@ def main() -> None:
         startup.place_models(list(POLICY.models) or [model])
     elif POLICY.model_slots:
         set_model_slots(POLICY.model_slots)
-    LIVE.limit = POLICY.max_live_sessions
+    LIVE.limit, LIVE.token_limit = POLICY.max_live_sessions, POLICY.max_live_tokens
     # the page is up at once (a shipped trace replays) while the model loads and warms up
     startup.start_in_background(model, EXAMPLES[next(iter(EXAMPLES))], DEFAULT_METHOD, gpu.zero_gpu())
     launch = dict(LAUNCH_OPTIONS)

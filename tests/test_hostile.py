@@ -32,14 +32,14 @@ def public_url(lm):
     """The app as a public Space runs it: the public policy, the live-session limit, a bounded queue."""
     kept = app.POLICY
     app.POLICY = Policy.for_public()
-    LIVE.limit = app.POLICY.max_live_sessions
+    LIVE.limit, LIVE.token_limit = app.POLICY.max_live_sessions, app.POLICY.max_live_tokens
     demo = app.build_app().queue(max_size=app.POLICY.max_queue)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=app.POLICY.max_upload_bytes, **app.LAUNCH_OPTIONS)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
-    app.POLICY, LIVE.limit = kept, None
+    app.POLICY, LIVE.limit, LIVE.token_limit = kept, None, None
 
 
 def message_of(outputs) -> str:
@@ -132,7 +132,7 @@ def test_bad_numbers_and_types_get_one_clear_sentence(public_url):
              (dict(seed="inf"), "seed must be"), (dict(seed="1e400"), "seed must be"),
              (dict(seed=[1, 2]), "seed must be"), (dict(temperature="nan"), "temperature must be"),
              (dict(top_p={"a": 1}), "top_p must be"), (dict(budget="nan"), "budget must be"),
-             (dict(prompt="x" * 20_001), "at most 20,000"),
+             (dict(prompt="x" * 32_001), "at most 32,000"),
              (dict(method="<img src=x>"), "Unknown method"), (dict(model=["x"]), "model must be text"),
              (dict(method="reader", datastore_grow=1), "keeps datastore_grow at 0"),
              (dict(ngram_length="nan"), "ngram_length must be"),
@@ -275,6 +275,16 @@ def test_sessions_are_capped_and_the_released_visitor_is_told(lm):
         assert labs[0].session is not None and labs[1].session is None
     finally:
         LIVE.limit = kept
+    kept = LIVE.token_limit
+    LIVE.token_limit = 30  # context tokens: two of these sessions pass it together
+    try:
+        labs = [Lab() for _ in range(2)]
+        for lab in labs:
+            lab.apply("", "Count: one two three four five", "pld", 4, {})
+            lab.step(4)
+        assert labs[0].session is None and "make room" in labs[0].message and labs[1].session is not None
+    finally:
+        LIVE.token_limit = kept
 
 
 def test_downloads_live_in_the_sessions_folder_and_go_with_it(lm):

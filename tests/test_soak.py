@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_app import free_port, settings
+from test_app import free_port, settings as page_settings
 from test_hostile import chain_trace, self_parent_trace
 
 ROOT = Path(__file__).parent.parent
@@ -24,6 +24,13 @@ SOAK_S = float(os.environ.get("SPECVIZ_SOAK_S", "300"))
 HONEST_PROMPTS = ["Repeat exactly: red green blue, red green blue, red green blue.",
                   "Rename x to y: def f(x):\n    return x + x",
                   "Count from one to ten in words."]
+
+
+def settings(**changes) -> dict:
+    """/step's named parameters with the public list's first model (its dropdown refuses a blank one)."""
+    from specviz.ui.public import Policy
+
+    return page_settings(**{"model": Policy.for_public().default_model, **changes})
 
 
 def rss_mb(pid: int) -> float:
@@ -77,7 +84,7 @@ def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismat
                 client.predict(side_a="", side_b="method=pld", **settings(prompt=prompt, method=method,
                                                                           max_new_tokens=12), api_name="/ab_run")
             else:
-                out = client.predict(axis_1="budget=4,8", axis_2="", scope="page prompt", category="copy",
+                out = client.predict(axis_1="budget=4,8", axis_2="", scope="page prompt", category="code-edit",
                                      sweep_tokens=8, metric="speedup",
                                      **settings(prompt=prompt, method="racer", max_new_tokens=8), api_name="/sweep")
                 assert "Sweep done" in out[-1], out[-1]
@@ -98,7 +105,7 @@ def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path) -> Non
         path = folder / f"{threading.get_ident()}-{name}"
         path.write_text(data if isinstance(data, str) else json.dumps(data))
         files.append(str(path))
-    bad = [dict(max_new_tokens="nan"), dict(seed="inf"), dict(budget=1e400), dict(prompt="x" * 20_001),
+    bad = [dict(max_new_tokens="nan"), dict(seed="inf"), dict(budget=1e400), dict(prompt="x" * 32_001),
            dict(method="reader", datastore_grow=1), dict(temperature={"a": 1}), dict(max_new_tokens=-5)]
     rng = random.Random(threading.get_ident())
     while not stop.is_set():

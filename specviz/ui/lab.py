@@ -177,6 +177,11 @@ class Lab:
         return self.state.session is not None
 
     @property
+    def held_tokens(self) -> int:
+        """Context tokens this session's caches hold (what its memory grows with)."""
+        return len(self.state.session.context) if self.state.session is not None else 0
+
+    @property
     def loaded_mode(self) -> str:
         """The mode key of the model copy this session runs on (a mode that falls back shares another's)."""
         return settled_here(self.settings.mode)[0] if self.settings is not None else ""

@@ -1,5 +1,6 @@
-"""The sessions that hold a model's state (a Lab with a started generation, each A/B side): at most a limit at
-once in public mode, so that the process's memory has a bound. When one more starts, the least recently used
+"""The sessions that hold a model's state (a Lab with a started generation, each A/B side): at most a number of
+them, and of the context tokens they hold together, in public mode, so that the process's memory has a bound
+(a session's memory grows with its context: ui.memory_budget measures it). When one more starts, the least recently used
 idle one is released (its KV caches and baselines dropped) and its visitor reads why when they come back. A
 session whose model the shared registry released to make room is released too: it would otherwise pin a copy
 of the weights that the model slots no longer count. Weak references: the registry keeps nothing alive."""
@@ -19,23 +20,34 @@ MODEL_GONE_MESSAGE = ("⚠️ The model this session ran was unloaded to make ro
 
 
 class LiveSessions:
-    def __init__(self, limit: int | None = None):
-        self.limit = limit
+    def __init__(self, limit: int | None = None, token_limit: int | None = None):
+        self.limit = limit                # sessions holding state at once (None: no limit)
+        self.token_limit = token_limit    # context tokens they hold together (None: no limit)
         self._labs: OrderedDict[int, weakref.ref] = OrderedDict()   # id -> Lab, least recently used first
         self._lock = threading.Lock()
 
     def touch(self, lab) -> None:
-        """lab is about to run a model call: it is the most recently used; release the oldest idle ones over
-        the limit."""
+        """lab is about to run a model call: it is the most recently used; release the oldest idle ones until
+        the sessions, and the context tokens they hold, are within the limits (lab itself counts as one more
+        session)."""
         with self._lock:
             self._labs.pop(id(lab), None)
             self._labs[id(lab)] = weakref.ref(lab)
-            if self.limit is None:
+            if self.limit is None and self.token_limit is None:
                 return
-            over = [old for old in self._alive() if old is not lab and old.holds_state and not old.stepping.locked()]
-            over = over[:max(0, len(over) + 1 - self.limit)]
-        for old in over:
-            old.release_with(ROOM_MESSAGE.format(limit=self.limit))
+            others = [old for old in self._alive() if old is not lab and old.holds_state]
+            count, tokens = len(others) + 1, sum(old.held_tokens for old in others) + lab.held_tokens
+            released = []
+            for old in others:  # least recently used first
+                if (self.limit is None or count <= self.limit) and \
+                        (self.token_limit is None or tokens <= self.token_limit):
+                    break
+                if old.stepping.locked():  # busy: a call is running on it
+                    continue
+                released.append(old)
+                count, tokens = count - 1, tokens - old.held_tokens
+        for old in released:
+            old.release_with(ROOM_MESSAGE.format(limit=self.limit or count))
 
     def release_model(self, key: tuple) -> None:
         """The shared registry released the model under key: release every session on it."""
@@ -49,6 +61,10 @@ class LiveSessions:
     def count(self) -> int:
         with self._lock:
             return sum(1 for lab in self._alive() if lab.holds_state)
+
+    def tokens(self) -> int:
+        with self._lock:
+            return sum(lab.held_tokens for lab in self._alive() if lab.holds_state)
 
     def _alive(self) -> list:
         """Live labs, least recently used first (dead references dropped); call with the lock held."""

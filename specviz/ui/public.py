@@ -40,14 +40,18 @@ MAX_NEW_TOKENS = 512
 MAX_SWEEP_RUNS = 24
 MAX_SWEEP_TOKENS = 64
 MAX_UPLOAD_BYTES = 4 * 2**20
-# the prompt: characters are checked before any model loads, tokens where the prompt is tokenized. 2,048 tokens
-# plus 512 new ones bound a session's KV caches (its own and the paired ar run's) at about 0.42 GB with the 360M
-MAX_PROMPT_CHARS = 20_000
-MAX_PROMPT_TOKENS = 2048
-# sessions that hold a model's state at once (each Lab, and each A/B side); the least recently used idle one is
-# released when another starts (ui.live_sessions). 12 x 0.42 GB of KV caches beside the two models' 6.4 GB and the
-# runtime's 1 GB: 12.4 GB of a 16 GB Space, before the allocator's slack
+# the prompt: characters are checked before any model loads, tokens where the prompt is tokenized. Both cover
+# the longest shipped example (long-context: lc-tidewater-4, 29,072 characters, 6,852 tokens)
+MAX_PROMPT_CHARS = 32_000
+MAX_PROMPT_TOKENS = 7_168
+# live sessions (each Lab, and each A/B side) and the context tokens they hold together; the least recently used
+# idle one is released when another would pass either (ui.live_sessions). A unified session on the default model
+# kept 0.66 GB at 2,043 tokens of context (its KV caches, its self-drafting cache and the paired ar run's; measured
+# by ui.memory_budget, `python -m specviz space-figures`): 12,000 tokens are about 3.9 GB there, 6.9 GB scaled to the
+# 360M's KV caches (an upper bound: only the caches grow with the model), which beside the two models' 6.6 GB and
+# two calls' working memory (0.6 GB) make 14.1 GB of a 16 GB Space
 MAX_LIVE_SESSIONS = 12
+MAX_LIVE_TOKENS = 12_000
 # requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
 MAX_QUEUE = 64
 # a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released
@@ -82,6 +86,7 @@ class Policy:
     max_prompt_chars: int | None = None
     max_prompt_tokens: int | None = None
     max_live_sessions: int | None = None
+    max_live_tokens: int | None = None
     max_queue: int | None = None
     max_session_files_bytes: int | None = None
 
@@ -95,7 +100,8 @@ class Policy:
         return cls(public=True, models=models, max_new_tokens=MAX_NEW_TOKENS, max_sweep_runs=MAX_SWEEP_RUNS,
                    max_sweep_tokens=MAX_SWEEP_TOKENS, max_upload_bytes=MAX_UPLOAD_BYTES, model_slots=MODEL_SLOTS,
                    drafts=SELF_DRAFTS + models, max_prompt_chars=MAX_PROMPT_CHARS,
-                   max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS, max_queue=MAX_QUEUE,
+                   max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
+                   max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
                    max_session_files_bytes=MAX_SESSION_FILES_BYTES)
 
     @classmethod
