@@ -47,11 +47,11 @@ MAX_PROMPT_TOKENS = 7_168
 # live sessions (each Lab, and each A/B side) and the context tokens they hold together; the least recently used
 # idle one is released when another would pass either (ui.live_sessions). A unified session on the default model
 # kept 0.66 GB at 2,043 tokens of context (its KV caches, its self-drafting cache and the paired ar run's; measured
-# by ui.memory_budget, `python -m specviz space-figures`): 12,000 tokens are about 3.9 GB there, 6.9 GB scaled to the
-# 360M's KV caches (an upper bound: only the caches grow with the model), which beside the two models' 6.6 GB and
-# two calls' working memory (0.6 GB) make 14.1 GB of a 16 GB Space
+# by ui.memory_budget, `python -m specviz space-figures`, 2026-11-26): 10,000 tokens are 3.2 GB there, 5.6 GB scaled
+# to the 360M's KV caches (an upper bound: only the caches grow with the model); beside the two models' 6.6 GB and
+# two calls' working memory at the longest prompt (1.9 GB) that makes 14.2 GB of a 16 GB Space
 MAX_LIVE_SESSIONS = 12
-MAX_LIVE_TOKENS = 12_000
+MAX_LIVE_TOKENS = 10_000
 # requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
 MAX_QUEUE = 64
 # a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released
