@@ -408,7 +408,7 @@ def on_paper_settings(method: str, which: str):
     values = widget_values(method, which, {p.name: p.default for p in PARAMS})
     budget = values["budget"]
     return [gr.update(value=budget == "auto"), gr.update() if budget == "auto" else gr.update(value=budget),
-            gr.update(value=values["temperature"]),
+            gr.update(value=values["temperature"]), gr.update(value=values["top_p"]),
             *(gr.update(value=values[p.name]) if p.name in values else gr.update() for p in PARAMS)]
 
 
@@ -736,7 +736,7 @@ def build_app() -> gr.Blocks:
         method.change(param_visibility, method, param_inputs, **private)
         method.change(lambda m: paper_settings_markdown(m) if isinstance(m, str) and m in METHODS else "", method,
                       paper_note, **private)
-        paper_outputs = [auto_budget, budget, temperature, *param_inputs]
+        paper_outputs = [auto_budget, budget, temperature, top_p, *param_inputs]
         paper_btn.click(lambda m: on_paper_settings(m, "paper"), method, paper_outputs, **private)
         tuned_btn.click(lambda m: on_paper_settings(m, "ours"), method, paper_outputs, **private)
         present_btn.click(None, js=PRESENT_JS, **private)

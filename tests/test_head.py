@@ -231,6 +231,38 @@ def test_sampled_head_drafts_are_q_draws_with_the_seeds_noise_and_keep_the_targe
             assert chi_square_p(seen, p_second) > 1e-3
 
 
+
+def test_the_planner_plans_sampled_head_trees_under_the_seeded_rule_and_the_standard_rule_repeats(lm, head):
+    """Seeded (the default), any cut is safe: budget=auto plans the head's sampled trees and the output is
+    still ar's for the seed. Standard: the head offers q's top-k (no draws, so the planner cuts those too),
+    and the session's coins are seeded (the same seed and tree repeat their tokens)."""
+    prompt = SUITE["open-story"]["messages"]
+    sampling = SamplingSettings(temperature=0.8, top_p=0.95, seed=3)
+    reference = Session(lm, "ar", sampling=sampling).start(prompt)
+    reference.run(16)
+    seeded = Session(lm, "unified", {"model_stage": "on"}, draft=head, sampling=sampling).start(prompt)
+    seeded.run(16)
+    assert seeded.output_ids == reference.output_ids
+    assert all(r.plan.cut is not None for r in seeded.records)
+    params = {"model_stage": "on", "acceptance": "standard"}
+    planned = Session(lm, "unified", params, draft=head, sampling=sampling).start(prompt)
+    planned.run(8)
+    assert all(r.plan.cut is not None for r in planned.records)
+    # budget=auto cuts by measured time, so only a fixed tree repeats the coins' tokens
+    standard = [Session(lm, "unified", params, budget=16, draft=head, sampling=sampling).start(prompt)
+                for _ in range(2)]
+    for session in standard:
+        session.run(16)
+    assert standard[0].output_ids == standard[1].output_ids
+    drafter = standard[0].method.stages[0].inner
+    assert not drafter.draw_first
+    tree = drafter.propose(standard[0].context, 16)
+    assert tree.num_drafted > 0 and not tree.has_draws()
+    for node, q in tree.draft_dists.items():
+        children = {tree.tokens[c] for c in tree.children(node)}
+        assert children <= set(q.topk(drafter.breadth).indices.tolist())   # q's best: nothing drawn
+
+
 # ---- the file and its refusals -----------------------------------------------------------------------------
 def test_tiny_head_trains_in_seconds_and_loads(tiny, tiny_head_file):
     path, report = tiny_head_file

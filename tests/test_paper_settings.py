@@ -1,5 +1,6 @@
-"""Each paper's configuration one click away (no model): the values are the papers', each is a valid setting
-of its method, our default is every parameter's default, and the panel names what our default changes."""
+"""Each paper's configuration one click away (no model): the button sets what a table taken from the paper
+says (section cited beside each value), each configuration is a valid setting of its method, our default
+is every parameter's default, and the panel names what our default changes and what stays ours."""
 
 import pytest
 
@@ -8,18 +9,34 @@ from specviz.ui.paper_settings import PAPERS, paper_settings, paper_settings_mar
 
 DEFAULTS = {p.name: p.default for m in METHODS.values() for p in m.params}
 
+# read off the papers in ../shared/papers (the section beside each value), not off paper_settings.py
+FROM_THE_PAPERS = {
+    "racer": {  # *Loss & Training*: "maximum breadth of 8 ...; maximum 10,000 nodes, n-gram length of 10 ...;
+                # draft capacity of 64 tokens per step. Greedy decoding"
+        "budget": 64, "max_breadth": 8, "capacity": 10000, "ngram_length": 10, "temperature": 0.0,
+        "warm_table": 0, "draft_ahead": 0, "min_path_prob": 0.0},
+    "respec": {  # §4.1: greedy, draft size 60, lookback 3, EAGLE-2 with its defaults (top_k 10, depth 5 + 1,
+                 # 60 tokens); §3.2.1: θ_entropy = 1.5; §4.3: τ ≤ 3, m ≤ 3
+        "budget": 60, "temperature": 0.0, "lookback": 3, "entropy_threshold": 1.5, "fallback": "model",
+        "head_breadth": 10, "head_expand": 10, "head_depth": 6, "head_nodes": 60, "tau": 3.0, "m": 3},
+    "reader": {  # §4.1: EAGLE-3 tree of depth 8 and 60 tokens; Alg. 2 line 5: RankByFrequency(A ∪ B);
+                 # §4.2: fixed shape; Table 2: temperature 0
+        "budget": 60, "temperature": 0.0, "head_depth": 8, "head_nodes": 60, "head_breadth": 10,
+        "merge": "frequency", "min_path_share": 0.0, "deepen": 1},
+    "rapid": {  # §3.1: γ = 10, η ∈ {5, 10, 20}, 512-token chunks, cosine ≥ 0.3, retrieval length between
+                # 4,096 and 1/24 of the input; Appendix C: temperature 1.0 (∞Bench); §2.4: speculative sampling
+        "gamma": 10, "chunk_tokens": 512, "min_similarity": 0.3, "ranker": "minilm", "retrieval_budget": 4096,
+        "compression": 24.0, "temperature": 1.0, "top_p": 1.0, "acceptance": "standard"},
+}
 
-def test_the_papers_own_settings():
-    racer = widget_values("racer", "paper", DEFAULTS)
-    assert {k: racer[k] for k in ("budget", "warm_table", "draft_ahead", "min_path_prob", "max_breadth", "capacity",
-                                  "ngram_length")} == {"budget": 64, "warm_table": 0, "draft_ahead": 0, "min_path_prob": 0.0,
-                                                       "max_breadth": 8, "capacity": 10000, "ngram_length": 10}
-    respec = widget_values("respec", "paper", DEFAULTS)
-    assert respec["tau"] == 3.0 and respec["m"] == 3 and respec["budget"] == 60
-    reader = widget_values("reader", "paper", DEFAULTS)
-    assert isinstance(reader["budget"], int) and reader["min_path_share"] == 0.0   # fixed shape, unpruned
-    rapid = widget_values("rapid", "paper", DEFAULTS)
-    assert rapid["eta"] in (5.0, 10.0, 20.0) and rapid["temperature"] > 0 and rapid["gamma"] == 10
+
+@pytest.mark.parametrize("method", sorted(FROM_THE_PAPERS))
+def test_the_button_sets_what_the_paper_says(method):
+    values = widget_values(method, "paper", DEFAULTS)
+    assert {k: values[k] for k in FROM_THE_PAPERS[method]} == FROM_THE_PAPERS[method]
+    assert values["top_p"] == 1.0  # no paper here filters the nucleus: the button resets it
+    if method == "rapid":
+        assert values["eta"] in (5.0, 10.0, 20.0)
     assert paper_settings("racer-logits") is PAPERS["racer"]  # the ablations take RACER's
     assert paper_settings("unified") is None and paper_settings("ar") is None
 
@@ -33,11 +50,14 @@ def test_both_configurations_are_valid_settings_of_the_method(method):
         spec.resolve_params(params)  # a SpecvizError if the combination is refused
         assert values["budget"] == "auto" or 1 <= values["budget"] <= 256
     ours = widget_values(method, "ours", DEFAULTS)
-    assert ours["budget"] == "auto" and ours["temperature"] == 0.0
+    assert ours["budget"] == "auto" and ours["temperature"] == 0.0 and ours["top_p"] == 1.0
     assert all(ours[p.name] == p.default for p in spec.params)  # our tuned default is the parameters' defaults
-    for change in PAPERS[method].changes:  # every change is real, and the panel names it
-        assert change.paper != change.ours
-        assert f"`{change.name}` {change.ours} (paper {change.paper})" in paper_settings_markdown(method)
+    panel = paper_settings_markdown(method)
+    for change in PAPERS[method].changes:  # every change is real, cited, and the panel names it
+        assert change.paper != change.ours and change.where
+        assert f"`{change.name}` {change.ours} (paper {change.paper}, {change.where})" in panel
+    for own in PAPERS[method].ours:  # what the button cannot set is listed with the paper's value beside ours
+        assert f"- {own.what}: {own.ours} (paper: {own.paper})" in panel
 
 
 def test_the_panel_for_methods_without_a_paper():

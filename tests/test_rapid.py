@@ -91,6 +91,19 @@ def test_bad_input_gets_a_clear_message(lm):
         Session(lm, "rapid").start(too_long)
 
 
+def test_compression_sets_the_retrieval_length_from_the_document(lm):
+    """RAPID §2.3 / §3.1: the drafter reads |C| / λ tokens of the document, at least retrieval_budget."""
+    from specviz.methods.rapid import Rapid
+    from specviz.runtime.prompts import PromptText
+
+    method = object.__new__(Rapid)   # only its prompt is read
+    method.prompt = PromptText.of(long_context_prompt(FERRY, FERRY_QUESTIONS[0]["question"]))
+    tokens = len(lm.tokenizer(method.prompt.document, add_special_tokens=False).input_ids)
+    assert method.retrieval_budget(lm, {"compression": 0.0, "retrieval_budget": 64}) == 64
+    assert method.retrieval_budget(lm, {"compression": 2.0, "retrieval_budget": 64}) == -(-tokens // 2)
+    assert method.retrieval_budget(lm, {"compression": 24.0, "retrieval_budget": 4096}) == max(4096, -(-tokens // 24))
+
+
 def test_rapid_drafts_with_the_layer_skip_drafter(lm):
     from specviz.runtime.shared import shared_draft
 
@@ -143,7 +156,7 @@ def target_joint(lm, prompt_ids: list[int], firsts: int = 24, seconds: int = 8) 
     return joint
 
 
-def joint_p_value(lm, method: str, runs: int) -> float:
+def joint_p_value(lm, method: str, runs: int, acceptance: str = "seeded") -> float:
     from specviz.runtime.prompts import encode
 
     prompt_ids = encode(lm.tokenizer, STAT_PROMPT, lm.max_context)
@@ -152,8 +165,8 @@ def joint_p_value(lm, method: str, runs: int) -> float:
     counts = np.zeros(len(pairs) + 1)
     index = {pair: i for i, pair in enumerate(pairs)}
     for seed in range(runs):
-        session = Session(lm, method, STAT_PARAMS.get(method), budget=8,
-                          sampling=SamplingSettings(TEMPERATURE, seed=seed))
+        params = {**STAT_PARAMS.get(method, {}), **({"acceptance": acceptance} if method != "ar" else {})}
+        session = Session(lm, method, params, budget=8, sampling=SamplingSettings(TEMPERATURE, seed=seed))
         session.start(STAT_PROMPT)
         session.run(2)
         counts[index.get(tuple(session.output_ids[:2]), len(pairs))] += 1
@@ -173,3 +186,10 @@ def test_sampled_output_follows_the_target(lm, method):
 @pytest.mark.parametrize("method", [m for m in METHODS if m not in FAST])
 def test_sampled_output_follows_the_target_every_method(lm, method):
     assert joint_p_value(lm, method, 200) > 1e-3
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "ar"])
+def test_the_standard_rule_follows_the_target_every_method(lm, method):
+    """The same check under speculative sampling's rule (the session's coins decide, not the seed's draws)."""
+    assert joint_p_value(lm, method, 200, acceptance="standard") > 1e-3

@@ -144,6 +144,19 @@ def test_search_path_equals_brute_force_and_stops_at_the_path_share(seed):
     assert cut_short > 0  # the cut was exercised
 
 
+def test_frequency_merge_adds_both_indexes_where_longest_lets_the_longer_match_win():
+    """READER's Algorithm 2 ranks A ∪ B by frequency: the trie's counts after its match and the datastore's
+    after its own, added, whatever their lengths; `longest` (ours) counts only the longer match."""
+    context = [1, 2, 3, 9] + [3, 9] * 2 + [7, 7, 3]   # the trie matches 1 2 3 (length 3): 9 once
+    corpus = [5, 2, 3, 4] * 3 + [8, 3, 4] * 4          # the datastore matches 2 3 (length 2): 4 three times
+    for merge, expected in (("longest", 9), ("frequency", 4)):
+        indexes = SearchIndexes(key_len=4, datastore=Datastore(SuffixArray(np.array(corpus))), merge=merge)
+        indexes.sync(context)
+        (token, share, length, where), = indexes.search([1, 2, 3], 1)
+        assert token == expected, merge
+        assert where == ("trie" if merge == "longest" else "datastore+trie")
+
+
 def test_longest_suffix_is_tried_first_then_shorter_ones():
     array = SuffixArray(np.array([1, 2, 3, 9, 5, 3, 7]))
     assert array.match([8, 2, 3], 3).length == 2        # [8, 2, 3] absent, [2, 3] -> 9

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import (
     SamplingSettings,
     _draw,
+    coupled_accept,
     augmented_target,
     output_distribution,
     sampling_accept,
@@ -191,3 +193,45 @@ def test_top_p_keeps_the_nucleus():
 def test_settings_refuse_bad_values(kwargs, message):
     with pytest.raises(SpecvizError, match=message):
         SamplingSettings.checked(**kwargs)
+
+
+def test_a_draw_with_siblings_chosen_knowing_it_keeps_p():
+    """The head's shape under the standard rule's draw-first order: a child drawn from q, and a fixed
+    sibling that is q's best token other than the draw (it depends on the draw)."""
+    def make(generator):
+        tree = DraftTree(0)
+        sampled_child(tree, 0, Q, generator)
+        drawn = tree.tokens[1]
+        best_other = max((t for t in range(4) if t != drawn), key=lambda t: float(Q[t]))
+        tree.add(0, best_other, "model", draft_prob=float(Q[best_other]))
+        return tree
+    counts = run_trials(make, flat_logits, 4000, seed=11)
+    assert chi_square_p(counts, P.numpy()) > 1e-3
+
+
+def test_the_standard_rule_accepts_what_min_p_q_allows_and_the_seeded_rule_less():
+    """The issue's example, p = (.5, 0, .5) and q = (0, .5, .5): speculative sampling accepts a draw from q
+    with probability sum min(p, q) = 1/2; the seed's Gumbel coupling (the same noise draws the draft and
+    the target's token) accepts it 1/3 of the time. Both emit p."""
+    p = torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64)
+    q = torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64)
+    logits = torch.log(p).float()[None].expand(2, 3).clone()
+    trials = 4000
+    standard, seeded = np.zeros(3), np.zeros(3)
+    accepted = {"standard": 0, "seeded": 0}
+    generator = torch.Generator().manual_seed(5)
+    for seed in range(trials):
+        noise = PositionNoise(seed)
+        tree = DraftTree(0)
+        tree.draft_dists[0] = q.float()
+        tree.add(0, noise.draw(q, 1), "model", draws=1)
+        out = sampling_accept(tree, logits, SETTINGS, generator).accepted_tokens
+        standard[out[0]] += 1
+        accepted["standard"] += len(out) > 1
+        out = coupled_accept(tree, logits, SETTINGS, noise, 0).accepted_tokens
+        seeded[out[0]] += 1
+        accepted["seeded"] += len(out) > 1
+    assert abs(accepted["standard"] / trials - 1 / 2) < 0.03
+    assert abs(accepted["seeded"] / trials - 1 / 3) < 0.03
+    for counts in (standard, seeded):
+        assert counts[1] == 0 and chi_square_p(counts[[0, 2]], np.array([0.5, 0.5])) > 1e-3

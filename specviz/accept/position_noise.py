@@ -13,18 +13,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import torch
 
-_MASK64 = (1 << 64) - 1
 CACHED_POSITIONS = 64   # a step's drafter and verifier read the same few positions: each is drawn once
 
 
-def _splitmix64(value: int) -> int:
-    """A 64-bit mixer (SplitMix64's finaliser): nearby (seed, position) pairs give unrelated streams."""
-    value = (value + 0x9E3779B97F4A7C15) & _MASK64
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return value ^ (value >> 31)
+def position_generator(seed: int, position: int) -> np.random.Generator:
+    """Philox keyed by (seed, position), both whole 64-bit words: a counter-based generator, so every pair
+    has its own stream and no two positions of a run share noise. (torch's CPU generator was seeded here
+    before: it keeps the low 32 bits of its seed, so two positions of a run drew the same vector with
+    probability about L^2 / 2^33, 0.8% at 8,192 tokens.)"""
+    key = np.array([seed & 0xFFFFFFFFFFFFFFFF, position & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+    return np.random.Generator(np.random.Philox(key=key))
 
 
 class PositionNoise:
@@ -39,9 +40,7 @@ class PositionNoise:
         key = (int(position), int(vocab))
         noise = self._cache.get(key)
         if noise is None:
-            stream = _splitmix64(self.seed ^ _splitmix64(int(position))) & ((1 << 63) - 1)
-            generator = torch.Generator(device="cpu").manual_seed(stream)
-            uniform = torch.rand(vocab, dtype=torch.float64, generator=generator)
+            uniform = torch.from_numpy(position_generator(self.seed, int(position)).random(vocab))
             noise = -torch.log(-torch.log(uniform.clamp_(min=1e-300)))
             self._cache[key] = noise
             if len(self._cache) > CACHED_POSITIONS:

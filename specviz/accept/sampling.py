@@ -1,30 +1,38 @@
 """Sampling: the settings (temperature, top-p, seed), the target's sampling distribution, and lossless
 speculative sampling over a draft tree.
 
-Lossless methods verify by the seed's draw (coupled_accept): the target's token after each accepted node
-is its draw at that position (accept.position_noise), and a child is accepted exactly when its token is
-that draw. Every such method then emits plain decoding's tokens for the same seed, which is a stronger
-check than a distribution test: the output follows p because ar's does, token for token.
+Two lossless rules verify a sampled tree; the `acceptance` parameter of every drafting method picks one:
+- `seeded` (coupled_accept, the default): the target's token after each accepted node is the seed's draw at
+  that position (accept.position_noise), and a child is accepted exactly when its token is that draw. Every
+  method then emits plain decoding's tokens for the same seed, whatever was drafted: reproducible, and a
+  check stronger than a distribution test. A draft that a model sampled from q with the same noise agrees
+  with the target's draw as often as Gumbel coupling allows, which is less than min(1, p / q) allows: with
+  p = (.5, 0, .5) and q = (0, .5, .5), 1/3 of drafts against 1/2.
+- `standard` (sampling_accept): speculative sampling's rule, coins from the session's generator. The
+  output follows p exactly, but its tokens depend on the tree (another method, budget or machine load
+  gives other tokens for one seed).
 
-RAPID with eta > 0 (declared lossy) keeps the classic rule below, whose coins come from the session's
-generator. At each accepted node the children are tried in turn (recursive rejection among siblings); the
-residual r starts as the target's distribution p at that node:
-- first every deterministic proposal c (retrieval, logits, a top-k or greedy model draft; q = a point
-  mass), in the tree's order: accepted with probability r(c); on refusal r loses c and is renormalised.
-  Together they emit c with probability p(c) whatever their order, and otherwise leave p without them;
-- then the child the draft model *sampled* from q (one draw per node: a chain, as RAPID drafts), tried
-  even when a deterministic source proposed the same token: accepted with probability min(1, r(c) / q(c));
-  on refusal r becomes norm(max(r - q, 0)).
-When no child is accepted the bonus token is drawn from what is left of r. Each step is a standard
-speculative-sampling step with target r, so the output follows p exactly, whatever the drafts. A draw
-must reach the verifier whatever its value: cutting it for its own q would bias the output, so a tree
-with draws is not pruned by the planner (see Session._draft).
+sampling_accept, at each accepted node, tries the children in turn (recursive rejection among siblings, as
+SpecInfer and EAGLE-2 verify); the residual r starts as the target's distribution p at that node:
+- first the child a draft model *sampled* from q (one draw per node: a chain, as RAPID drafts), even when a
+  deterministic source proposed the same token: accepted with probability min(1, r(c) / q(c)); on refusal
+  r becomes norm(max(r - q, 0));
+- then every deterministic proposal c (retrieval, logits, a top-k model draft; q = a point mass), in the
+  tree's order: accepted with probability r(c); on refusal r loses c and is renormalised. Together they
+  emit c with probability r(c) whatever their order, and otherwise leave r without them.
+When no child is accepted the bonus token is drawn from what is left of r. The draw goes first because
+its step is exact only against a residual that does not depend on the draw (a drafter may choose its
+other children knowing it); the deterministic proposals are exact against any residual. Each step is a
+standard speculative-sampling step, so the output follows p exactly, whatever the drafts. A draw must
+reach the verifier whatever its value: cutting it for its own q would bias the output, so under this rule
+a tree with draws is not pruned by the planner (see Session._draft); under `seeded` every cut is safe.
 
-RAPID's retrieval-augmented target (eta > 0) replaces r by p_hat = softmax(log r + eta (q - r)) in the
-acceptance test of sampled proposals, entries with p_hat < 0.1 max p_hat keep r (the paper's tail rule,
-not renormalised: p_hat only enters through min(1, p_hat / q) and the residual, and the token drawn is
-still a proper distribution), and the residual is norm(max(r - p_hat, r - q, 0)). eta = 0 gives p_hat = r.
-eta > 0 is not lossless: the output then follows min(q, p_hat) + (1 - beta) norm(max(p - min(q, p_hat), 0)).
+RAPID's retrieval-augmented target (eta > 0, declared lossy, always this rule) replaces r by p_hat =
+softmax(log r + eta (q - r)) in the acceptance test of sampled proposals, entries with p_hat < 0.1 max
+p_hat keep r (the paper's tail rule, not renormalised: p_hat only enters through min(1, p_hat / q) and the
+residual, and the token drawn is still a proper distribution), and the residual is norm(max(r - p_hat,
+r - q, 0)). eta = 0 gives p_hat = r. eta > 0 is not lossless: the output then follows
+min(q, p_hat) + (1 - beta) norm(max(p - min(q, p_hat), 0)).
 """
 
 from __future__ import annotations
@@ -38,11 +46,24 @@ from specviz.accept.verification import Verification, make_verification
 from specviz.records.charts import PositionChart
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.errors import SpecvizError, quoted
-from specviz.params import finite_number
+from specviz.params import Param, finite_number
 
 TAIL_FRACTION = 0.1   # RAPID: p_hat entries below this fraction of its maximum keep the target's value
 EMPTY_MASS = 1e-12    # a residual with less mass than this is treated as empty (see _draw)
 CHART_TOP = 6         # tokens per distribution kept for the app's p / q / p_hat chart
+
+SEEDED, STANDARD = "seeded", "standard"
+# every drafting method takes it; only a temperature > 0 reads it (greedy verification has one rule)
+ACCEPTANCE_PARAM = Param("acceptance", SEEDED, 0, 0, str,
+                         "at temperature > 0: seeded = accept a draft where it is the seed's draw (the same tokens "
+                         "as ar with that seed); standard = speculative sampling's min(1, p/q) with recursive "
+                         "rejection over siblings (more drafts accepted, tokens depend on the tree)",
+                         choices=(SEEDED, STANDARD))
+ACCEPTANCE_PROMISES = {
+    SEEDED: "the seed's tokens: every method emits ar's tokens for this seed",
+    STANDARD: ("the target's distribution with more drafts accepted; the tokens depend on the tree (a fixed budget "
+               "repeats them for a seed, budget auto cuts by measured time)"),
+}
 
 
 @dataclass(frozen=True)
@@ -168,9 +189,8 @@ def coupled_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSett
 
 def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator,
                     eta: float = 0.0) -> Verification:
-    """Speculative sampling over the tree with the generator's coins (RAPID's rule; eta > 0: its
-    retrieval-augmented target, lossy). Lossless for eta = 0, but its tokens depend on the tree: lossless
-    methods verify with coupled_accept instead."""
+    """Speculative sampling over the tree with the generator's coins: the `standard` rule (eta = 0,
+    lossless; its tokens depend on the tree) and RAPID's retrieval-augmented target (eta > 0, lossy)."""
     path, node = [], ROOT
     compared: set[int] = set()
     transferred: set[int] = set()
@@ -184,32 +204,33 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
         p_hat = None if q is None else augmented_target(p, q, eta)
         charts[node] = _chart(p, q, p_hat, None if q is None else output_distribution(p, q, p_hat))
         accepted_child = None
-        for child in tree.children(node):          # fixed proposals first, in the tree's order
-            if not tree.is_deterministic(child):
-                continue
-            compared.add(child)
-            token = tree.tokens[child]
-            total = float(residual.sum())
-            if total > EMPTY_MASS and torch.rand((), generator=generator).item() < float(residual[token]) / total:
-                accepted_child = child
-                break
-            residual[token] = 0.0
-        drawn = [child for child in tree.children(node) if tree.draws(child)] if accepted_child is None else []
+        drawn = [child for child in tree.children(node) if tree.draws(child)]
         if len(drawn) > 1 or any(tree.draws(child) > 1 for child in drawn):
             raise ValueError("a sampled draft draws one child per node (a chain)")
-        for child in drawn:                        # then the draw from q
+        for child in drawn:                        # the draw from q first
             compared.add(child)
             token = tree.tokens[child]
-            total = float(residual.sum())
-            r = residual / total if total > EMPTY_MASS else p
-            r_hat = augmented_target(r, q, eta)
+            r_hat = augmented_target(residual, q, eta)
             coin = torch.rand((), generator=generator).item()
             if coin <= min(1.0, float(r_hat[token]) / float(q[token])):
                 accepted_child = child
-                if coin > min(1.0, float(r[token]) / float(q[token])):
+                if coin > min(1.0, float(residual[token]) / float(q[token])):
                     transferred.add(child)   # p alone would have refused it with this coin
             else:
-                residual = torch.maximum(r - r_hat, r - q).clamp_min(0.0)
+                left = torch.maximum(residual - r_hat, residual - q).clamp_min(0.0)
+                total = float(left.sum())
+                residual = left / total if total > EMPTY_MASS else left
+        if accepted_child is None:
+            for child in tree.children(node):      # then the fixed proposals, in the tree's order
+                if not tree.is_deterministic(child):
+                    continue
+                compared.add(child)
+                token = tree.tokens[child]
+                total = float(residual.sum())
+                if total > EMPTY_MASS and torch.rand((), generator=generator).item() < float(residual[token]) / total:
+                    accepted_child = child
+                    break
+                residual[token] = 0.0
         if accepted_child is None:
             bonus, empty = _draw(residual, p, generator)
             empty_residuals += empty

@@ -21,8 +21,9 @@ model stage off, ReSpec's retrieval): it feeds what it missed when it drafts nex
 Sampling (temperature T > 0, top-p): q is the head's distribution at T within its own nucleus. A node's
 first child is q's draw with the seed's noise at the child's position (accept.position_noise: the token the
 target's own draw lands on whenever q is close to p, Gumbel coupling), ranked as q's best; the other
-children are q's next best. The tree keeps q per expanded node (draft_dists, shown beside p); the lossless
-rule accepts a child exactly where its token is the target's draw.
+children are q's next best. The tree keeps q per expanded node (draft_dists, shown beside p); the seeded
+rule accepts a child exactly where its token is the target's draw. Under the standard rule every child is
+one of q's best (EAGLE-2's top-k), a fixed proposal verified by recursive rejection.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 import torch
 
 from specviz.accept.position_noise import PositionNoise
-from specviz.accept.sampling import SamplingSettings, sampling_probs
+from specviz.accept.sampling import SEEDED, SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.params import Param
 from specviz.runtime.draft_head import DraftHead
@@ -62,10 +63,14 @@ class HeadDrafter(Drafter):
     needs_features = True
 
     def __init__(self, head: DraftHead, breadth: int = 4, expand: int = 4, depth: int = 3, nodes: int = 24,
-                 sampler: tuple[SamplingSettings, PositionNoise] | None = None):
+                 sampler: tuple[SamplingSettings, PositionNoise] | None = None, draw_first: bool = True):
+        """draw_first: at T > 0, a node's first child is q's draw with the seed's noise (the seeded rule);
+        False: its top-`breadth` tokens under q at T, as EAGLE-2 drafts (the standard rule: a fixed
+        proposal may be cut or ranked freely, a draw may not)."""
         self.head = head
         self.breadth, self.expand, self.depth, self.nodes = breadth, expand, depth, nodes
         self.sampler = sampler if sampler is not None and not sampler[0].greedy else None
+        self.draw_first = draw_first
         self.cache = head.new_cache()
         self.upto = 1          # context positions 1 .. upto - 1 have their entries in the cache (none for 0)
         self.known = 0         # context positions 0 .. known - 1 have their target features ...
@@ -145,6 +150,9 @@ class HeadDrafter(Drafter):
         q = sampling_probs(row, settings.temperature, settings.top_p)
         ids = self.head.draft_ids_cpu
         tree.draft_dists[parent] = torch.zeros(self.head.lm.vocab_size).index_put_((ids,), q.float())
+        if not self.draw_first:
+            top_q, top_i = q.topk(min(self.breadth, q.shape[-1]))
+            return [(draft_ids[i], p, p) for p, i in zip(top_q.tolist(), top_i.tolist())]
         # noise.draw over the whole vocabulary, where q is 0 outside the draft vocabulary: the same token
         drawn = draft_ids[int(torch.argmax(torch.log(q) + noise.gumbel(position, self.head.lm.vocab_size)[ids]))]
         best = float(q.max())
@@ -207,5 +215,7 @@ class HeadDrafter(Drafter):
 
 def head_drafter(head: DraftHead, p: dict, sampler: tuple[SamplingSettings, PositionNoise] | None = None
                  ) -> HeadDrafter:
-    """The head's drafter for HEAD_PARAMS values p; sampler: the run's sampling and the seed's noise."""
-    return HeadDrafter(head, p["head_breadth"], p["head_expand"], p["head_depth"], p["head_nodes"], sampler)
+    """The head's drafter for HEAD_PARAMS values p (and the method's acceptance rule, where it has one);
+    sampler: the run's sampling and the seed's noise."""
+    return HeadDrafter(head, p["head_breadth"], p["head_expand"], p["head_depth"], p["head_nodes"], sampler,
+                       draw_first=p.get("acceptance", SEEDED) == SEEDED)

@@ -5,9 +5,11 @@ output, the long-term datastore's suffix arrays) for the next-token counts after
 the query it holds (READER's drop-the-first-token-and-retry), merge, take the top token, append it to
 the query and go on, down to `depth` tokens.
 
-Merging the two counts: the index whose match is longer wins outright (a longer context agrees more
-often); on equal match lengths the counts add. A node's share is its count over all counts at that
-level, which is what the planner starts from before it has learnt the bucket.
+Merging the two counts (`merge`): `longest` (ours, the default) lets the index whose match is longer win
+outright (a longer context agrees more often), adding the counts on equal match lengths; `frequency` is
+Algorithm 2's RankByFrequency(A ∪ B): each index's counts at its own longest match, added. A node's share
+is its count over all counts at that level, which is what the planner starts from before it has learnt
+the bucket.
 
 Our addition: a branch stops where the product of its shares falls below min_path_share. Such tokens cost
 the search's deepest, widest lookups (short matches), and the planner kept 3 of the 1,751 searched nodes
@@ -42,6 +44,9 @@ SEARCH_PARAMS = [
     Param("datastore", 1, 0, 1, int, "reader: 1 = search the long-term datastore too, 0 = the trie alone"),
     Param("datastore_grow", 0, 0, 1, int, "reader: 1 = add every finished answer to the datastore (off in "
                                            "benchmarks: a repeated prompt would copy its own earlier answer)"),
+    Param("merge", "longest", 0, 0, str, "reader: how the trie's and the datastore's next-token counts merge: the "
+                                         "longer match wins (longest), or both added (frequency, READER's Alg. 2)",
+          choices=("longest", "frequency")),
 ]
 
 
@@ -53,8 +58,9 @@ def match_bucket(length: int, share: float) -> str:
 class SearchIndexes:
     """The short-term trie (kept in step with the context) and the datastore, queried together."""
 
-    def __init__(self, key_len: int = 8, datastore=None, datastore_state: str = "on", grow: bool = False):
-        self.key_len = key_len
+    def __init__(self, key_len: int = 8, datastore=None, datastore_state: str = "on", grow: bool = False,
+                 merge: str = "longest"):
+        self.key_len, self.merge = key_len, merge
         self.trie = NgramTrie(depth=key_len + 1)
         self.datastore = datastore
         self.datastore_state = datastore_state   # "on", or why the datastore branch is off
@@ -88,12 +94,13 @@ class SearchIndexes:
                           + [found.length for found in array_matches if found is not None])
             if longest == 0:
                 break
-            # only the indexes with the longest match are counted (the longer context wins outright)
+            # `longest`: only the indexes with the longest match are counted; `frequency`: every match
+            counted = 1 if self.merge == "frequency" else longest
             merged, names = {}, set()
-            if trie_match is not None and trie_match.length == longest:
-                merged, names = self.trie.counts(trie_match), {"trie"}
+            if trie_match is not None and trie_match.length >= counted:
+                merged, names = dict(self.trie.counts(trie_match)), {"trie"}
             for found, index in zip(array_matches, arrays):
-                if found is not None and found.length == longest:
+                if found is not None and found.length >= counted:
                     names.add("datastore")
                     for token, count in index.counts(found).items():
                         merged[token] = merged.get(token, 0) + count
@@ -186,13 +193,13 @@ class DeepenDrafter(Drafter):
 def search_indexes(lm, p: dict) -> SearchIndexes:
     """The trie, and the datastore when SEARCH_PARAMS values p ask for it and it is usable; otherwise the
     reason it is off."""
-    grow = bool(p["datastore_grow"])
+    grow, merge = bool(p["datastore_grow"]), p.get("merge", "longest")
     if not p["datastore"]:
-        return SearchIndexes(p["key_len"], None, "off (datastore = 0)", grow)
+        return SearchIndexes(p["key_len"], None, "off (datastore = 0)", grow, merge)
     try:
-        return SearchIndexes(p["key_len"], shared_datastore(lm), "on", grow)
+        return SearchIndexes(p["key_len"], shared_datastore(lm), "on", grow, merge)
     except SpecvizError as error:
-        return SearchIndexes(p["key_len"], None, f"off: {error}", grow)
+        return SearchIndexes(p["key_len"], None, f"off: {error}", grow, merge)
 
 
 def search_drafters(indexes: SearchIndexes, p: dict) -> list[Drafter]:

@@ -246,9 +246,10 @@ class Session:
             return Drafted(DraftTree(self.context[-1]), 0)
         limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
         offered, split = self.method.draft(self.context, limit)
-        if offered.draft_dists:
-            # sampled drafts reach the verifier whole (within the drafters' budget): pruning a draw for its
-            # own probability would bias the sampled output (accept.sampling)
+        if not self.method.verifies_by_seed and offered.has_draws():
+            # under the session's coins a draw reaches the verifier whole (within the drafters' budget):
+            # cutting it for its own probability would bias the sampled output (accept.sampling). Under the
+            # seed's draws any cut is safe: the output is the seed's tokens whatever is verified.
             return Drafted(offered, limit, split)
         draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
         chances = self.acceptance.node_chances(offered) if offered.num_drafted else None

@@ -10,7 +10,7 @@ import torch
 
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.position_noise import PositionNoise
-from specviz.accept.sampling import SamplingSettings, coupled_accept
+from specviz.accept.sampling import SEEDED, STANDARD, SamplingSettings, coupled_accept, sampling_accept
 from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
 from specviz.records.notes import DrafterNote
@@ -92,13 +92,27 @@ class Method:
                                                 shared=proposed - (tree.num_drafted - before))
         return tree, split
 
+    @property
+    def acceptance(self) -> str:
+        """The sampled-verification rule this method's parameters ask for (accept.sampling: seeded or standard)."""
+        return self.p.get("acceptance", SEEDED)
+
+    @property
+    def verifies_by_seed(self) -> bool:
+        """Whether every token this run emits is the seed's draw (greedy, or the seeded rule): then any cut
+        of a tree is safe, and the output is ar's token for token. False where the session's coins decide."""
+        return self.sampling.greedy or self.acceptance == SEEDED
+
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: SamplingSettings,
                generator: torch.Generator, root_position: int) -> Verification:
-        """Strict greedy at temperature 0, else the seed's draw at each position (lossless, and the same
-        tokens as plain decoding with that seed). root_position: the root's index in the context."""
-        if not sampling.greedy:
-            return coupled_accept(tree, logits, sampling, self.noise, root_position)
-        return greedy_accept(tree, logits)
+        """Strict greedy at temperature 0; else the seeded rule (the seed's draw at each position: the same
+        tokens as plain decoding with that seed) or the standard one (speculative sampling with the
+        session's coins), both lossless. root_position: the root's index in the context."""
+        if sampling.greedy:
+            return greedy_accept(tree, logits)
+        if self.acceptance == STANDARD:
+            return sampling_accept(tree, logits, sampling, generator)
+        return coupled_accept(tree, logits, sampling, self.noise, root_position)
 
     def observe(self, outcome: StepOutcome) -> None:
         for drafter in self.stages:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.params import Param
 from specviz.drafters.prompt_lookup import PromptLookupDrafter
 from specviz.errors import SpecvizError
@@ -20,6 +21,7 @@ class PromptLookup(Method):
         Param("max_ngram", 3, 1, 10, int, "longest suffix n-gram looked up in prompt + output"),
         Param("min_ngram", 1, 1, 10, int, "shortest n-gram tried before giving up"),
         Param("num_pred_tokens", 10, 1, 64, int, "tokens drafted after a match"),
+        ACCEPTANCE_PARAM,
     ]
 
     @classmethod

@@ -3,6 +3,7 @@ copy-logit logits tree the rest, merged by trie union."""
 
 from __future__ import annotations
 
+from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.drafters.automaton_retrieval import RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
 from specviz.methods.base import Method
@@ -11,7 +12,7 @@ from specviz.methods.base import Method
 class Racer(Method):
     name = "racer"
     summary = "RACER: Aho-Corasick retrieval tree first, copy-logit logits tree in the rest, merged by trie union"
-    params = LOGITS_PARAMS + RETRIEVAL_PARAMS
+    params = LOGITS_PARAMS + RETRIEVAL_PARAMS + [ACCEPTANCE_PARAM]
 
     @classmethod
     def check(cls, values: dict) -> None:
@@ -24,7 +25,7 @@ class Racer(Method):
 class RacerLogits(Method):
     name = "racer-logits"
     summary = "RACER ablation: the copy-logit logits tree alone"
-    params = LOGITS_PARAMS
+    params = LOGITS_PARAMS + [ACCEPTANCE_PARAM]
 
     def build(self, lm, p, draft):
         return [copy_logit_drafter(lm, p)]
@@ -33,7 +34,7 @@ class RacerLogits(Method):
 class RacerRetrieval(Method):
     name = "racer-retrieval"
     summary = "RACER ablation: the Aho-Corasick retrieval tree alone"
-    params = RETRIEVAL_PARAMS
+    params = RETRIEVAL_PARAMS + [ACCEPTANCE_PARAM]
 
     @classmethod
     def check(cls, values: dict) -> None:

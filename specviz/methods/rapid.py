@@ -1,16 +1,18 @@
 """RAPID (`rapid`): a RAG drafter (the draft model, by default the target's own weights, reading only the
 chunks of the document retrieved for the question) drafts a chain of gamma tokens, sampled from its
 distribution q; the target verifies the chain in one forward over its full long context, by speculative
-sampling against the retrieval-augmented target p_hat = softmax(z / T + eta (q - p)) (eta = 0: plain
-speculative sampling, lossless; eta > 0: the drafter's knowledge shifts the output, which is then no
-longer the target's own distribution). At temperature 0 the chain is the drafter's greedy one, verified
+sampling against the retrieval-augmented target p_hat = softmax(z / T + eta (q - p)) (eta = 0: the
+target's own distribution under either rule of accept.sampling, lossless; eta > 0, always by the standard
+rule: the drafter's knowledge shifts the output, which is then no longer the target's own distribution). At temperature 0 the chain is the drafter's greedy one, verified
 strictly: lossless, and eta has no meaning there."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from specviz.accept.sampling import SamplingSettings, sampling_accept
+from specviz.accept.sampling import ACCEPTANCE_PARAM, SamplingSettings, sampling_accept
 from specviz.params import Param
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import encode
@@ -30,11 +32,16 @@ class Rapid(Method):
         Param("eta", 0.0, 0.0, 50.0, float, "rapid: knowledge-transfer strength in p_hat = softmax(z/T + eta (q - p)); "
                                             "0 = lossless; needs temperature > 0"),
         Param("chunk_tokens", 512, 16, 2048, int, "rapid: tokens per document chunk"),
-        Param("retrieval_budget", 1024, 16, 8192, int, "rapid: tokens of retrieved chunks the drafter reads"),
+        Param("retrieval_budget", 1024, 16, 8192, int, "rapid: tokens of retrieved chunks the drafter reads (with "
+                                                        "compression > 0: at least)"),
+        Param("compression", 0.0, 0.0, 1000.0, float, "rapid: λ; > 0 lets the drafter read |C| / λ tokens of the "
+                                                      "document's |C| when that is more than retrieval_budget "
+                                                      "(the paper: λ = 24, at least 4,096); 0 = retrieval_budget"),
         Param("min_similarity", 0.3, -1.0, 1.0, float, "rapid: chunks below this cosine similarity are not "
                                                        "retrieved (minilm ranker)"),
         Param("ranker", "bm25", 0, 0, str, "rapid: how chunks are ranked against the question: BM25 on words, or "
                                             "cosine of all-MiniLM-L6-v2 embeddings", choices=("bm25", "minilm")),
+        ACCEPTANCE_PARAM,
     ]
     uses_draft_model = True
 
@@ -65,7 +72,7 @@ class Rapid(Method):
             return [drafter]
         embedder = shared_embedder() if p["ranker"] == "minilm" and self.prompt.document else None
         self.retrieval = retrieve(lm.tokenizer, self.prompt.document, self.prompt.question, p["chunk_tokens"],
-                                  p["retrieval_budget"], p["min_similarity"], p["ranker"], embedder)
+                                  self.retrieval_budget(lm, p), p["min_similarity"], p["ranker"], embedder)
         if self.retrieval.note:
             self.notes.append(f"RAG drafter: {self.retrieval.note}")
         own = encode(lm.tokenizer, self.prompt.with_document(self.retrieval.context), lm.max_context)
@@ -77,13 +84,25 @@ class Rapid(Method):
         self.draft_prompt_len = len(own)
         return [drafter]
 
+    def retrieval_budget(self, lm, p: dict) -> int:
+        """Tokens of chunks the drafter reads: retrieval_budget, or |C| / λ of the document's |C| tokens
+        where compression λ > 0 makes that larger (RAPID §4.1: between 4,096 and 1/24 of the input)."""
+        if p["compression"] <= 0 or not self.prompt.document:
+            return p["retrieval_budget"]
+        document_tokens = len(lm.tokenizer(self.prompt.document, add_special_tokens=False).input_ids)
+        return max(p["retrieval_budget"], math.ceil(document_tokens / p["compression"]))
+
     @property
     def warnings(self) -> list[str]:
         return list(self.notes)
 
+    @property
+    def verifies_by_seed(self) -> bool:
+        return super().verifies_by_seed and (self.sampling.greedy or float(self.p["eta"]) == 0)
+
     def accept(self, tree, logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator,
                root_position: int):
-        if sampling.greedy or float(self.p["eta"]) == 0:  # lossless: the seed's draws, as every method
+        if sampling.greedy or float(self.p["eta"]) == 0:  # lossless: either rule, as every method
             return super().accept(tree, logits, sampling, generator, root_position)
         # eta > 0 (lossy): RAPID's test against p_hat, coins from the session's generator
         return sampling_accept(tree, logits, sampling, generator, eta=float(self.p["eta"]))

@@ -4,6 +4,7 @@ verified strictly (lossless)."""
 
 from __future__ import annotations
 
+from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
 from specviz.drafters.model_source import MODEL_PARAMS, draft_note, model_drafter
 from specviz.drafters.search_path import SEARCH_PARAMS, search_drafters, search_indexes
@@ -15,7 +16,7 @@ class Reader(Method):
     name = "reader"
     summary = ("READER: the draft model's tree, widened by one deep trie + datastore search branch and "
                "deepened by a search seeded with the draft model's best prefix")
-    params = SEARCH_PARAMS + MODEL_PARAMS
+    params = SEARCH_PARAMS + MODEL_PARAMS + [ACCEPTANCE_PARAM]
     uses_draft_model = True
 
     def build(self, lm, p, draft):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from specviz.accept.relaxed import relaxed_accept
+from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.params import Param
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
 from specviz.drafters.model_source import MODEL_PARAMS, draft_note, drafter_setting, model_drafter
@@ -34,7 +35,7 @@ class ReSpec(Method):
         Param("fallback", "auto", 0, 0, str, "respec: drafter when retrieval does not fire: the draft model, the "
                                               "copy-logit tree, or auto (more tokens per measured ms)",
               choices=("auto", "model", "logits")),
-    ] + MODEL_PARAMS + LOGITS_PARAMS
+    ] + MODEL_PARAMS + LOGITS_PARAMS + [ACCEPTANCE_PARAM]
     uses_draft_model = True
 
     @classmethod

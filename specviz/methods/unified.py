@@ -5,6 +5,7 @@ in the budget left; the cost-optimal planner keeps the nodes that pay. Strict ve
 
 from __future__ import annotations
 
+from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.params import Param
 from specviz.drafters.automaton_retrieval import RETRIEVAL_PARAMS, automaton_drafter, check_retrieval
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
@@ -21,7 +22,7 @@ class Unified(Method):
     params = (LOGITS_PARAMS + RETRIEVAL_PARAMS + SEARCH_PARAMS + MODEL_PARAMS
               + [Param("model_stage", "auto", 0, 0, str, "unified: run the draft model stage always (on), never "
                                                          "(off), or when it measured faster here (auto)",
-                       choices=("auto", "on", "off"))])
+                       choices=("auto", "on", "off")), ACCEPTANCE_PARAM])
     uses_draft_model = True
 
     @classmethod

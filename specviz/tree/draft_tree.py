@@ -101,6 +101,10 @@ class DraftTree:
         """How many times a sampling draft model drew this node from its parent's q (0: never)."""
         return int(self.meta[node].get("model", {}).get("draws", 0))
 
+    def has_draws(self) -> bool:
+        """Whether a sampling draft model drew any node of the tree."""
+        return any("draws" in meta.get("model", {}) for meta in self.meta[1:])
+
     def is_deterministic(self, node: int) -> bool:
         """Whether some source proposed the node as a fixed choice (not a draw from a distribution)."""
         return any(source != "model" or "draws" not in meta for source, meta in self.meta[node].items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from specviz.accept.sampling import ACCEPTANCE_PROMISES, SEEDED
 from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything, request_collection
 from specviz.runtime.modes import parse_mode, settled_here
@@ -377,11 +378,16 @@ class Lab:
             return "**steps** 0 · **tokens** 0"
         parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
                  f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
+        if self.session.temperature > 0 and "acceptance" in self.session.params:
+            rule = self.session.method.acceptance
+            parts.append(f"**acceptance** {rule} ({ACCEPTANCE_PROMISES[rule]})")
         if "speedup_vs_ar" in c:
             if self.session.temperature > 0:  # the seed fixes ar's draws (accept.position_noise): same tokens
                 seeded = f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}"
+                rule = self.session.method.acceptance
                 same = (f"identical to ar {seeded}" if c["identical_to_ar"] else
                         f"{seeded}: eta > 0 moved the tokens from ar's (lossy, see below)" if not self.session.lossless
+                        else f"{seeded}: the standard rule's own tokens" if rule != SEEDED
                         else f"⚠️ {seeded}: the tokens differ from ar's with the same seed")
             else:
                 same = ("identical to greedy ar" if c["identical_to_ar"] else
