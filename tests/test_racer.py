@@ -188,7 +188,8 @@ def test_bad_racer_settings_are_clear(lm, params, message):
 
 
 def test_ablations_have_their_own_parameters():
-    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth", "min_path_prob", "warm_table"}
+    # acceptance is every drafting method's sampling rule, not one of RACER's own knobs
+    assert {p.name for p in get_method("racer-logits").params} == {"max_breadth", "min_path_prob", "warm_table", "acceptance"}
     assert not {"max_breadth", "min_path_prob", "warm_table"} & {p.name for p in get_method("racer-retrieval").params}
     with pytest.raises(SpecvizError, match="has no parameter"):
         get_method("racer-logits").resolve_params({"capacity": 100})
