@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser_waits import wait_for_tree_after, wait_until_still
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import app  # noqa: E402
@@ -30,7 +31,7 @@ def open_settings(page) -> None:
     if "open" not in (panel.get_attribute("class") or "").split():
         panel.locator(".toggle-button").click()
         page.wait_for_function("document.querySelector('#settings-panel').classList.contains('open')", timeout=10_000)
-        page.wait_for_timeout(400)  # the panel slides in
+        wait_until_still(page, "#settings-panel")  # the panel slides in
 
 
 def free_port() -> int:
@@ -112,7 +113,11 @@ def test_stop_keeps_session(url):
     job = client.submit(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                         api_name="/run")
     import time
-    time.sleep(3)
+    deadline = time.monotonic() + 120  # wait for two steps the run has streamed, however slow the machine
+    while time.monotonic() < deadline and not any("**steps** " in str(out[2]) and
+                                                  int(str(out[2]).split("**steps** ")[1].split(" ")[0]) >= 2
+                                                  for out in job.outputs()):
+        time.sleep(0.2)
     stop_message = client.predict(api_name="/stop")[7]
     assert stop_message.startswith("Stopped after")
     _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
@@ -140,7 +145,7 @@ def test_browser_step_draws_tree(url):
             page.locator("#step-btn").click()
             page.wait_for_function(f"document.querySelector('#counters').innerText.includes('steps {step} ')",
                                    timeout=60_000)
-            page.wait_for_timeout(300)
+            wait_for_tree_after(page, step)
             most_points = max(most_points, page.locator("#tree-box svg.tv-svg:not(.tv-verified) g.n").count())
         generated = page.locator("#generated").inner_text()
         split = page.locator("#budget-split").inner_text()
@@ -292,7 +297,8 @@ def test_browser_rapid_document_and_distribution(url):
                     raise
         page.locator("#step-btn").click()
         page.wait_for_function("document.querySelector('#counters').innerText.includes('steps 1 ')", timeout=120_000)
-        page.wait_for_timeout(800)
+        page.wait_for_function("document.querySelectorAll('#distribution-plot .barlayer .point').length >= 4",
+                               timeout=30_000)
         document = page.locator("#document").inner_text()
         bars = page.locator("#distribution-plot .barlayer .point").count()
         page.screenshot(path=str(SCREENSHOTS / "rapid.png"), full_page=True)
@@ -495,10 +501,10 @@ def test_browser_timeline_play_pause_and_token_link(url):
         pace.fill("0.3")
         pace.press("Enter")
         page.locator("#play-btn").click()
-        page.wait_for_function(f"!{caption}.includes('Showing step {shown} ')", timeout=30_000)
-        page.wait_for_timeout(1500)
+        page.wait_for_function(f"!{caption}.includes('Showing step {shown} ') && !{caption}.includes('Showing step {shown + 1} ')",
+                               timeout=30_000)
         page.locator("#pause-btn").click()
-        page.wait_for_timeout(1500)
+        page.wait_for_timeout(1500)  # a step already on its way when Pause came lands; then nothing moves
         paused_at = page.evaluate(caption)
         page.wait_for_timeout(2000)
         assert page.evaluate(caption) == paused_at  # Pause holds the step
@@ -525,7 +531,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         assert page.locator("#budget input[type=number]").input_value() == "24"
         open_settings(page)
         page.get_by_text("Method parameters", exact=True).click()
-        page.wait_for_timeout(300)
+        page.locator("#param-tau input[type=number]").wait_for(state="visible", timeout=30_000)
         assert page.locator("#param-tau input[type=number]").input_value() == "3"
         # a preset fills the page and the two sides, and says what to look at
         page.get_by_text("Presets: one click, one question", exact=True).click()
@@ -540,7 +546,8 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 1')", timeout=120_000)
         page.locator("#ab-step").click()
         page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 2')", timeout=120_000)
-        page.wait_for_timeout(800)
+        for side in "ab":
+            wait_for_tree_after(page, 2, box=f"#tree-{side}")
         trees = [page.locator(f"#tree-{side} svg.tv-svg:not(.tv-verified) g.n").count() for side in "ab"]
         page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
         # upload a shipped trace: it replays with no model
@@ -551,7 +558,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.get_by_role("tab", name="Accounting").click()
         page.wait_for_function("document.querySelectorAll('#lanes-plot .point, #lanes-plot .bars path').length > 0",
                                timeout=60_000)
-        page.wait_for_timeout(800)
+        wait_until_still(page, "#lanes-plot")
         page.screenshot(path=str(SCREENSHOTS / "replay-accounting.png"), full_page=True)
         browser.close()
     assert all(t >= 1 for t in trees), trees

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import app  # noqa: E402
+from browser_waits import wait_until_still  # noqa: E402
 from test_app import CHROMIUM, free_port, launch_chromium  # noqa: E402
 
 from specviz.records.offered import CutNodes
@@ -98,7 +99,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
     }""")
     assert font >= 14
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ')", timeout=10_000)
-    page.wait_for_timeout(2000)  # the step's animation to its end (the pace is 2.5 s a step)
+    wait_until_still(page)  # the step's animation to its end
     page.screenshot(path=str(SHOTS / f"first-{width}x{height}.png"))
     status = page.locator("#live-status")  # the start-up line, where it says anything, is on the first screen
     if status.inner_text().strip():
@@ -179,7 +180,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
                            timeout=30_000)
     page.evaluate("() => window.scrollTo(0, 0)")
     page.mouse.move(1270, 600)  # off the tree: no hover tip in the screenshots
-    page.wait_for_timeout(2500)  # the step's animation, to its end
+    wait_until_still(page)  # the step's animation, to its end
     boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered text.lbl')).map(t => {
         const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, t.textContent]; })""")
     assert len(boxes) == 64 + 2  # the root, 64 offered nodes, the bonus
@@ -213,7 +214,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.screenshot(path=str(SHOTS / "offered-64-scrolled-1280x720.png"))
     # greedy: the p / q / p_hat panel has nothing to show and is hidden; the planner's predictions are shown
     page.get_by_role("tab", name="Step details").click()
-    page.wait_for_timeout(300)
+    page.locator("#prediction-plot").wait_for(state="visible", timeout=30_000)
     assert not page.locator("#distribution-plot").is_visible() and not page.locator("#node-pick").is_visible()
     assert page.locator("#prediction-plot").is_visible()
     # a cut node says why on hover; the switch shows the verified tree alone
@@ -246,9 +247,13 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     delays = page.evaluate(f"""() => [\"{bonus}\", \"{pulse}\"].map(
         s => parseFloat(getComputedStyle(document.querySelector(s)).animationDelay))""")
     assert delays[0] > delays[1] > 0  # the bonus comes in at the commit, after the verify forward
-    page.wait_for_timeout(2400)  # the pace is 2.5 s a step: the step is whole from 0.75 of it
-    late = page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")
-    assert float(late) == 1.0
+    # the pace is 2.5 s a step and the step is whole from 0.75 of it: the bonus's animation ends by then (read
+    # from its timing, not from a clock on a busy machine), and it does end
+    end = page.evaluate(f"""() => {{ const s = getComputedStyle(document.querySelector(\"{bonus}\"));
+        return parseFloat(s.animationDelay) + parseFloat(s.animationDuration); }}""")
+    assert 0 < end <= 0.75 * 2.5 + 1e-6, end
+    wait_until_still(page)
+    assert float(page.evaluate(f"() => getComputedStyle(document.querySelector(\"{bonus}\")).opacity")) == 1.0
     new_tokens = page.locator("#generated .tok-new").count()
     assert new_tokens >= 1  # the text grows by the step's tokens
     page.close()
@@ -259,11 +264,12 @@ def test_presentation_mode_hides_the_controls_and_enlarges_the_tree(page_url, br
     page.locator("#next-btn").click()
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ') || {CAPTION}.includes('Showing step 2 ')",
                            timeout=30_000)
-    page.wait_for_timeout(2200)  # the step's animation to its end
+    wait_until_still(page)  # the step's animation to its end
     before = page.locator("#tree-box svg.tv-svg:not(.tv-verified)").bounding_box()
     page.locator("#present-btn").click()
     page.wait_for_function("document.body.classList.contains('presenting')")
-    page.wait_for_timeout(500)
+    page.wait_for_function(f"document.querySelector('#tree-box svg.tv-svg:not(.tv-verified)').getBoundingClientRect().width"
+                           f" > 1.15 * {before['width']}", timeout=10_000)  # the layout has settled
     for hidden in ("#step-btn", "#run-btn", "#details-tabs", "#timeline-row", "#settings-panel"):
         assert not page.locator(hidden).first.is_visible(), hidden
     after = page.locator("#tree-box svg.tv-svg:not(.tv-verified)").bounding_box()
