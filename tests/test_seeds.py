@@ -121,7 +121,7 @@ def test_seeded_runs_repeat_across_processes_and_equal_plain_decoding(lm):
         done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert len(outputs[1]) == 13 and outputs[1] == {key: outputs[0][key] for key in outputs[1]}
+    assert len(outputs[1]) == len(RUNS) + 3 and outputs[1] == {key: outputs[0][key] for key in outputs[1]}
     runs = outputs[0]
     for seed in (11, 12):
         for method, budget in RUNS:
