@@ -5,9 +5,10 @@ acceptance chances alpha_i (the root's bonus token counts 1). Here the tree is a
 planner chooses a subtree of it: T_draft is the draft time this step actually measured (every stage of the
 method) plus the rest of a step besides its forward (acceptance, cache and drafter updates, the record:
 the session's recent measurement), the same for every candidate, so Theorem 1's per-node draft times never
-enter; T_verify is the calibrated verify cost curve corrected online. Since a child's chance never exceeds its parent's, taking nodes best-first by chance is the
-reverse of READER's Appendix E procedure (prune the lowest-acceptance leaf, again and again); the
-planner evaluates every tree of that sequence and keeps the best one.
+enter; T_verify is the calibrated verify cost curve corrected online. Since a child's chance never exceeds
+its parent's, taking nodes best-first by chance is the reverse of READER's Appendix E procedure (prune
+the lowest-acceptance leaf, again and again); the planner evaluates every tree of that sequence and keeps
+the best one.
 
 Each node's chance of being accepted given that its parent was is learnt online, keyed by
 (sources, depth, position among its siblings in the merged tree, drafter bucket). Siblings exclude each
