@@ -10,7 +10,8 @@ import sys
 from specviz.errors import SpecvizError
 
 
-def _model_args(parser: argparse.ArgumentParser) -> None:
+def _model_args(parser: argparse.ArgumentParser, graphs_both: bool = False) -> None:
+    """The model's flags; graphs_both: --graphs may also be `both` (the command runs each regime in turn)."""
     parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
     parser.add_argument("--draft-model", default=None, help="draft model of the model source (respec, reader, unified, "
                         "rapid) and of hf-assisted: head (the trained draft head, `train-head`), self (the target's "
@@ -22,13 +23,19 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
                         "joined by '+', e.g. bf16+compile (default: fp32 eager on CPU; SPECVIZ_MODE sets it)")
     parser.add_argument("--linear", default=None, help="linear-layer kernel: native (default on CPU in fp32), onednn "
                         "(default in bf16) or stock (PyTorch's F.linear); SPECVIZ_LINEAR sets the default")
+    parser.add_argument("--graphs", default=None, choices=("auto", "on", "off", "static") + (("both",) if graphs_both else ()),
+                        help="verify forwards as CUDA graphs over a static KV cache: on, off, auto (on with CUDA; "
+                        "SPECVIZ_GRAPHS sets it), static (the static cache uncaptured: the CPU's stand-in)"
+                        + ("; both: each regime in turn, in one process" if graphs_both else ""))
 
 
 def _load_target(args):
     """The target model the command runs on; a kernel asked for that cannot run here is said on stderr."""
     from specviz.runtime.loading import load_model
 
-    lm = load_model(args.model, args.device, args.dtype, args.linear, args.mode)
+    graphs = getattr(args, "graphs", None)
+    lm = load_model(args.model, args.device, args.dtype, args.linear, args.mode,
+                    "on" if graphs == "both" else graphs)
     for note in lm.notes:
         print(f"note: {note}", file=sys.stderr)
     return lm
@@ -75,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write the full report here")
     bench.add_argument("--skip-category", default="", help="comma-separated suite categories to leave out")
     _sampling_args(bench)
-    _model_args(bench)
+    _model_args(bench, graphs_both=True)
 
     load = commands.add_parser("app-load", help="the app under load (concurrent visitors) and over time (memory)")
     load.add_argument("--part", choices=["concurrency", "memory", "replay", "startup"], default="concurrency")
@@ -117,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     over.add_argument("--budgets", default="16,32,64", help="comma-separated fixed budgets")
     over.add_argument("--max-new-tokens", type=int, default=48)
     over.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
-    _model_args(over)
+    _model_args(over, graphs_both=True)
 
     pred = commands.add_parser("predict", help="the planner's predicted speedup over ar against the measured one")
     pred.add_argument("--suite", required=True)
@@ -286,9 +293,24 @@ def cmd_bench(args) -> dict:
     params = parse_assignments(args.param)
     lm = _load_target(args)
     draft = _draft_model(args, methods, lm)
+    regimes = _graph_regimes(args, lm)
     report = run_bench(lm, suite, methods, args.max_new_tokens, params, args.budget, args.repeats, draft,
-                       log=lambda line: print(line, file=sys.stderr, flush=True), sampling=sampling)
+                       log=lambda line: print(line, file=sys.stderr, flush=True), sampling=sampling,
+                       regimes=regimes)
+    if regimes:
+        return _emit("\n\n".join(f"graphs {regime}:\n{format_table(report['regimes'][regime])}" for regime in regimes),
+                     report, args.json)
     return _emit(format_table(report), report, args.json)
+
+
+def _graph_regimes(args, lm) -> list[str] | None:
+    """--graphs both: the regimes a command runs in turn (None: the one the model was loaded with)."""
+    if getattr(args, "graphs", None) != "both":
+        return None
+    if not lm.graphs:
+        raise SpecvizError("--graphs both compares CUDA graphs with the eager forward: it needs a CUDA device "
+                           f"and the lean forward ({'; '.join(lm.notes) or 'this model has neither'}).")
+    return ["on", "off"]
 
 
 def cmd_sweep(args) -> dict:
@@ -335,9 +357,16 @@ def cmd_overhead(args) -> None:
     suite = load_suite(args.suite)
     budgets = [parse_budget(b.strip()) for b in args.budgets.split(",") if b.strip()]
     lm = _load_target(args)
+    from specviz.runtime import captured_forward
+
+    regimes = _graph_regimes(args, lm) or [None]
     for budget in budgets:
-        print(json.dumps(step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
-                                       parse_assignments(args.param))), flush=True)
+        for regime in regimes:  # each budget in both regimes back to back, so drift moves them alike
+            if regime is not None:
+                captured_forward.install(lm, regime)
+            figures = step_overhead(lm, suite, args.method, budget, _positive("--max-new-tokens", args.max_new_tokens),
+                                    parse_assignments(args.param))
+            print(json.dumps({"graphs": "on" if lm.graphs else "off", **figures}), flush=True)
 
 
 def cmd_predict(args) -> dict:

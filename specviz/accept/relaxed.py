@@ -26,7 +26,7 @@ class _Relaxer:
         self.tree, self.min_greedy = tree, min_greedy
         self.logit_top = LogitTop.of(logits, tree, entropies)
         self.argmax = self.logit_top.argmax
-        top = self.logit_top.values[:, 0]
+        top = self.logit_top.values[:, 0].to(logits.device)  # numpy-made (native or device summary): host
         self.ok = [False] * len(tree)  # per node: passes the relaxed check under its parent's logits
         if len(tree) > 1:
             parents = torch.tensor(tree.parents[1:], device=logits.device)

@@ -100,13 +100,38 @@ class LogitTop:
     @classmethod
     def of(cls, logits: torch.Tensor, tree: DraftTree | None = None, entropies: bool = False) -> "LogitTop":
         """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too,
-        and with entropies=True also gives each row's entropy (in the same pass)."""
+        and with entropies=True also gives each row's entropy (in the same pass). Logits from the captured
+        verify forward carry their summary, made on the device (runtime.captured_forward): it is used as is."""
+        summary = getattr(logits, "device_summary", None)
+        if summary is not None and (tree is None or len(tree) == logits.shape[0]):
+            made = getattr(logits, "summary_top", None)  # one LogitTop per step, however many readers ask
+            if made is None or made.tree is not tree:
+                made = logits.summary_top = cls.from_device_summary(summary, tree)
+            return made
         if tree is not None and len(tree) == logits.shape[0] \
                 and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
             values, ids, log_norms, token_logits, ranks, probs, row_entropies = logit_kernel.summarise(
                 lib, logits, TOP_K, tree.parents[1:], tree.tokens[1:], entropies)
             return cls(values, ids, log_norms, tree, token_logits, ranks, probs, row_entropies)
         return cls(*top_logits(logits, TOP_K))
+
+
+    @classmethod
+    def from_device_summary(cls, rows: np.ndarray, tree: DraftTree | None) -> "LogitTop":
+        """What runtime.captured_forward.summarise computed on the device (one row per node, root first):
+        the numbers the native pass gives on a CPU. tree: the tree the rows' node columns were made for."""
+        k = (rows.shape[1] - 4) // 2
+        values = np.ascontiguousarray(rows[:, :k])
+        ids = rows[:, k:2 * k].astype(np.int64)
+        log_norms = np.ascontiguousarray(rows[:, 2 * k])
+        if tree is None:
+            return cls(values, ids, log_norms)
+        token_logits = np.ascontiguousarray(rows[:, 2 * k + 1])
+        ranks = rows[:, 2 * k + 2].astype(np.int64)
+        entropies = np.ascontiguousarray(rows[:, 2 * k + 3])
+        probs = np.exp(token_logits.astype(np.float64) - log_norms[np.asarray([0, *tree.parents[1:]])])
+        token_logits[0], ranks[0], probs[0] = 0.0, -1, np.nan  # the root has no parent row
+        return cls(values, ids, log_norms, tree, token_logits, ranks, probs, entropies)
 
 
 def log_normalisers(logits: torch.Tensor, top_values: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from specviz.runtime.cache_files import write_atomically
-from specviz.runtime.kv import new_cache
+from specviz.runtime.block_forward import causal_forward
 
 from specviz.runtime import fast_linear, linear_paths, loaded_model
 from specviz.runtime.cache_dir import cache_root
@@ -146,12 +146,10 @@ def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
     take turns (each round times each pair once), so a burst of load in the middle lands in one round of every
     pair, and the medians leave it out, instead of spoiling every repeat of a few. After the first timed round
     a kernel dearer than DROP_SLOWER x the best at every size is timed no more (it keeps that round)."""
-    model = lm.model
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
-    cache = new_cache(model.config)
-    with torch.inference_mode():
-        model(input_ids=torch.tensor([context], device=lm.device), past_key_values=cache, use_cache=True)
+    cache = lm.new_cache()  # the static cache where verify forwards are captured: the curve prices that path
+    causal_forward(lm, cache, context)
     trees = []
     for q in sizes:
         tree = DraftTree(context[-1])

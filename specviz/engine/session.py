@@ -16,7 +16,7 @@ import torch
 from specviz.engine import costmodel
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime.block_forward import causal_forward
-from specviz.runtime.kv import cache_length, keep_accepted, new_cache
+from specviz.runtime.kv import cache_length, keep_accepted
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.loading import check_same_vocabulary
 from specviz.engine.planner import AcceptanceModel, OnlineCost, TreePlan, best_first, plan_tree
@@ -176,7 +176,7 @@ class Session:
         prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel()
-        self.cache = new_cache(self.lm.model.config)
+        self.cache = self.lm.new_cache()
         self.features = self.method.needs_features  # a stage drafts from the target's features: compute them
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]

@@ -6,6 +6,7 @@ import torch
 
 from specviz.runtime.block_forward import masked_forward
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.static_kv import StaticKV
 from specviz.tree.draft_tree import DraftTree
 
 
@@ -18,6 +19,9 @@ def tree_visibility(tree: DraftTree, past_len: int) -> torch.Tensor:
 
 def tree_forward(lm: LoadedModel, cache, tree: DraftTree, past_len: int, features: bool = False):
     """Logits (q, vocab) for every tree node, root first; the cache grows by q entries. features: return
-    (logits, the target's features (q, hidden)) for a drafter that drafts from them."""
+    (logits, the target's features (q, hidden)) for a drafter that drafts from them. On a static cache the
+    verifier runs it (runtime.captured_forward: mask and positions built on the device, a graph where captured)."""
+    if isinstance(cache, StaticKV):
+        return lm.verifier.forward(cache, tree.tokens, [0, *tree.parents[1:]], past_len, features)
     return masked_forward(lm, cache, tree.tokens, [past_len + d for d in tree.depths],
                           tree_visibility(tree, past_len), features)

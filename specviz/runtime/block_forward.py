@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.static_kv import StaticKV
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -32,6 +33,8 @@ def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[in
     """Logits (q, vocab) in fp32 of q tokens at the given positions, each attending to the cache entries
     and new tokens its row of visible (q, cache + q) allows; the cache grows by q entries. Runs the
     model's lean decoder where it has one, else transformers' forward. features: return (logits, features)."""
+    if isinstance(cache, StaticKV):
+        raise TypeError("a static cache's forwards are the verifier's (engine.tree_forward, causal_forward)")
     device = lm.device
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     position_ids = torch.tensor([positions], dtype=torch.long, device=device)
@@ -49,7 +52,9 @@ def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[in
 def causal_forward(lm: LoadedModel, cache, tokens: list[int], features: bool = False):
     """Logits (q, vocab) in fp32 of q tokens appended to the cache in order, each seeing all before it
     (a prefill chunk), through transformers' forward (the model's own causal mask). features: return
-    (logits, features)."""
+    (logits, features). A static cache's chunk runs through its verifier (runtime.captured_forward)."""
+    if isinstance(cache, StaticKV):
+        return lm.verifier.prefill(cache, tokens, features)
     ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
     if features:
         return _stock_with_features(lm, input_ids=ids, past_key_values=cache, use_cache=True)

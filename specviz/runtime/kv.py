@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from specviz.runtime.static_kv import StaticKV
+
 
 def cache_length(cache) -> int:
     return int(cache.get_seq_length()) if cache is not None else 0
@@ -14,6 +16,9 @@ def cache_length(cache) -> int:
 def keep_accepted(cache, past_len: int, kept_block_positions: list[int]) -> None:
     """The verify forward appended a block of q tree nodes after past_len entries. Keep, in order, the
     block positions listed (the root and the accepted nodes) and drop the rest of the block."""
+    if isinstance(cache, StaticKV):  # one gather for all layers, on the device
+        cache.keep(past_len, kept_block_positions)
+        return
     keep = len(kept_block_positions)
     if kept_block_positions != list(range(keep)):
         # the accepted path is scattered through the block: move its entries to the front of the block

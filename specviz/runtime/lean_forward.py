@@ -65,7 +65,7 @@ def why_not(model) -> str | None:
     return None
 
 
-def _fuse(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def fuse_linear(modules: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One (sum of outs, in) weight whose row blocks the modules' weights become views of."""
     weight = torch.cat([m.weight.data for m in modules], dim=0).contiguous()
     biases = [m.bias for m in modules]
@@ -106,7 +106,7 @@ class LeanDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim ** -0.5
         self.eps = [layer.input_layernorm.variance_epsilon for layer in inner.layers]
-        self._fused = [_fuse([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj])
+        self._fused = [fuse_linear([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj])
                        for layer in inner.layers]  # dense (weight, bias) of each layer's q/k/v
         self.layers, self.head = self._prepared(prepare)
         self.variants = {kernel: LinearVariant(linear, self.layers, self.head)} if kernel else {}

@@ -12,6 +12,7 @@ from specviz.runtime.linear_paths import LinearChoice
 from specviz.runtime.native import attention_kernel, layer_kernel, linear_kernel
 
 if TYPE_CHECKING:
+    from specviz.runtime.captured_forward import CapturedVerifier
     from specviz.runtime.lean_forward import LeanDecoder
 
 
@@ -36,6 +37,22 @@ class LoadedModel:
     shared_key: tuple | None = None  # its key among the process's shared resources (runtime.shared), if it is one
     linear_forced: bool = False  # the kernel was asked for (--linear, SPECVIZ_LINEAR, compile): no other is measured
     linear_choice: LinearChoice | None = None  # the kernel per tree size, as measured here (runtime.linear_paths)
+    verifier: "CapturedVerifier | None" = None  # static-cache verify forward (CUDA graphs); None: the dynamic cache
+    parked_verifier: "CapturedVerifier | None" = None  # one switched off (its graphs kept for switching back)
+
+    def new_cache(self):
+        """A KV cache for this model's verify forwards: the captured path's static cache where it is on, else
+        transformers' DynamicCache with growing layers (runtime.kv). A session keeps the kind it started with."""
+        if self.verifier is not None:
+            return self.verifier.new_cache()
+        from specviz.runtime.kv import new_cache
+
+        return new_cache(self.model.config)
+
+    @property
+    def graphs(self) -> bool:
+        """Whether verify forwards replay CUDA graphs (runtime.captured_forward)."""
+        return self.verifier is not None and self.verifier.capture
 
     def linear_candidates(self) -> list[str]:
         """The linear kernels a tree forward of this model can run here, its own first (what calibration times).
@@ -107,6 +124,8 @@ class LoadedModel:
             backend += "-torchops"
         if decoder.native_decoder() is None:
             backend += "-calls"
+        if self.verifier is not None:
+            backend += "-graphs" if self.verifier.capture else "-static"
         return backend
 
     def description(self) -> str:
@@ -115,7 +134,8 @@ class LoadedModel:
         notes = "".join(f" ⚠️ {note}" for note in self.notes)
         return (f"Loaded **{self.name}** on {self.device}, mode **{self.mode}** (linear kernel {self.linear}{packed}, "
                 f"{'lean' if self.lean else 'stock'} forward), context {self.max_context}. Linear kernel by tree "
-                f"size: {self.linear_summary()}.{notes}")
+                f"size: {self.linear_summary()}."
+                + (f" Verify forward: {self.verifier.describe()}." if self.verifier is not None else "") + notes)
 
     def describe(self) -> str:
         """Everything that moves the cost of a forward, as one key: model, device, mode, linear kernel,

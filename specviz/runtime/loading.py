@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from specviz.runtime import grouped_attention as attention
+from specviz.runtime import captured_forward
 from specviz.runtime.cache_files import LOG
 from specviz.runtime import fast_linear
 from specviz.runtime import lean_forward
@@ -171,10 +172,12 @@ def pick_linear(device: torch.device, dtype: torch.dtype, linear: str | None) ->
 
 
 def load_model(name: str | None = None, device: str | None = None, dtype: str | None = None,
-               linear: str | None = None, mode: str | None = None) -> LoadedModel:
+               linear: str | None = None, mode: str | None = None, graphs: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer; every failure becomes one clear SpecvizError.
     mode (runtime.modes, SPECVIZ_MODE by default): precision and compile flags; its precision wins over dtype.
-    What cannot run here falls back, and LoadedModel.notes says so."""
+    graphs (runtime.captured_forward.GRAPH_CHOICES, SPECVIZ_GRAPHS by default, else auto: on for CUDA): whether
+    verify forwards replay CUDA graphs over a static cache. What cannot run here falls back, and
+    LoadedModel.notes says so."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from transformers.utils import logging as hf_logging
@@ -234,6 +237,13 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
                        load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, decoder=decoder,
                        notes=run_mode.notes + ([kernel_note] if kernel_note else []), linear_forced=forced)
+    graphs = graphs or os.environ.get("SPECVIZ_GRAPHS") or ("off" if os.environ.get("SPACES_ZERO_GPU") else "auto")
+    try:  # ZeroGPU: untried there (its worker processes hold the device per call), so off unless asked for
+        graphs_note = captured_forward.install(lm, graphs)
+    except ValueError as exc:
+        raise SpecvizError(f"{exc}.") from exc
+    if graphs_note:
+        lm.notes.append(graphs_note)
     lm.apply_linear_choice(linear_paths.load(lm.describe()) if lm.measures_linear_paths() else None)
     return lm
 

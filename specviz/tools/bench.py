@@ -67,12 +67,17 @@ def compare(lm: LoadedModel, prompt_ids: list[int], reference: RunResult, run: R
 
 def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_tokens: int = 128,
               params: dict | None = None, budget="auto", repeats: int = 1, draft: LoadedModel | None = None,
-              log: Callable[[str], None] = lambda s: None, sampling: SamplingSettings = SamplingSettings()) -> dict:
+              log: Callable[[str], None] = lambda s: None, sampling: SamplingSettings = SamplingSettings(),
+              regimes: list[str] | None = None, warm: bool = True) -> dict:
+    """regimes: CUDA graphs 'on' and 'off' (runtime.captured_forward.install) taking turns within every repeat of
+    every prompt, each with its own `ar`; the report then holds one summary per regime under 'regimes'."""
+    if regimes:
+        return _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, draft, log, sampling, regimes)
     methods = check_methods(methods)
     params = params or {}
     check_params(methods, params)
     encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context)) for item in suite]
-    for method in methods:
+    for method in methods if warm else ():
         warm_up(lm, method, PromptText.of(suite[0]["messages"]), prompt_ids=encoded[0][1],
                 params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
     from specviz.index.datastore import shared_datastore
@@ -112,6 +117,40 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
         log(f"{item['id']}: " + "  ".join(
             f"{r['method']} {r['new_tokens'] / r['wall_s']:.1f} tok/s" for r in rows[-len(methods):]))
     return summarise(rows, methods)
+
+
+def _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, draft, log, sampling,
+                 regimes: list[str]) -> dict:
+    """run_bench once per prompt and repeat in each regime, the regimes interleaved (on, off, on, off ...)."""
+    from specviz.runtime import captured_forward
+
+    reports: dict[str, list[dict]] = {regime: [] for regime in regimes}
+    for regime in regimes:  # each regime's first runs (graph captures, kernels' set-up) outside the timings
+        captured_forward.install(lm, regime)
+        run_bench(lm, suite[:1], methods, min(max_new_tokens, 16), params, budget, 1, draft, sampling=sampling)
+    for item in suite:
+        for repeat in range(repeats):
+            for regime in regimes:
+                captured_forward.install(lm, regime)
+                seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
+                report = run_bench(lm, [item], methods, max_new_tokens, params, budget, 1, draft,
+                                   lambda line, regime=regime: log(f"[graphs {regime}] {line}"), seeded, warm=False)
+                reports[regime].append(report)
+    captured_forward.install(lm, regimes[0])
+    merged = {}
+    for regime, parts in reports.items():
+        rows = []
+        for item in suite:  # the median wall time of each prompt's repeats, as run_bench takes it
+            mine = [r for part in parts for r in part["prompts"] if r["id"] == item["id"]]
+            for method in methods:
+                runs = [r for r in mine if r["method"] == method]
+                row = dict(runs[0])
+                row["wall_s"] = statistics.median(r["wall_s"] for r in runs)
+                row["decode_s"] = statistics.median(r["decode_s"] for r in runs)
+                row["lossless"] = all(r["lossless"] for r in runs)
+                rows.append(row)
+        merged[regime] = summarise(rows, methods)
+    return {"regimes": merged}
 
 
 def summarise(rows: list[dict], methods: list[str]) -> dict:

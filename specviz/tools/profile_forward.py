@@ -22,7 +22,7 @@ import torch
 
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime import linear_paths
-from specviz.runtime.kv import new_cache
+from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.native import build, linear_kernel
 from specviz.tree.draft_tree import DraftTree
 
@@ -86,10 +86,9 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     more forward (profile)."""
     generator = torch.Generator().manual_seed(q)
     context = torch.randint(100, lm.vocab_size - 1, (context_len + q,), generator=generator).tolist()
-    cache = new_cache(lm.model.config)
+    cache = lm.new_cache()
     # the cache holds the context but its last token, which is the tree's root (as in the engine)
-    lm.model(input_ids=torch.tensor([context[:context_len - 1]], device=lm.device), past_key_values=cache,
-             use_cache=True)
+    causal_forward(lm, cache, context[:context_len - 1])
     tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
     # interleaved with the linear layers alone and the forward with each other linear kernel, so machine
     # drift moves them all alike
