@@ -190,6 +190,25 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--json", default=None, metavar="OUT", help="write the report here")
     _model_args(quality)
 
+    static = commands.add_parser("static-tree", help="the static draft tree a drafter's measured acceptance by rank "
+                                 "justifies, in a serving engine's format")
+    static.add_argument("--drafter", default="head", help="head, self, self-skip:K or a model id/folder")
+    static.add_argument("--suite", default="assets/suite.jsonl", help="where acceptance by rank is measured")
+    static.add_argument("--check", default=None, metavar="SUITE", help="also run the drafter with the static trees of "
+                        "--check-tokens in greedy sessions on this suite (e.g. assets/heldout.jsonl): measured "
+                        "against predicted accepted tokens, and lossless against ar")
+    static.add_argument("--check-tokens", default="4,16,64", help="comma-separated tree sizes for --check")
+    static.add_argument("--skip-category", default="long-context", help="comma-separated suite categories to leave out")
+    static.add_argument("--tokens", default="best", help="draft tokens N (1..256), or best: the N of the largest "
+                        "expected speedup on this machine's cost curve")
+    static.add_argument("--format", default="vllm", help="vllm, sglang, trtllm, medusa, json or graphml")
+    static.add_argument("--depth", type=int, default=6, help="deepest level measured")
+    static.add_argument("--max-rank", type=int, default=8, help="ranks measured at each level")
+    static.add_argument("--max-new-tokens", type=int, default=64)
+    static.add_argument("--json", default=None, metavar="OUT", help="write the whole report here: every path's count "
+                        "and chance, the expected curves, the checks and the vLLM tree of each checked N")
+    _model_args(static)
+
     longc = commands.add_parser("long-context", help="RAPID on the long documents: ar vs rapid by context length "
                                 "and retrieval budget (grid), eta vs exact match (eta), retrieval quality and cost")
     longc.add_argument("part", choices=("grid", "eta", "retrieval"))
@@ -223,6 +242,13 @@ def _positive(name: str, value: int, high: int = 100_000) -> int:
     if not 1 <= value <= high:
         raise SpecvizError(f"{name} must be between 1 and {high}, got {value}.")
     return value
+
+
+def _whole(name: str, text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise SpecvizError(f"{name} must be a whole number, got {text!r}.") from None
 
 
 def _draft_model(args, methods: list[str], lm):
@@ -496,6 +522,80 @@ def cmd_draft_quality(args) -> None:
     _emit(format_report(report), report, args.json)
 
 
+def cmd_static_tree(args) -> None:
+    from dataclasses import asdict
+
+    from specviz.engine import costmodel
+    from specviz.engine.rank_acceptance import measure_ranks
+    from specviz.engine.static_check import check_tree
+    from specviz.engine.suite import load_suite
+    from specviz.runtime.draft_head import DraftHead, MissingHead
+    from specviz.runtime.shared import resolve_draft
+    from specviz.tree.static_tree import MIN_COUNT, best_tree, expected_curve, expected_speedups
+    from specviz.tree.static_tree_export import FORMATS, export
+
+    if args.format not in FORMATS:  # refused before anything is measured
+        raise SpecvizError(f"Unknown format {args.format!r}: choose one of {', '.join(FORMATS)}.")
+    tokens = None if args.tokens.strip().lower() == "best" else _positive("--tokens", _whole("--tokens", args.tokens), 256)
+    depth, max_rank = _positive("--depth", args.depth, 16), _positive("--max-rank", args.max_rank, 64)
+    skipped = {c.strip() for c in args.skip_category.split(",") if c.strip()}
+    suite = [item for item in load_suite(args.suite) if item["category"] not in skipped]
+    if not suite:
+        raise SpecvizError(f"Every prompt of {args.suite} is in a skipped category.")
+    check_suite = [item for item in load_suite(args.check) if item["category"] not in skipped] if args.check else []
+    check_tokens = [_positive("--check-tokens", _whole("--check-tokens", n), 256)
+                    for n in args.check_tokens.split(",") if n.strip()]
+    lm = _load_target(args)
+    drafter = resolve_draft(lm, args.drafter, lambda name: _load_model(args, name)) or lm
+    if isinstance(drafter, MissingHead):
+        raise SpecvizError(f"--drafter {args.drafter}: {drafter.reason}")
+    measured = measure_ranks(lm, drafter, args.drafter, suite, depth, max_rank,
+                             _positive("--max-new-tokens", args.max_new_tokens))
+    acceptance = measured.acceptance
+    curve = expected_curve(acceptance)
+    if not curve:
+        raise SpecvizError(f"No rank path of {args.drafter} was followed {MIN_COUNT} times in "
+                           f"{acceptance.positions} positions: measure on more prompts or tokens.")
+    cost = costmodel.load_or_calibrate(lm)
+    supported = acceptance.supported()
+    depths = [max(len(p) for p in supported[:n]) for n in range(1, len(supported) + 1)]
+    speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
+    best = max(range(len(speedups)), key=lambda i: speedups[i]) + 1
+    tree = best_tree(acceptance, tokens or best)
+    print(f"{args.drafter}: {acceptance.positions} positions of {measured.prompts} prompts, one drafter level "
+          f"{measured.level_ms:.2f} ms; chance by rank path (count, 95% interval):", file=sys.stderr)
+    for path, count, chance, (low, high) in acceptance.level_table(2):
+        print(f"  {path}: {chance:.3f} ({count}, {low:.3f}-{high:.3f})", file=sys.stderr)
+    for n in sorted({1, 2, 4, 8, 16, 32, 64, best, tree.size} & set(range(1, len(curve) + 1))):
+        print(f"  N = {n:>3}: expected accepted {curve[n - 1]:.3f}, expected speedup {speedups[n - 1]:.2f}x"
+              + (" (best here)" if n == best else ""), file=sys.stderr)
+    checks = []
+    for n in check_tokens if check_suite else ():
+        if n > len(supported):
+            print(f"  check N = {n}: more than the {len(supported)} tokens the measurements support", file=sys.stderr)
+            continue
+        checked = check_tree(lm, None if drafter is lm else drafter, best_tree(acceptance, n), check_suite,
+                             args.max_new_tokens)
+        checks.append(checked)
+        print(f"  check N = {n:>3} on {args.check}: accepted a step predicted {checked.predicted_accepted:.3f}, "
+              f"measured {checked.measured_accepted:.3f} over {checked.steps} steps, lossless "
+              f"{'yes' if checked.lossless else 'NO'}", file=sys.stderr)
+    method = "eagle" if isinstance(drafter, DraftHead) else "draft_model"
+    if args.json:
+        report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
+                  "level_ms": measured.level_ms, "best_tokens": best,
+                  "paths": [{"path": list(p), "count": c, "chance": round(ch, 5), "interval": [round(lo, 5), round(hi, 5)]}
+                            for p, c, ch, (lo, hi) in acceptance.level_table(depth)],
+                  "expected_accepted": [round(e, 4) for e in curve], "expected_speedup": [round(s, 4) for s in speedups],
+                  "checks": [{**asdict(c), "vllm": json.loads(export(best_tree(acceptance, c.tokens), "vllm", method))}
+                             for c in checks]}
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    print(export(tree, args.format, method, {"drafter": args.drafter, "positions": acceptance.positions,
+                                            "expected_speedup": round(speedups[tree.size - 1], 3),
+                                            "best_tokens_here": best}))
+
+
 def cmd_params(args) -> None:
     from specviz.methods import get_method
 
@@ -634,7 +734,7 @@ def cmd_space_bundle(args) -> None:
 
 COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "predict": cmd_predict, "memory": cmd_memory,
             "calibrate": cmd_calibrate, "datastore": cmd_datastore, "profile": cmd_profile,
-            "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "params": cmd_params,
+            "random-model": cmd_random_model, "draft-quality": cmd_draft_quality, "static-tree": cmd_static_tree, "params": cmd_params,
             "train-head": cmd_train_head}
 
 

@@ -78,6 +78,7 @@ class HeadDrafter(Drafter):
         self.missed = False    # a step came without the target's features: the head cannot draft
         self.min_path_chance = MIN_PATH_CHANCE
         self.forward_ms: list[float] = []  # each head forward of the last proposal (feed first)
+        self.static_paths: list[tuple[int, ...]] | None = None  # a static tree of rank paths to draft instead
 
     # ---- the target's features --------------------------------------------------------------------
     def _add_features(self, start: int, features: torch.Tensor | None) -> None:
@@ -167,6 +168,8 @@ class HeadDrafter(Drafter):
         tree = DraftTree(context[-1])
         if self.missed or self.known < len(context) - 1 or budget <= 0 or len(context) < 2:
             return tree
+        if self.static_paths is not None:
+            return self._propose_static(tree, context)
         root_logits, root_feature = self._feed(context)
         committed = self.cache.get_seq_length()       # entries of positions 1 .. root
         root_position = len(context) - 1
@@ -190,6 +193,56 @@ class HeadDrafter(Drafter):
             rows = self._level(tree, expanded, slot, feature_of, committed, root_position)
         order = sorted(range(1, len(tree)), key=lambda n: (-chance[n], tree.depths[n], n))
         return tree.truncate(min(budget, self.nodes), order)
+
+    def _propose_static(self, tree: DraftTree, context: list[int]) -> DraftTree:
+        """The static tree of rank paths (tree.static_tree), greedy: node (r1..rd) is its parent's r_d-th most
+        likely token under the head (ties: the lower draft index first, as ranks_along counts); one head
+        forward per level over the nodes that have children in it."""
+        row, feature = self._feed(context)
+        committed, root_position = self.cache.get_seq_length(), len(context) - 1
+        slot, feature_of = {ROOT: committed - 1}, {ROOT: feature}
+        node_of, rows = {(): ROOT}, {(): row}
+        draft_ids = self.head.draft_ids_list
+        parents_with_children = {path[:-1] for path in self.static_paths}
+        for depth in range(1, max(map(len, self.static_paths), default=0) + 1):
+            level = [path for path in self.static_paths if len(path) == depth and path[:-1] in rows]
+            for path in level:
+                order = rows[path[:-1]].argsort(descending=True, stable=True)
+                if path[-1] < order.shape[0]:
+                    node_of[path] = tree.add(node_of[path[:-1]], draft_ids[int(order[path[-1]])], self.source)
+            expand = [path for path in level if path in parents_with_children and path in node_of]
+            if expand:
+                logits = self._level(tree, [node_of[p] for p in expand], slot, feature_of, committed, root_position)
+                rows.update(zip(expand, logits))
+        return tree
+
+    @torch.inference_mode()
+    def ranks_along(self, context: list[int], upcoming: list[int], depth: int) -> list[int]:
+        """The rank under the head of each of the upcoming tokens, level by level, with the head drafting along
+        them (teacher-forced: each level reads its parent's predicted feature and the true token, as a draft
+        tree's node on the true path does); -1 for a token outside the draft vocabulary. What a static tree's
+        acceptance by rank is measured from (engine.rank_acceptance)."""
+        self.forward_ms = []
+        if self.missed or self.known < len(context) - 1 or len(context) < 2:
+            return []
+        row, feature = self._feed(context)
+        committed, root_position = self.cache.get_seq_length(), len(context) - 1
+        tree = DraftTree(context[-1])
+        slot, feature_of, node = {ROOT: committed - 1}, {ROOT: feature}, ROOT
+        ranks: list[int] = []
+        levels = min(depth, len(upcoming))
+        for level, token in enumerate(upcoming[:levels]):
+            index = self.head.draft_index.get(token)
+            if index is None:
+                ranks.append(-1)
+                break
+            value = row[index]
+            ranks.append(int((row > value).sum()) + int((row[:index] == value).sum()))  # ties: lower index first
+            if level + 1 == levels:
+                break
+            node = tree.add(node, token, self.source)
+            row = self._level(tree, [node], slot, feature_of, committed, root_position)[0]
+        return ranks
 
     def _level(self, tree: DraftTree, nodes: list[int], slot: dict, feature_of: dict, committed: int,
                root_position: int) -> torch.Tensor:

@@ -118,7 +118,8 @@ class Session:
                  sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
                  draft: LoadedModel | None = None):
         self.lm = lm
-        self.method_class = get_method(method)
+        # a name of methods.METHODS, or a Method class of one's own (engine.static_check's probe)
+        self.method_class = method if isinstance(method, type) else get_method(method)
         self.params = self.method_class.resolve_params(params)
         self.method = None  # the method's drafters for one generation, built by start_ids
         if isinstance(draft, LoadedModel) and draft is not lm:
