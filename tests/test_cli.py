@@ -11,24 +11,27 @@ def cli(*args):
                           timeout=600)
 
 
-def test_generate_json_contract(tmp_path):
+def test_generate_json_contract(tmp_path, capsys):
+    from specviz.cli import main  # in this process: a process per command costs ~10 s of imports and loading
+
     trace = tmp_path / "t.json"
-    out = cli("generate", "--method", "pld", "--prompt", "Repeat: one two three, one two three.",
-              "--max-new-tokens", "12", "--budget", "8", "--param", "max_ngram=2", "--trace", str(trace), "--json")
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    assert main(["generate", "--method", "pld", "--prompt", "Repeat: one two three, one two three.",
+                 "--max-new-tokens", "12", "--budget", "8", "--param", "max_ngram=2", "--trace", str(trace),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
     assert set(result) >= {"method", "output_ids", "text", "new_tokens", "steps", "mean_accepted", "wall_s",
                            "tokens_per_s"}
     assert result["new_tokens"] == len(result["output_ids"]) <= 12
     assert json.loads(trace.read_text())["method"] == "pld"
 
 
-def test_generate_prompt_file_json_chat(tmp_path):
+def test_generate_prompt_file_json_chat(tmp_path, capsys):
+    from specviz.cli import main  # in this process: a process per command costs ~10 s of imports and loading
+
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps({"messages": [{"role": "user", "content": "Say yes."}]}))
-    out = cli("generate", "--method", "ar", "--prompt-file", str(chat), "--max-new-tokens", "4", "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["new_tokens"] <= 4
+    assert main(["generate", "--method", "ar", "--prompt-file", str(chat), "--max-new-tokens", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["new_tokens"] <= 4
 
 
 def test_bad_input_gives_message_not_traceback(tmp_path, capsys):
@@ -53,22 +56,27 @@ def test_bad_input_gives_message_not_traceback(tmp_path, capsys):
     assert out.returncode == 2 and "no parameter 'nope'" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
-def test_params_lists_defaults():
-    out = cli("params", "pld")
-    assert out.returncode == 0 and "max_ngram" in out.stdout and "default 3" in out.stdout
+def test_params_lists_defaults(capsys):
+    from specviz.cli import main
+
+    assert main(["params", "pld"]) == 0
+    out = capsys.readouterr().out
+    assert "max_ngram" in out and "default 3" in out
 
 
-def test_bench_reports_per_category(tmp_path):
+def test_bench_reports_per_category(tmp_path, capsys):
+    from specviz.cli import main
+
     suite = tmp_path / "suite.jsonl"
     suite.write_text("\n".join(json.dumps(x) for x in [
         {"id": "a", "category": "copy", "prompt": "Repeat: sun moon star, sun moon star."},
         {"id": "b", "category": "open", "messages": [{"role": "user", "content": "Name a colour."}],
          "max_new_tokens": 6}]))
     report_path = tmp_path / "report.json"
-    out = cli("bench", "--suite", str(suite), "--methods", "pld,hf-pld", "--max-new-tokens", "10",
-              "--budget", "8", "--json", str(report_path))
-    assert out.returncode == 0, out.stderr
-    assert "lossless" in out.stdout and "copy" in out.stdout and "hf-pld" in out.stdout
+    assert main(["bench", "--suite", str(suite), "--methods", "pld,hf-pld", "--max-new-tokens", "10",
+                 "--budget", "8", "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    assert "lossless" in out and "copy" in out and "hf-pld" in out
     report = json.loads(report_path.read_text())
     assert report["methods"] == ["ar", "pld", "hf-pld"]
     assert report["categories"]["ALL"]["ar"]["speedup"] == 1.0
@@ -76,16 +84,18 @@ def test_bench_reports_per_category(tmp_path):
     assert len(report["prompts"]) == 6
 
 
-def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path):
+def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path, capsys):
     suite = tmp_path / "suite.jsonl"
     suite.write_text(json.dumps({"id": "a", "category": "copy",
                                  "prompt": "Repeat exactly: the red fox jumps over the lazy dog, the red fox jumps "
                                            "over the lazy dog, the red fox jumps over the lazy dog."}))
+    from specviz.cli import main  # in this process (test_bad_input_gives_message_not_traceback runs a real one)
+
     report_path = tmp_path / "sweep.json"
-    out = cli("sweep", "--suite", str(suite), "--vary", "tau=0,5", "--param", "fallback=logits",
-              "--max-new-tokens", "24", "--budget", "32", "--json", str(report_path))
-    assert out.returncode == 0, out.stderr
-    assert "differ" in out.stdout and "trigger" in out.stdout
+    assert main(["sweep", "--suite", str(suite), "--vary", "tau=0,5", "--param", "fallback=logits",
+                 "--max-new-tokens", "24", "--budget", "32", "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    assert "differ" in out and "trigger" in out
     report = json.loads(report_path.read_text())
     per_value = report["categories"]["ALL"]
     assert set(per_value) == {"ar", "0", "5"}
@@ -93,5 +103,6 @@ def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path):
     assert per_value["0"]["relaxed"] == 0 and per_value["0"]["trigger_rate"] > 0
     for args, expected in [(("--vary", "tau"), "--vary takes NAME=V1"), (("--vary", "tau=-1"), "tau must be between"),
                            (("--vary", "nope=1"), "no parameter 'nope'")]:
-        bad = cli("sweep", "--suite", str(suite), *args, "--max-new-tokens", "4")
-        assert bad.returncode == 2 and expected in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        assert main(["sweep", "--suite", str(suite), *args, "--max-new-tokens", "4"]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err, err

@@ -2,7 +2,6 @@
 and the CLI."""
 
 import torch
-from test_cli import cli
 
 from specviz.runtime import modes
 from specviz.runtime.loading import load_model
@@ -44,10 +43,13 @@ def test_lab_shows_a_mode_fallback_and_keeps_working(lm):
     assert lab.session.lm.mode == "fp32" and "**mode** fp32" in lab.counters_markdown()
 
 
-def test_cli_reports_the_fallback_on_stderr():
-    out = cli("profile", "--mode", "turbo", "--sizes", "1,2", "--repeats", "1")
-    assert out.returncode == 0, out.stderr
-    assert "note:" in out.stderr and "turbo" in out.stderr
-    assert "ratio" in out.stdout and "float32" in out.stdout and "stock F.linear ms" in out.stdout
-    bad = cli("profile", "--sizes", "1,x")
-    assert bad.returncode == 2 and "whole numbers" in bad.stderr and "Traceback" not in bad.stderr
+def test_cli_reports_the_fallback_on_stderr(capsys):
+    from specviz.cli import main  # in this process: a process per command costs ~10 s of imports and loading
+
+    assert main(["profile", "--mode", "turbo", "--sizes", "1,2", "--repeats", "1"]) == 0
+    out = capsys.readouterr()
+    assert "note:" in out.err and "turbo" in out.err
+    assert "ratio" in out.out and "float32" in out.out and "stock F.linear ms" in out.out
+    assert main(["profile", "--sizes", "1,x"]) == 2
+    err = capsys.readouterr().err
+    assert "whole numbers" in err and "Traceback" not in err

@@ -1,8 +1,6 @@
 import csv
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -118,21 +116,18 @@ def test_refusals_before_anything_runs():
         grid_points("racer", parse_axes(["budget=4,8", "max_breadth=2,8"]), prompts=101)
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+def test_cli_round_trip_with_csv(tmp_path, capsys):
+    from specviz.cli import main  # in this process (test_cli.py runs a sweep through a real one)
 
-
-def test_cli_round_trip_with_csv(tmp_path):
     suite = tmp_path / "suite.jsonl"
     suite.write_text("\n".join(json.dumps(x) for x in [
         {"id": "skip", "category": "other", "prompt": "Name a colour."},
         {"id": "copy", "category": "copy", "prompt": "Repeat: sun moon star, sun moon star."}]))
     out_csv, out_json = tmp_path / "grid.csv", tmp_path / "grid.json"
-    out = cli("sweep", "--method", "racer", "--suite", str(suite), "--category", "copy", "--vary", "budget=4,8",
-              "--vary", "max_breadth=2,4", "--max-new-tokens", "8", "--csv", str(out_csv), "--json", str(out_json))
-    assert out.returncode == 0, out.stderr
-    assert "[5/5]" in out.stderr and "max_breadth" in out.stdout
+    assert main(["sweep", "--method", "racer", "--suite", str(suite), "--category", "copy", "--vary", "budget=4,8",
+                 "--vary", "max_breadth=2,4", "--max-new-tokens", "8", "--csv", str(out_csv), "--json", str(out_json)]) == 0
+    out = capsys.readouterr()
+    assert "[5/5]" in out.err and "max_breadth" in out.out
     lines = list(csv.reader(io.StringIO(out_csv.read_text())))
     assert lines[0][:3] == ["budget", "max_breadth", "mat"] and len(lines) == 5
     report = json.loads(out_json.read_text())

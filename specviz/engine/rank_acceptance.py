@@ -23,7 +23,7 @@ import torch
 
 from specviz.drafters.head import HeadDrafter
 from specviz.engine.run import run_method
-from specviz.runtime.block_forward import causal_forward, masked_forward
+from specviz.runtime.block_forward import causal_forward, chain_forward
 from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loaded_model import LoadedModel
@@ -48,13 +48,6 @@ def _token_ranks(logits: torch.Tensor, targets: torch.Tensor) -> list[int]:
     return ((logits > picked).sum(-1) + ties).tolist()
 
 
-def _causal(drafter: LoadedModel, cache, tokens: list[int], past: int) -> torch.Tensor:
-    """tokens appended at positions past.., each seeing all before it, through the masked forward every draft
-    model takes (self-skip:K's first layers too)."""
-    visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool).tril(past)
-    return masked_forward(drafter, cache, tokens, list(range(past, past + len(tokens))), visible)
-
-
 @torch.inference_mode()
 def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuation: list[int],
                          depth: int) -> tuple[list[list[int]], list[float]]:
@@ -65,7 +58,7 @@ def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuati
     ranks: list[int] = []  # ranks[i]: rank of ids[len(prompt) + i] given ids before it
     for start in range(0, len(ids) - 1, CHUNK):
         end = min(start + CHUNK, len(ids) - 1)
-        logits = _causal(drafter, cache, ids[start:end], start).float().cpu()
+        logits = chain_forward(drafter, cache, ids[start:end], start).float().cpu()
         first = max(start, len(prompt_ids) - 1)  # rows that predict continuation tokens
         if first < end:
             rows = logits[first - start:]
@@ -74,7 +67,7 @@ def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuati
     times = []
     for token in continuation[:3]:  # a level of a chain: one token's forward on the drafter's cache
         started = time.perf_counter()
-        _causal(drafter, cache, [token], cache.get_seq_length())
+        chain_forward(drafter, cache, [token], cache.get_seq_length())
         times.append((time.perf_counter() - started) * 1000)
     return sequences, times
 

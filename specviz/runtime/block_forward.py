@@ -48,6 +48,13 @@ def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[in
     return lm.model(**inputs).logits[0].float()
 
 
+def chain_forward(lm: LoadedModel, cache, tokens: list[int], past: int) -> torch.Tensor:
+    """Logits (q, vocab) of tokens appended at positions past.., each seeing the cache and every token before it,
+    through masked_forward: the path every draft model takes (self-skip:K's first layers have no other)."""
+    visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool).tril(past)
+    return masked_forward(lm, cache, tokens, list(range(past, past + len(tokens))), visible)
+
+
 @torch.inference_mode()
 def causal_forward(lm: LoadedModel, cache, tokens: list[int], features: bool = False):
     """Logits (q, vocab) in fp32 of q tokens appended to the cache in order, each seeing all before it

@@ -21,7 +21,7 @@ import torch
 
 from specviz.drafters.head import HEAD_PARAMS, HeadDrafter, head_drafter
 from specviz.params import resolve
-from specviz.runtime.block_forward import causal_forward, masked_forward
+from specviz.runtime.block_forward import causal_forward, chain_forward
 from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
@@ -31,10 +31,7 @@ from specviz.tree.draft_tree import ROOT
 
 def _feed(drafter, cache, tokens: list[int], start: int) -> torch.Tensor:
     """Causal forward of tokens at positions start.. on the cache; logits of the last one."""
-    past = start
-    visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool)
-    visible[:, past:] = torch.tril(torch.ones((len(tokens), len(tokens)), dtype=torch.bool))
-    return masked_forward(drafter, cache, tokens, list(range(past, past + len(tokens))), visible)[-1]
+    return chain_forward(drafter, cache, tokens, start)[-1]
 
 
 @torch.inference_mode()
