@@ -26,6 +26,7 @@ import torch
 from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
+from specviz.drafters.static_shape import grow_static
 from specviz.params import Param
 from specviz.runtime.kv import keep_accepted, new_cache
 from specviz.runtime.loading import LoadedModel
@@ -109,8 +110,9 @@ class DraftModelDrafter(Drafter):
         self.cached = base = len(context)
         tree = DraftTree(context[-1])
         self.slot = {ROOT: base - 1}
-        if self.static_paths is not None:
-            self.tree = self._grow_static(tree, row)
+        if self.static_paths is not None:  # the static tree of rank paths (drafters.static_shape)
+            self.tree = grow_static(tree, self.static_paths, row, int,
+                                    lambda nodes: self._forward_level(tree, nodes), self.source)
             return self.tree
         path_prob = {ROOT: 1.0}
         level, rows = [ROOT], row[None]
@@ -131,21 +133,6 @@ class DraftModelDrafter(Drafter):
             rows = self._forward_level(tree, new_level)
             level = new_level
         self.tree = tree
-        return tree
-
-    def _grow_static(self, tree: DraftTree, row: torch.Tensor) -> DraftTree:
-        """The static tree of rank paths (tree.static_tree), greedy: node (r1..rd) is its parent's r_d-th most
-        likely token (ties: the lower id first, as engine.rank_acceptance counts); one forward per level."""
-        node_of, rows = {(): ROOT}, {(): row}
-        parents_with_children = {path[:-1] for path in self.static_paths}
-        for depth in range(1, max(map(len, self.static_paths), default=0) + 1):
-            level = [path for path in self.static_paths if len(path) == depth and path[:-1] in rows]
-            for path in level:
-                order = rows[path[:-1]].argsort(descending=True, stable=True)
-                node_of[path] = tree.add(node_of[path[:-1]], int(order[path[-1]]), self.source)
-            expand = [path for path in level if path in parents_with_children]
-            if expand:
-                rows.update(zip(expand, self._forward_level(tree, [node_of[p] for p in expand])))
         return tree
 
     def _forward_level(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:

@@ -35,6 +35,7 @@ import torch
 from specviz.accept.position_noise import PositionNoise
 from specviz.accept.sampling import SEEDED, SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
+from specviz.drafters.static_shape import grow_static, token_ranks
 from specviz.params import Param
 from specviz.runtime.draft_head import DraftHead
 from specviz.tree.draft_tree import ROOT, DraftTree
@@ -195,26 +196,15 @@ class HeadDrafter(Drafter):
         return tree.truncate(min(budget, self.nodes), order)
 
     def _propose_static(self, tree: DraftTree, context: list[int]) -> DraftTree:
-        """The static tree of rank paths (tree.static_tree), greedy: node (r1..rd) is its parent's r_d-th most
-        likely token under the head (ties: the lower draft index first, as ranks_along counts); one head
-        forward per level over the nodes that have children in it."""
+        """The static tree of rank paths under the head (drafters.static_shape); one head forward per level
+        over the nodes that have children in it."""
         row, feature = self._feed(context)
         committed, root_position = self.cache.get_seq_length(), len(context) - 1
         slot, feature_of = {ROOT: committed - 1}, {ROOT: feature}
-        node_of, rows = {(): ROOT}, {(): row}
         draft_ids = self.head.draft_ids_list
-        parents_with_children = {path[:-1] for path in self.static_paths}
-        for depth in range(1, max(map(len, self.static_paths), default=0) + 1):
-            level = [path for path in self.static_paths if len(path) == depth and path[:-1] in rows]
-            for path in level:
-                order = rows[path[:-1]].argsort(descending=True, stable=True)
-                if path[-1] < order.shape[0]:
-                    node_of[path] = tree.add(node_of[path[:-1]], draft_ids[int(order[path[-1]])], self.source)
-            expand = [path for path in level if path in parents_with_children and path in node_of]
-            if expand:
-                logits = self._level(tree, [node_of[p] for p in expand], slot, feature_of, committed, root_position)
-                rows.update(zip(expand, logits))
-        return tree
+        return grow_static(tree, self.static_paths, row, lambda column: draft_ids[column],
+                           lambda nodes: self._level(tree, nodes, slot, feature_of, committed, root_position),
+                           self.source)
 
     @torch.inference_mode()
     def ranks_along(self, context: list[int], upcoming: list[int], depth: int) -> list[int]:
@@ -236,8 +226,7 @@ class HeadDrafter(Drafter):
             if index is None:
                 ranks.append(-1)
                 break
-            value = row[index]
-            ranks.append(int((row > value).sum()) + int((row[:index] == value).sum()))  # ties: lower index first
+            ranks.append(token_ranks(row[None], torch.tensor([index], device=row.device))[0])
             if level + 1 == levels:
                 break
             node = tree.add(node, token, self.source)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.drafters.head import HeadDrafter
+from specviz.drafters.static_shape import token_ranks
 from specviz.engine.run import run_method
 from specviz.runtime.block_forward import causal_forward, chain_forward
 from specviz.runtime.draft_head import DraftHead
@@ -40,14 +41,6 @@ class RankMeasurement:
     prompts: int
 
 
-def _token_ranks(logits: torch.Tensor, targets: torch.Tensor) -> list[int]:
-    """Rank of targets[i] in logits row i (equal logits: the lower id first)."""
-    picked = logits.gather(1, targets[:, None])
-    ids = torch.arange(logits.shape[1])
-    ties = ((logits == picked) & (ids[None, :] < targets[:, None])).sum(-1)
-    return ((logits > picked).sum(-1) + ties).tolist()
-
-
 @torch.inference_mode()
 def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuation: list[int],
                          depth: int) -> tuple[list[list[int]], list[float]]:
@@ -62,7 +55,7 @@ def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuati
         first = max(start, len(prompt_ids) - 1)  # rows that predict continuation tokens
         if first < end:
             rows = logits[first - start:]
-            ranks += _token_ranks(rows, torch.tensor(ids[first + 1:end + 1]))
+            ranks += token_ranks(rows, torch.tensor(ids[first + 1:end + 1]))
     sequences = [ranks[t:t + depth] for t in range(len(continuation) - depth + 1)]
     times = []
     for token in continuation[:3]:  # a level of a chain: one token's forward on the drafter's cache
