@@ -12,24 +12,8 @@
 # Prepare here: bash tests/gpu_head_prepare.sh. DEV=cpu SHORT=1 runs it here as a dry run (graphs=static).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu-out}
-DEV=${DEV:-cuda}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-if [ "$DEV" = cuda ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    2>/dev/null || [ -d /tmp/site/transformers ] || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-  PY=python3; GRAPHS=on; BOTH=both
-else
-  PY=${PY:-.venv/bin/python}; GRAPHS=static; BOTH=static
-  export PYTHONPATH=$PWD
-fi
-start=$SECONDS
-log() { echo "### [$((SECONDS - start)) s] $*" | tee -a "$OUT/log-$PART.txt"; }
-run() { log "$*"; "$@" 2>&1 | tee -a "$OUT/log-$PART.txt"; }
-run_until() { local left=$(($1 - SECONDS)); shift; [ $left -gt 20 ] || { log "skipped (time): $*"; return; }
-  run timeout $left "$@"; }
+. tests/gpu_setup.sh
+if [ "$DEV" = cuda ]; then GRAPHS=on; BOTH=both; else GRAPHS=static; BOTH=static; fi
 TOKENS=${TOKENS:-64}; REPEATS=${REPEATS:-2}; SIZES=1,2,4,8,16,32,64,128; TIMED=20
 [ "${SHORT:-0}" = 1 ] && { TOKENS=12; REPEATS=1; SIZES=1,16; TIMED=2; }
 

@@ -11,26 +11,7 @@
 # Prepare here: bash tests/gpu_head_prepare.sh. DEV=cpu and SHORT=1 run it here as a dry run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu-out}
-DEV=${DEV:-cuda}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-if [ "$DEV" = cuda ]; then
-  # part 2 finds the wheels of part 1 installed when the machine kept them
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || [ -d /tmp/site/transformers ] || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-  PY=python3
-else
-  PY=${PY:-.venv/bin/python}
-  export PYTHONPATH=$PWD
-fi
-start=$SECONDS
-log() { echo "### [$((SECONDS - start)) s] $*" | tee -a "$OUT/log-$PART.txt"; }
-run() { log "$*"; "$@" 2>&1 | tee -a "$OUT/log-$PART.txt"; }
-# run_until DEADLINE CMD...: CMD with what is left of the call's time (so the last files still come back)
-run_until() { local left=$(($1 - SECONDS)); shift; [ $left -gt 20 ] || { log "skipped (time): $*"; return; }
-  run timeout $left "$@"; }
+. tests/gpu_setup.sh
 TOKENS=${TOKENS:-64}; REPEATS=${REPEATS:-3}
 [ "${SHORT:-0}" = 1 ] && { TOKENS=12; REPEATS=1; }
 
