@@ -17,6 +17,7 @@ import gradio as gr  # noqa: E402
 
 from specviz.errors import SpecvizError, quoted  # noqa: E402
 from specviz.ui.lab import Lab
+from specviz.panels.static_tree_tab import StaticTreeTab
 from specviz.ui import gpu
 from specviz.ui.lab_state import ModelCall, SweepRequest
 from specviz.ui.public import Policy
@@ -717,6 +718,8 @@ def build_app() -> gr.Blocks:
                     replay_btn = gr.Button("Replay", elem_id="replay-btn")
                 upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
             sweep_tab(settings, max_new_tokens)
+            StaticTreeTab(POLICY, {"tuning suite": SUITE, "held-out suite": load_suite(ASSETS / "heldout.jsonl")},
+                          settings, max_new_tokens)
         live_timer = gr.Timer(2.0, active=True)
 
         view_widgets = {"tree": tree, "text_html": text, "counters": counters, "budget_split": split,

@@ -15,7 +15,8 @@ def _model_args(parser: argparse.ArgumentParser, graphs_both: bool = False) -> N
     parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
     parser.add_argument("--draft-model", default=None, help="draft model of the model source (respec, reader, unified, "
                         "rapid) and of hf-assisted: head (the trained draft head, `train-head`), self (the target's "
-                        "own weights), self-skip:K, or a model id / folder of the target's vocabulary (default: the "
+                        "own weights), self-skip:K, eagle:PATH (a published EAGLE-1/2 or EAGLE-3 head: folder or hub "
+                        "id), or a model id / folder of the target's vocabulary (default: the "
                         "head when one is trained for the target, else self)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="float32, float16, bfloat16 (default: fp32 on CPU)")
@@ -192,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     static = commands.add_parser("static-tree", help="the static draft tree a drafter's measured acceptance by rank "
                                  "justifies, in a serving engine's format")
-    static.add_argument("--drafter", default="head", help="head, self, self-skip:K or a model id/folder")
+    static.add_argument("--drafter", default="head", help="head, self, self-skip:K, eagle:PATH or a model id/folder")
     static.add_argument("--suite", default="assets/suite.jsonl", help="where acceptance by rank is measured")
     static.add_argument("--check", default=None, metavar="SUITE", help="also run the drafter with the static trees of "
                         "--check-tokens in greedy sessions on this suite (e.g. assets/heldout.jsonl): measured "
@@ -232,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bundle = commands.add_parser("space-bundle", help="write what a Hugging Face Space repository needs into a folder")
     bundle.add_argument("--out", required=True, help="a new or empty folder")
+    bundle.add_argument("--hardware", default="zerogpu", help="zerogpu (the default: where a free account hosts a "
+                        "Gradio Space; Python 3.12.12, torch 2.11.0) or cpu (CPU Basic, a paid plan; Python 3.11, "
+                        "torch 2.13.0)")
+    bundle.add_argument("--torch", default=None, help="the torch release to pin (ZeroGPU: 2.8.0, 2.9.1, 2.10.0 or "
+                        "2.11.0)")
 
     par = commands.add_parser("params", help="list a method's parameters with defaults and ranges")
     par.add_argument("method")
@@ -525,13 +531,12 @@ def cmd_draft_quality(args) -> None:
 def cmd_static_tree(args) -> None:
     from dataclasses import asdict
 
-    from specviz.engine import costmodel
-    from specviz.engine.rank_acceptance import measure_ranks
     from specviz.engine.static_check import check_tree
+    from specviz.engine.static_study import study_static_trees
     from specviz.engine.suite import load_suite
-    from specviz.runtime.draft_head import DraftHead, MissingHead
+    from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.shared import resolve_draft
-    from specviz.tree.static_tree import MIN_COUNT, best_tree, expected_curve, expected_speedups
+    from specviz.tree.static_tree import best_tree
     from specviz.tree.static_tree_export import FORMATS, export
 
     if args.format not in FORMATS:  # refused before anything is measured
@@ -549,21 +554,13 @@ def cmd_static_tree(args) -> None:
     drafter = resolve_draft(lm, args.drafter, lambda name: _load_model(args, name)) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"--drafter {args.drafter}: {drafter.reason}")
-    measured = measure_ranks(lm, drafter, args.drafter, suite, depth, max_rank,
-                             _positive("--max-new-tokens", args.max_new_tokens))
-    acceptance = measured.acceptance
-    curve = expected_curve(acceptance)
-    if not curve:
-        raise SpecvizError(f"No rank path of {args.drafter} was followed {MIN_COUNT} times in "
-                           f"{acceptance.positions} positions: measure on more prompts or tokens.")
-    cost = costmodel.load_or_calibrate(lm)
+    found = study_static_trees(lm, drafter, args.drafter, suite, depth, max_rank,
+                               _positive("--max-new-tokens", args.max_new_tokens))
+    acceptance, curve, speedups, best = found.acceptance, found.expected_accepted, found.expected_speedup, found.best_tokens
     supported = acceptance.supported()
-    depths = [max(len(p) for p in supported[:n]) for n in range(1, len(supported) + 1)]
-    speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
-    best = max(range(len(speedups)), key=lambda i: speedups[i]) + 1
     tree = best_tree(acceptance, tokens or best)
-    print(f"{args.drafter}: {acceptance.positions} positions of {measured.prompts} prompts, one drafter level "
-          f"{measured.level_ms:.2f} ms; chance by rank path (count, 95% interval):", file=sys.stderr)
+    print(f"{args.drafter}: {acceptance.positions} positions of {found.prompts} prompts, one drafter level "
+          f"{found.level_ms:.2f} ms; chance by rank path (count, 95% interval):", file=sys.stderr)
     for path, count, chance, (low, high) in acceptance.level_table(2):
         print(f"  {path}: {chance:.3f} ({count}, {low:.3f}-{high:.3f})", file=sys.stderr)
     for n in sorted({1, 2, 4, 8, 16, 32, 64, best, tree.size} & set(range(1, len(curve) + 1))):
@@ -580,10 +577,10 @@ def cmd_static_tree(args) -> None:
         print(f"  check N = {n:>3} on {args.check}: accepted a step predicted {checked.predicted_accepted:.3f}, "
               f"measured {checked.measured_accepted:.3f} over {checked.steps} steps, lossless "
               f"{'yes' if checked.lossless else 'NO'}", file=sys.stderr)
-    method = "eagle" if isinstance(drafter, DraftHead) else "draft_model"
+    method = found.engine_method
     if args.json:
         report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
-                  "level_ms": measured.level_ms, "best_tokens": best,
+                  "level_ms": found.level_ms, "best_tokens": best,
                   "paths": [{"path": list(p), "count": c, "chance": round(ch, 5), "interval": [round(lo, 5), round(hi, 5)]}
                             for p, c, ch, (lo, hi) in acceptance.level_table(depth)],
                   "expected_accepted": [round(e, 4) for e in curve], "expected_speedup": [round(s, 4) for s in speedups],
@@ -727,9 +724,11 @@ def cmd_space_figures(args) -> None:
 def cmd_space_bundle(args) -> None:
     from specviz.tools.space_bundle import write_bundle
 
-    files = write_bundle(args.out)
+    files, notes = write_bundle(args.out, args.hardware, args.torch)
     top = sorted({f.split("/")[0] for f in files})
-    print(f"wrote {len(files)} files into {args.out}: {', '.join(top)}")
+    print(f"wrote {len(files)} files into {args.out} for {args.hardware}: {', '.join(top)}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
 
 COMMANDS = {"space-figures": cmd_space_figures, "space-bundle": cmd_space_bundle, "state-cost": cmd_state_cost, "app-load": cmd_app_load, "record-traces": cmd_record_traces, "long-context": cmd_long_context, "bench": cmd_bench, "sweep": cmd_sweep, "overhead": cmd_overhead, "predict": cmd_predict, "memory": cmd_memory,

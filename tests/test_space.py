@@ -287,9 +287,10 @@ def test_every_endpoint_has_a_name_and_named_parameters(monkeypatch, public):
     names = set(info["named_endpoints"])
     assert not info.get("unnamed_endpoints")
     for plumbing in ("/on_sweep_metric", "/param_visibility", "/eta_state", "/eta_state_1", "/on_first_view",
-                     "/on_node", "/on_accounting", "/on_accounting_1", "/on_token", "/on_tick", "/url_settings"):
+                     "/on_node", "/on_accounting", "/on_accounting_1", "/on_token", "/on_tick", "/url_settings",
+                     "/on_show", "/on_show_1"):
         assert plumbing not in names
-    assert {"/step", "/run", "/ab_step", "/ab_run", "/sweep", "/reset", "/stop", "/replay"} <= names
+    assert {"/step", "/run", "/ab_step", "/ab_run", "/sweep", "/static_tree", "/reset", "/stop", "/replay"} <= names
     assert ("/load_model" in names) is not public
     for name, endpoint in info["named_endpoints"].items():
         assert not [p for p in endpoint["parameters"] if p["parameter_name"].startswith("param_")], name
@@ -313,3 +314,62 @@ def test_a_release_stops_a_run_and_frees_its_session(lm):
     gc.collect()
     assert left <= 2 and lab.session is None
     assert [ref() for ref in held] == [None, None]
+
+
+def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
+    """spaces raises gradio's Error with a title when ZeroGPU does not run a call (its client's texts): the visitor
+    reads what happened and what works without the GPU, the run stays as it was and goes on once a call runs."""
+    import gradio as gr
+
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    lab.step(4)
+    before = trail(lab.session)
+    refusals = [("ZeroGPU quota exceeded", "You have exceeded your free ZeroGPU quota (2s requested vs. 1s left). "
+                 "Try again in 0:41:07."),
+                ("ZeroGPU illegal duration", "The requested GPU duration (300s) is larger than the maximum allowed"),
+                ("ZeroGPU queue timeout", "No GPU was available in the queue")]
+    try:
+        for title, text in refusals:
+            def refusing(call, carried, title=title, text=text):
+                raise gr.Error(text, title=title)
+                yield  # a generator, as run_model is
+
+            gpu.use(refusing)
+            with pytest.raises(SpecvizError) as refused:
+                lab.step(4)
+            assert title in str(refused.value) and text.rstrip(".") in str(refused.value)
+            assert "Replay tab's recorded runs work without the GPU" in str(refused.value)
+            assert trail(lab.session) == before
+        gpu.use(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
+        with pytest.raises(RuntimeError, match="something else"):  # not ZeroGPU's: not dressed up as one
+            lab.step(4)
+    finally:
+        gpu.use(None)
+    lab.step(4)
+    assert len(lab.session.records) == len(before[1]) + 1
+
+
+def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
+    """runtime.placement: on ZeroGPU the default model's calls run in this process on the CPUs (no quota, no call's
+    fixed cost), the others go through spaces.GPU; a call over both is refused; SPECVIZ_CPU_MODELS changes it."""
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(gpu, "zero_gpu", lambda: True)
+    on = lambda model: gpu.on_cpu(ModelCall("step", (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
+    assert on("") and on("smollm2-135m-instruct") and not on("HuggingFaceTB/SmolLM2-360M-Instruct")
+    with pytest.raises(SpecvizError, match="run in different places"):
+        gpu.on_cpu(ModelCall("step", (Lab.settings_of("", PROMPT, "pld", 8, {}),
+                                      Lab.settings_of("HuggingFaceTB/SmolLM2-1.7B-Instruct", PROMPT, "pld", 8, {}))))
+    monkeypatch.setenv("SPECVIZ_CPU_MODELS", "none")
+    assert not on("")
+    monkeypatch.delenv("SPECVIZ_CPU_MODELS")
+    gpu.use(lambda call, carried: pytest.fail("a CPU-placed model's call reached the GPU entry"))
+    try:
+        lab = Lab()
+        lab.apply("", PROMPT, "pld", 8, {})
+        lab.step(4)
+        assert len(lab.session.records) == 1
+    finally:
+        gpu.use(None)
+    step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in (("step", 1), ("run", 128)))
+    assert gpu.call_seconds(step) == 2 and gpu.call_seconds(run) == 15  # a Step is one step, not 15 s

@@ -199,3 +199,46 @@ def test_a_static_tree_drafted_in_sessions_is_lossless_and_accepts_what_was_pred
     session.start("the cat sat on the mat")
     record = session.step()
     assert len(record.nodes) == 1 + 5  # the root and exactly the static tree's nodes
+
+
+def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypatch):
+    """The Static tree tab's events (panels.static_tree_tab), in this process: a study on the page prompt, the
+    tree of any supported N in every text format and as GraphML, and bad values answered with a message."""
+    import gradio as gr
+
+    from specviz.panels.static_tree_tab import StaticTreeTab
+    from specviz.ui.public import Policy
+
+    curve = costmodel.CostModel(sizes=[1, 2, 4, 8], ms=[1.0, 1.1, 1.2, 1.4], context_len=64, model=tiny.name,
+                                device="cpu", dtype="fp32", threads=1)
+    monkeypatch.setattr(costmodel, "load_or_calibrate", lambda lm: curve)
+    with gr.Blocks():
+        tokens = gr.Number(16)
+        with gr.Tabs():
+            tab = StaticTreeTab(Policy.private(), {"tuning suite": SUITE}, {}, tokens)
+    page = {"model": tiny.name, "prompt": "the cat sat on the mat and the dog", "method": "unified", "budget": 8,
+            "draft_model": "self"}
+    quiet = lambda *args, **kwargs: None  # noqa: E731 (gr.Progress outside an event)
+    study, size, tree_plot, curve_plot, text, graphml, table, message = tab.on_measure(
+        None, "", "tuning suite", 12, 2, 16, quiet, **page)
+    assert study.drafter == "self" and study.acceptance.positions > 0 and size["value"] == study.best_tokens
+    assert "best N here" in message and "| (0,) |" in table
+    assert json.loads(text)["num_speculative_tokens"] == study.best_tokens
+    assert nx.is_arborescence(nx.read_graphml(graphml))
+    assert len(tree_plot.data[1].x) == study.best_tokens + 1  # the root and every node, depth by depth
+    assert curve_plot.data[2].x == (study.best_tokens,)       # the best N starred
+    for fmt in ("sglang", "trtllm", "medusa"):
+        *_, shown_text, _, note = tab.on_show(None, study, 1, fmt)
+        assert shown_text == export(study.tree(1), fmt, "draft_model") and note == ""
+    assert json.loads(tab.on_show(None, study, 1, "json")[2])["paths"] == [[0]]
+    for n, fmt, expected in ((study.supported + 1, "vllm", "between 1 and"), (1, "onnx", "format must be one of"),
+                             ("1e9", "vllm", "whole number")):
+        assert expected in tab.on_show(None, study, n, fmt)[-1]
+    assert "Measure first" in tab.on_show(None, None, 1, "vllm")[-1]
+    for scope, drafter, expected in (("everything", "", "Measure on one of"),
+                                     ("page prompt", "eagle:/nowhere", "cannot draft")):
+        assert expected in tab.on_measure(None, drafter, scope, 12, 2, 16, quiet, **page)[-1]
+    public = StaticTreeTab.__new__(StaticTreeTab)
+    public.policy, public.suites = Policy.for_public(), {"tuning suite": SUITE * 20}
+    assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, 16, quiet, **{
+        **page, "model": ""})[-1]

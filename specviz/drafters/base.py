@@ -8,6 +8,7 @@ import torch
 
 from specviz.accept.verification import Verification
 from specviz.records.notes import DrafterNote
+from specviz.runtime.feature_tap import FINAL
 from specviz.tree.draft_tree import DraftTree
 
 
@@ -19,7 +20,7 @@ class StepOutcome:
     logits: torch.Tensor          # target logits (q, vocab) for every tree node
     context: list[int]            # committed tokens after the step (prompt + output; last = next root)
     forward_ms: float = 0.0       # the target's verify forward
-    features: torch.Tensor | None = None  # the target's features (q, hidden) per node, when a stage needs_features
+    features: torch.Tensor | None = None  # the target's features (q, width) per node, when a stage needs_features
     draft_ms: float = 0.0         # the whole draft stage of the step
     load: float = 1.0             # forward_ms / the calibrated curve's cost of this tree (1: no curve loaded)
 
@@ -36,6 +37,7 @@ class Drafter:
 
     source = "retrieval"
     needs_features = False  # whether it drafts from the target's features (the session then computes them)
+    feature_tap = FINAL     # which of the target's hidden states it reads (runtime.feature_tap; EAGLE-3: three layers)
 
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor,
                       features: torch.Tensor | None = None) -> None:

@@ -13,7 +13,7 @@ from specviz.drafters.measured_choice import FallbackChooser
 class GatedDrafter(Drafter):
     def __init__(self, inner: Drafter, mode: str = "auto", setting: str = ""):
         self.inner, self.source = inner, inner.source
-        self.needs_features = inner.needs_features
+        self.needs_features, self.feature_tap = inner.needs_features, inner.feature_tap
         self.chooser = FallbackChooser(mode, setting, kinds=("on", "off"))
         self.used: str | None = None
 

@@ -38,6 +38,7 @@ from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.static_shape import grow_static, token_ranks
 from specviz.params import Param
 from specviz.runtime.draft_head import DraftHead
+from specviz.runtime.eagle_head import EagleHead
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 FEED_CHUNK = 512
@@ -63,19 +64,20 @@ class HeadDrafter(Drafter):
     source = "model"
     needs_features = True
 
-    def __init__(self, head: DraftHead, breadth: int = 4, expand: int = 4, depth: int = 3, nodes: int = 24,
+    def __init__(self, head: "DraftHead | EagleHead", breadth: int = 4, expand: int = 4, depth: int = 3, nodes: int = 24,
                  sampler: tuple[SamplingSettings, PositionNoise] | None = None, draw_first: bool = True):
         """draw_first: at T > 0, a node's first child is q's draw with the seed's noise (the seeded rule);
         False: its top-`breadth` tokens under q at T, as EAGLE-2 drafts (the standard rule: a fixed
         proposal may be cut or ranked freely, a draw may not)."""
         self.head = head
+        self.feature_tap = head.feature_tap  # the target's hidden states it reads (EAGLE-3: three fused layers)
         self.breadth, self.expand, self.depth, self.nodes = breadth, expand, depth, nodes
         self.sampler = sampler if sampler is not None and not sampler[0].greedy else None
         self.draw_first = draw_first
         self.cache = head.new_cache()
         self.upto = 1          # context positions 1 .. upto - 1 have their entries in the cache (none for 0)
         self.known = 0         # context positions 0 .. known - 1 have their target features ...
-        self.pending = torch.empty(0, head.config.hidden_size)  # ... of which these, from position upto - 1 on
+        self.pending = torch.empty(0, head.feature_width)  # ... of which these, from position upto - 1 on
         self.missed = False    # a step came without the target's features: the head cannot draft
         self.min_path_chance = MIN_PATH_CHANCE
         self.forward_ms: list[float] = []  # each head forward of the last proposal (feed first)
@@ -255,7 +257,7 @@ class HeadDrafter(Drafter):
         return logits
 
 
-def head_drafter(head: DraftHead, p: dict, sampler: tuple[SamplingSettings, PositionNoise] | None = None
+def head_drafter(head: "DraftHead | EagleHead", p: dict, sampler: tuple[SamplingSettings, PositionNoise] | None = None
                  ) -> HeadDrafter:
     """The head's drafter for HEAD_PARAMS values p (and the method's acceptance rule, where it has one);
     sampler: the run's sampling and the seed's noise."""

@@ -10,7 +10,8 @@ from specviz.accept.sampling import SamplingSettings
 from specviz.drafters.base import Drafter
 from specviz.drafters.draft_model import DRAFT_MODEL_PARAMS, draft_model_drafter
 from specviz.drafters.head import HEAD_PARAMS, head_drafter
-from specviz.runtime.draft_head import DraftHead, MissingHead
+from specviz.runtime.draft_head import MissingHead
+from specviz.runtime.eagle_head import drafts_from_features
 
 # every method that drafts with a model shows both groups: the draft LM's tree shape and the head's
 MODEL_PARAMS = DRAFT_MODEL_PARAMS + HEAD_PARAMS
@@ -22,7 +23,7 @@ def model_drafter(lm, p: dict, draft, sampler: tuple[SamplingSettings, PositionN
     the run's sampling and the seed's noise (the head samples its first child from its q with them)."""
     if isinstance(draft, MissingHead):
         return None
-    if isinstance(draft, DraftHead):
+    if drafts_from_features(draft):
         return head_drafter(draft, p, sampler)
     return draft_model_drafter(lm, p, draft)
 
@@ -36,7 +37,7 @@ def draft_note(draft) -> list[str]:
 
 def drafter_setting(lm, draft, p: dict) -> str:
     """Key under which measured drafter speeds are shared by sessions with the same models and shapes."""
-    if isinstance(draft, DraftHead):
+    if drafts_from_features(draft):
         shape = f"{p['head_breadth']}|{p['head_expand']}|{p['head_depth']}|{p['head_nodes']}"
     else:
         shape = f"{p['draft_breadth']}|{p['branch_levels']}|{p['draft_depth']}"

@@ -33,6 +33,7 @@ class ReSpecDrafter(Drafter):
         if model is not None:
             self.fallbacks["model"] = model
         self.needs_features = any(drafter.needs_features for drafter in self.fallbacks.values())
+        self.feature_tap = (model or self).feature_tap
         self.decision = None
         self.used = None          # "retrieval", "model" or "logits" this step
         self.proposed = False     # whether this step drafted at all (no room left: it did not)

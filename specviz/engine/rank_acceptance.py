@@ -18,14 +18,16 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from specviz.drafters.head import HeadDrafter
 from specviz.drafters.static_shape import token_ranks
 from specviz.engine.run import run_method
-from specviz.runtime.block_forward import causal_forward, chain_forward
+from specviz.runtime.block_forward import causal_features, chain_forward
 from specviz.runtime.draft_head import DraftHead
+from specviz.runtime.eagle_head import EagleHead, drafts_from_features
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import encode
@@ -66,15 +68,12 @@ def model_rank_sequences(drafter: LoadedModel, prompt_ids: list[int], continuati
 
 
 @torch.inference_mode()
-def head_rank_sequences(lm: LoadedModel, head: DraftHead, prompt_ids: list[int], continuation: list[int],
+def head_rank_sequences(lm: LoadedModel, head: DraftHead | EagleHead, prompt_ids: list[int], continuation: list[int],
                         depth: int) -> tuple[list[list[int]], list[float]]:
     """As model_rank_sequences for the draft head (its features from one causal pass of the target)."""
     ids = list(prompt_ids) + list(continuation)
-    cache, features = new_cache(lm.model.config), []
-    for start in range(0, len(ids) - 1, CHUNK):
-        features.append(causal_forward(lm, cache, ids[start:min(start + CHUNK, len(ids) - 1)], features=True)[1])
     drafter = HeadDrafter(head, breadth=1, expand=1, depth=depth, nodes=depth)
-    drafter.prefill_chunk(ids, 0, None, torch.cat(features))
+    drafter.prefill_chunk(ids, 0, None, causal_features(lm, ids[:-1], head.feature_tap, CHUNK))
     sequences, times = [], []
     for t in range(len(continuation) - depth + 1):
         n = len(prompt_ids) + t
@@ -85,16 +84,19 @@ def head_rank_sequences(lm: LoadedModel, head: DraftHead, prompt_ids: list[int],
 
 
 def measure_ranks(lm: LoadedModel, drafter, label: str, suite: list[dict], depth: int, max_rank: int,
-                  max_new_tokens: int) -> RankMeasurement:
-    """drafter: a DraftHead, or a LoadedModel drafting (the target itself for `self`, self-skip:K, another)."""
+                  max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None) -> RankMeasurement:
+    """drafter: a DraftHead or EagleHead, or a LoadedModel drafting (the target itself for `self`, self-skip:K, another).
+    progress(done, total, label) after each prompt."""
     sequences, times = [], []
-    for item in suite:
+    for done, item in enumerate(suite):
+        if progress is not None:
+            progress(done, len(suite), f"prompt {done + 1} of {len(suite)}: {item.get('id', '')}")
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
         limit = int(item.get("max_new_tokens", max_new_tokens))
         continuation = run_method(lm, "ar", prompt_ids=prompt_ids, budget=1, max_new_tokens=limit).output_ids
         if len(continuation) < depth:
             continue
-        if isinstance(drafter, DraftHead):
+        if drafts_from_features(drafter):
             found, ms = head_rank_sequences(lm, drafter, prompt_ids, continuation, depth)
         else:
             found, ms = model_rank_sequences(drafter, prompt_ids, continuation, depth)

@@ -16,6 +16,7 @@ import torch
 from specviz.engine import costmodel
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime.block_forward import causal_forward
+from specviz.runtime.feature_tap import FeatureTap
 from specviz.runtime.kv import cache_length, keep_accepted
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.loading import check_same_vocabulary
@@ -140,7 +141,7 @@ class Session:
         self.prefill_s = 0.0
         self.step_s = 0.0
         self.cache = None
-        self.features = False  # whether forwards also return the target's features (a stage drafts from them)
+        self.features: FeatureTap | None = None  # the target's features that forwards also return (a stage drafts from them)
 
     # ---- set-up ---------------------------------------------------------------------------------
     @property
@@ -177,12 +178,14 @@ class Session:
         prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel()
-        self.cache = self.lm.new_cache()
-        self.features = self.method.needs_features  # a stage drafts from the target's features: compute them
+        # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
+        self.features = self.method.feature_tap if self.method.needs_features else None
+        self.cache = self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
         for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
             chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
             if self.features:
-                self.method.prefill_chunk(self.context, start, *causal_forward(self.lm, self.cache, chunk, True))
+                self.method.prefill_chunk(self.context, start,
+                                          *causal_forward(self.lm, self.cache, chunk, self.features))
             else:
                 self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
         self.prefill_s = time.perf_counter() - started
@@ -304,7 +307,7 @@ class Session:
         t1 = time.perf_counter()
         features = None
         if self.features:
-            logits, features = tree_forward(self.lm, self.cache, tree, past_len, features=True)
+            logits, features = tree_forward(self.lm, self.cache, tree, past_len, features=self.features)
         else:
             logits = tree_forward(self.lm, self.cache, tree, past_len)
         if self.lm.device.type == "cuda":

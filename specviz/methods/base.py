@@ -15,6 +15,7 @@ from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
 from specviz.records.notes import DrafterNote
 from specviz.records.plan import SourceShare, SourceSplit
+from specviz.runtime.feature_tap import FINAL, FeatureTap
 from specviz.runtime.prompts import PromptText
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
@@ -70,6 +71,14 @@ class Method:
     def needs_features(self) -> bool:
         """Whether a stage drafts from the target's features (the session then computes them every forward)."""
         return any(drafter.needs_features for drafter in self.stages)
+
+    @property
+    def feature_tap(self) -> FeatureTap:
+        """The hidden states the stages that need features read (one draft model per method: one tap)."""
+        taps = {drafter.feature_tap for drafter in self.stages if drafter.needs_features}
+        if len(taps) > 1:
+            raise ValueError(f"stages read different features: {sorted(taps, key=repr)}")
+        return taps.pop() if taps else FINAL
 
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor,
                       features: torch.Tensor | None = None) -> None:

@@ -2,13 +2,15 @@
 the cache and to the block's tokens its row of a visibility mask allows (a draft tree, a chain, a prompt).
 
 Asked for `features`, a forward also returns what the model's head reads at every position: the final
-norm's output (n, hidden) in fp32. A draft head (runtime.draft_head) drafts from them; the lean decoder has
-them for free, transformers' stack gives them as its base model's last hidden state."""
+norm's output (n, hidden) in fp32, or the hidden states a FeatureTap names (runtime.feature_tap: EAGLE-3's three
+layers). A draft head (runtime.draft_head, runtime.eagle_head) drafts from them; the lean decoder has them for
+free, transformers' stack gives them as its base model's hidden states."""
 
 from __future__ import annotations
 
 import torch
 
+from specviz.runtime.feature_tap import tap_of
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.static_kv import StaticKV
 
@@ -21,10 +23,16 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(1, 1, *visible.shape)
 
 
-def _stock_with_features(lm: LoadedModel, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' forward split at the head: (logits, final hidden states), both (q, ...) in fp32."""
-    hidden = lm.model.get_decoder()(**inputs).last_hidden_state
-    return lm.model.get_output_embeddings()(hidden)[0].float(), hidden[0].float()
+def _stock_with_features(lm: LoadedModel, features, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' forward split at the head: (logits, the tap's features), both (q, ...) in fp32. Its
+    hidden_states[i] is what enters layer i (0: the embeddings), a tap's convention."""
+    tap = tap_of(features)
+    out = lm.model.get_decoder()(**inputs, output_hidden_states=not tap.final)
+    hidden = out.last_hidden_state
+    logits = lm.model.get_output_embeddings()(hidden)[0].float()
+    if tap.final:
+        return logits, hidden[0].float()
+    return logits, torch.cat([out.hidden_states[i][0].float() for i in tap.layers], dim=-1)
 
 
 @torch.inference_mode()
@@ -44,7 +52,7 @@ def masked_forward(lm: LoadedModel, cache, tokens: list[int], positions: list[in
     inputs = dict(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, past_key_values=cache,
                   use_cache=True)
     if features:
-        return _stock_with_features(lm, **inputs)
+        return _stock_with_features(lm, features, **inputs)
     return lm.model(**inputs).logits[0].float()
 
 
@@ -64,5 +72,16 @@ def causal_forward(lm: LoadedModel, cache, tokens: list[int], features: bool = F
         return lm.verifier.prefill(cache, tokens, features)
     ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
     if features:
-        return _stock_with_features(lm, input_ids=ids, past_key_values=cache, use_cache=True)
+        return _stock_with_features(lm, features, input_ids=ids, past_key_values=cache, use_cache=True)
     return lm.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0].float()
+
+
+def causal_features(lm: LoadedModel, tokens: list[int], features=True, chunk: int = 512) -> torch.Tensor:
+    """The target's features (n, width) fp32 of tokens run in order from an empty cache, in chunks, as a session's
+    prefill gives them (features: True or a FeatureTap): what a draft head is fed in the offline probes."""
+    from specviz.runtime.kv import new_cache
+
+    cache, parts = new_cache(lm.model.config), []
+    for start in range(0, len(tokens), chunk):
+        parts.append(causal_forward(lm, cache, tokens[start:start + chunk], features)[1])
+    return torch.cat(parts)

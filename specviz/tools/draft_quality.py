@@ -21,8 +21,9 @@ import torch
 
 from specviz.drafters.head import HEAD_PARAMS, HeadDrafter, head_drafter
 from specviz.params import resolve
-from specviz.runtime.block_forward import causal_forward, chain_forward
+from specviz.runtime.block_forward import causal_features, chain_forward
 from specviz.runtime.draft_head import DraftHead
+from specviz.runtime.eagle_head import EagleHead, drafts_from_features
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
 from specviz.engine.run import run_method
@@ -58,7 +59,7 @@ def chain_acceptance(lm, drafter_model, prompt_ids: list[int], continuation: lis
 
 
 @torch.inference_mode()
-def head_chain_acceptance(lm, head: DraftHead, prompt_ids: list[int], continuation: list[int], depth: int,
+def head_chain_acceptance(lm, head: DraftHead | EagleHead, prompt_ids: list[int], continuation: list[int], depth: int,
                           tree_params: dict | None = None):
     """chain_acceptance for the draft head: the target's features along prompt and continuation come from
     one causal pass (as a session's prefill gives them), then at each position the head drafts a greedy
@@ -66,15 +67,13 @@ def head_chain_acceptance(lm, head: DraftHead, prompt_ids: list[int], continuati
     the head's dynamic tree instead, accepted along its path that matches the continuation longest; its
     level time is then a whole level's forward (up to head_expand nodes)."""
     ids = list(prompt_ids) + list(continuation)
-    cache, features = new_cache(lm.model.config), []
-    for start in range(0, len(ids) - 1, 512):
-        features.append(causal_forward(lm, cache, ids[start:min(start + 512, len(ids) - 1)], features=True)[1])
+    features = causal_features(lm, ids[:-1], head.feature_tap)
     if tree_params is None:
         drafter = HeadDrafter(head, breadth=1, expand=1, depth=depth, nodes=depth)
         drafter.min_path_chance = 0.0
     else:
         drafter = head_drafter(head, {**tree_params, "head_depth": depth})
-    drafter.prefill_chunk(ids, 0, None, torch.cat(features))
+    drafter.prefill_chunk(ids, 0, None, features)
     accepted, level_ms = [], []
     for t in range(len(continuation)):
         n = len(prompt_ids) + t
@@ -94,14 +93,14 @@ def head_chain_acceptance(lm, head: DraftHead, prompt_ids: list[int], continuati
 
 def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_tokens: int = 32) -> dict:
     """drafters: label -> LoadedModel (the target itself for the full self-draft, its self-skip:K...) or
-    DraftHead (the trained head)."""
+    DraftHead (the trained head) or EagleHead (a published one)."""
     per_label = {label: ([], []) for label in drafters}
     for item in suite:
         prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
         limit = int(item.get("max_new_tokens", max_new_tokens))
         reference = run_method(lm, "ar", prompt_ids=prompt_ids, max_new_tokens=limit)
         for label, model in drafters.items():
-            if isinstance(model, DraftHead):
+            if drafts_from_features(model):
                 runs = {label: head_chain_acceptance(lm, model, prompt_ids, reference.output_ids, depth),
                         f"{label} (tree)": head_chain_acceptance(lm, model, prompt_ids, reference.output_ids, depth,
                                                                  resolve(HEAD_PARAMS, {}, "draft-quality"))}

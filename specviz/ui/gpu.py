@@ -4,37 +4,51 @@ sessions' states (ui.lab_state). On ZeroGPU it is decorated with `spaces.GPU`: e
 worker with its arguments pickled in and its results pickled back, and a step gives the same result there as in
 this process. Elsewhere `spaces.GPU` returns it unchanged (and without `spaces` installed it is called as it is).
 
-The duration a call asks ZeroGPU for follows from what it does: a Run, from its token limit. A Run longer than the
-longest call ZeroGPU grants is refused before it starts."""
+The duration a call asks ZeroGPU for follows from what it does: a Step, one step; a Run, its token limit. A Run
+longer than the longest call ZeroGPU grants is refused before it starts. A call ZeroGPU refuses (quota spent, queue
+timed out, duration over its limit) becomes a message that says what still works without the GPU, the session as it
+was. On a ZeroGPU Space a model placed on its CPUs (runtime.placement: the default model, by default) never goes
+through spaces.GPU."""
 
 from __future__ import annotations
 
-import os
+import math
 from typing import Callable, Iterator
 
 from specviz.errors import SpecvizError
-from specviz.ui.lab_state import CarriedStates, LabState, ModelCall, ModelReply, perform, perform_sweep
+from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
+from specviz.ui.lab_state import (CarriedStates, LabState, ModelCall, ModelReply, perform, perform_static_tree,
+                                  perform_sweep)
 
 try:  # ZeroGPU: `spaces` before torch touches CUDA (app.py imports it first of all; here for other entry points)
     import spaces
 except ImportError:  # not on a Space: the function runs as it is
     spaces = None
 
-# GPU time a call asks for: 0.06 s a generated token is three times the 20 ms per token `ar` took on a T4
-# (docs/benchmarks.md, GPU checks); a Run's tokens count twice (the ar baseline measured when it ends).
-CALL_BASE_S = 15
-SECONDS_PER_TOKEN = 0.06
+# GPU time a call declares (ZeroGPU admits a call against it, and shorter ones queue sooner): a fixed part, the
+# state carried both ways at 4,000 tokens of context (1.2 s here, `state-cost`) and a worker's start, and a part per
+# generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M took on an H200 and twice a
+# CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"). A Step declares 2 s; a
+# Run's tokens count twice (the ar baseline measured when it ends): 128 tokens declare 15 s.
+CALL_BASE_S = 1.5
+SECONDS_PER_TOKEN = 0.05
 MAX_CALL_S = 120  # the longest call this app asks ZeroGPU for
+# what still works when ZeroGPU refuses a call: nothing of it needs the GPU
+WITHOUT_GPU = ("Meanwhile Play, the timeline and the Replay tab's recorded runs work without the GPU, and your run "
+               "is as it was: Step or Run again later.")
 
 
 def zero_gpu() -> bool:
     """Whether calls go to ZeroGPU workers (spaces installed and the Space's hardware is ZeroGPU)."""
-    return spaces is not None and os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+    return spaces is not None and on_zero_gpu()
 
 
 def _tokens(call: ModelCall) -> int:
     """Tokens a call generates at most: a Run's (and its baseline's) on each state, a sweep's runs (its points
     and the ar references on each prompt), one step's."""
+    if call.action == "static-tree":  # ar on each prompt, then the drafter along it: about a level a token
+        request = call.static_tree
+        return 2 * len(request.prompts) * request.max_new_tokens
     if call.action == "sweep":
         points = 1
         for _, values in call.sweep.axes:
@@ -45,8 +59,8 @@ def _tokens(call: ModelCall) -> int:
 
 
 def call_seconds(call: ModelCall, carried: CarriedStates | None = None) -> int:
-    """The GPU time a call asks for (spaces.GPU's duration, given the call's own arguments)."""
-    return int(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call))
+    """The GPU time a call asks for (spaces.GPU's duration, given the call's own arguments), whole seconds up."""
+    return math.ceil(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call))
 
 
 def check_duration(call: ModelCall) -> None:
@@ -55,6 +69,9 @@ def check_duration(call: ModelCall) -> None:
     if seconds <= MAX_CALL_S:
         return
     fits = int((MAX_CALL_S - CALL_BASE_S) / SECONDS_PER_TOKEN)
+    if call.action == "static-tree":
+        raise SpecvizError(f"This study runs about {_tokens(call)} forwards, about {seconds} s of GPU time, and a call "
+                           f"may take at most {MAX_CALL_S} s here: fewer prompts or tokens per prompt.")
     if call.action == "sweep":
         raise SpecvizError(f"This sweep generates up to {_tokens(call)} tokens, about {seconds} s of GPU time, and a "
                            f"call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
@@ -69,8 +86,9 @@ def run_model(call: ModelCall, carried: CarriedStates) -> Iterator[ModelReply]:
     """THE function that runs the model. Generator: the call's replies, each with the states as they are then
     (on the CPU once pickled); bad input ends it with one reply that carries the message and no states."""
     try:
-        if call.action == "sweep":
-            for result in perform_sweep(call.sweep):
+        if call.action in ("sweep", "static-tree"):
+            results = perform_sweep(call.sweep) if call.action == "sweep" else perform_static_tree(call.static_tree)
+            for result in results:
                 yield ModelReply(None, result=result)
             return
         states = carried.states
@@ -101,12 +119,54 @@ def models_device() -> str:
     return "cuda" if zero_gpu() or torch.cuda.is_available() else "cpu"
 
 
+def call_models(call: ModelCall) -> list[str]:
+    """The models a call runs (each state's, a sweep's or a static-tree study's)."""
+    if call.sweep is not None:
+        return [call.sweep.model]
+    if call.static_tree is not None:
+        return [call.static_tree.model]
+    return [settings.model for settings in call.settings]
+
+
+def on_cpu(call: ModelCall) -> bool:
+    """Whether a call runs on this Space's CPUs rather than through ZeroGPU (runtime.placement); a call over models
+    placed on both is refused: one call runs in one place."""
+    placed = {placed_on_cpu(model) for model in call_models(call)}
+    if len(placed) > 1:
+        raise SpecvizError("These two models run in different places on this Space (one on its CPUs, one on the "
+                           "GPU): compare configurations of one model, or two models of the same place.")
+    return placed == {True}
+
+
+def refusal(error: BaseException) -> str | None:
+    """What to tell the visitor when ZeroGPU did not run a call (quota spent, queue timed out, duration over its
+    limit, no GPU free): spaces raises gradio's Error with a title; None for any other error."""
+    title = str(getattr(error, "title", "") or "")
+    text = str(getattr(error, "message", "") or error).strip()
+    if "ZeroGPU" not in title and "ZeroGPU" not in text and "GPU task aborted" not in text:
+        return None
+    what = title or "ZeroGPU refused the call"
+    return f"The GPU did not run this call ({what}): {text.rstrip('.')}. {WITHOUT_GPU}"
+
+
 def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
     """Run one call: (the states as they are now, a message per state, a sweep's result) for each reply;
-    SpecvizError for bad input, with the caller's states untouched where the call ran in another process."""
-    if _entry[0] is not run_model:  # routed to GPU workers (ZeroGPU, or its stand-in in the tests)
+    SpecvizError for bad input or a call ZeroGPU refused, with the caller's states untouched where the call ran in
+    another process."""
+    entry, device = _entry[0], models_device()
+    if entry is not run_model and zero_gpu() and on_cpu(call_):
+        entry, device = run_model, "cpu"  # this Space's CPUs answer sooner and spend no quota
+    if entry is not run_model:  # routed to GPU workers (ZeroGPU, or its stand-in in the tests)
         check_duration(call_)
-    for reply in _entry[0](call_, CarriedStates(states, models_device())):
-        if reply.error is not None:
-            raise SpecvizError(reply.error)
-        yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
+    try:
+        for reply in entry(call_, CarriedStates(states, device)):
+            if reply.error is not None:
+                raise SpecvizError(reply.error)
+            yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
+    except SpecvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 (spaces raises gradio's Error, or RuntimeError from its client)
+        message = refusal(error)
+        if message is None:
+            raise
+        raise SpecvizError(message) from None

@@ -2,7 +2,8 @@
 in a child process at a lower priority (the app's visitors keep the machine first), its log beside the
 head's file, at most one per target across the app's processes (a lock file holds the child's pid).
 
-SPECVIZ_HEAD_TRAINING=off (the tests set it) starts nothing; the status then says how to train by hand.
+SPECVIZ_HEAD_TRAINING=off (the tests set it; the default on a Space, which ships its heads) starts nothing; the
+status then says how to train by hand.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ def _running_pid(lm: LoadedModel) -> int | None:
 
 
 def enabled() -> bool:
-    return os.environ.get("SPECVIZ_HEAD_TRAINING", "on").strip().lower() not in ("off", "0", "no", "false")
+    """SPECVIZ_HEAD_TRAINING: on by default, off on a Hugging Face Space (SPACE_ID set), whose bundle ships its heads
+    (runtime.shipped) and whose visitors would wait behind 13 minutes of both vCPUs."""
+    default = "off" if os.environ.get("SPACE_ID") else "on"
+    return os.environ.get("SPECVIZ_HEAD_TRAINING", default).strip().lower() not in ("off", "0", "no", "false")
 
 
 def start_if_missing(lm: LoadedModel) -> HeadTraining:

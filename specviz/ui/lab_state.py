@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.engine.token_diff import token_diff
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 from specviz.runtime import portable
 from specviz.runtime.modes import parse_mode, settled_here
 from specviz.runtime.prompts import PromptText, encode, validate_messages
@@ -69,13 +70,27 @@ class SweepRequest:
 
 
 @dataclass(frozen=True)
+class StaticTreeRequest:
+    """A static-tree study (engine.static_study), checked by the caller (the public limits)."""
+    model: str
+    mode: str
+    drafter: str              # a draft model spec (runtime.shared.resolve_draft): "" = the default
+    prompts: tuple            # suite items ({"id", "category", "messages"})
+    depth: int
+    max_rank: int
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
 class ModelCall:
     """One action that runs the model, on one state per entry of settings (a Lab: one; A/B: two; a sweep: none)."""
-    action: str                      # "step", "run", "warm" (start the session and take one step) or "sweep"
+    action: str                      # "step", "run", "warm" (start the session and take one step), "sweep" or
+                                     # "static-tree"
     settings: tuple[Settings, ...]
     max_new_tokens: int = 1
     every_s: float = 0.25            # a run reports back at most this often
     sweep: SweepRequest | None = None
+    static_tree: StaticTreeRequest | None = None
 
 
 @dataclass
@@ -85,7 +100,8 @@ class ModelReply:
     states: "CarriedStates | None"
     messages: tuple[str, ...] = ()
     error: str | None = None
-    result: object = None    # a sweep's progress ("progress", done, total, label) or its report ("report", dict)
+    result: object = None    # a sweep's or static-tree study's progress ("progress", done, total, label) or its
+                             # report ("report", dict | StaticTreeStudy)
 
 
 class CarriedStates:
@@ -307,28 +323,23 @@ def perform(call: ModelCall, states: list[LabState]):
     yield tuple(messages)
 
 
-def perform_sweep(request: SweepRequest):
-    """Generator: a sweep's progress as ("progress", done, total, label), then ("report", report)."""
+def _reporting(work: Callable[[Callable], object]):
+    """Generator: work(progress) run in a thread, its progress(done, total, label) calls as ("progress", done,
+    total, label) as they come, then ("report", its result); its error is raised here."""
     import queue
     import threading
 
-    from specviz.tools.sweep import run_grid
-
-    lm = shared_model(request.model, request.mode)
-    draft = shared_draft(lm, request.draft_model, request.mode)
     updates: queue.Queue = queue.Queue()
     outcome: dict = {}
 
-    def work():
+    def run():
         try:
-            outcome["report"] = run_grid(lm, list(request.prompts), request.method, list(request.axes),
-                                         request.max_new_tokens, dict(request.params), request.budget, draft,
-                                         request.sampling, progress=lambda *done: updates.put(done))
+            outcome["report"] = work(lambda *done: updates.put(done))
         except BaseException as error:  # noqa: BLE001 (handed to the caller's thread)
             outcome["error"] = error
         updates.put(None)
 
-    worker = threading.Thread(target=work, daemon=True)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
     while (update := updates.get()) is not None:
         yield ("progress", *update)
@@ -336,3 +347,29 @@ def perform_sweep(request: SweepRequest):
     if "error" in outcome:
         raise outcome["error"]
     yield ("report", outcome["report"])
+
+
+def perform_sweep(request: SweepRequest):
+    """Generator: a sweep's progress as ("progress", done, total, label), then ("report", report)."""
+    from specviz.tools.sweep import run_grid
+
+    lm = shared_model(request.model, request.mode)
+    draft = shared_draft(lm, request.draft_model, request.mode)
+    yield from _reporting(lambda progress: run_grid(
+        lm, list(request.prompts), request.method, list(request.axes), request.max_new_tokens, dict(request.params),
+        request.budget, draft, request.sampling, progress=progress))
+
+
+def perform_static_tree(request: StaticTreeRequest):
+    """Generator: a static-tree study's progress as ("progress", done, total, label), then ("report",
+    StaticTreeStudy). A drafter that cannot draft (a MissingHead) is refused with its reason."""
+    from specviz.engine.static_study import study_static_trees
+    from specviz.runtime.draft_head import MissingHead
+
+    lm = shared_model(request.model, request.mode)
+    drafter = shared_draft(lm, request.drafter, request.mode) or lm
+    if isinstance(drafter, MissingHead):
+        raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")
+    label = request.drafter or "self"
+    yield from _reporting(lambda progress: study_static_trees(
+        lm, drafter, label, list(request.prompts), request.depth, request.max_rank, request.max_new_tokens, progress))

@@ -32,6 +32,8 @@ from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared import SELF_DRAFT
 
 DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
+# on ZeroGPU (SPACES_ZERO_GPU set) a larger target fits: every training-free method runs on it
+GPU_ALLOWED = DEFAULT_ALLOWED + ("HuggingFaceTB/SmolLM2-1.7B-Instruct",)
 # drafts a visitor may pick besides an allowed model: the default, the trained head (never `head:FILE`, a path),
 # the target's own weights, or its first K layers
 SELF_DRAFTS = ("", "head", "self", "self-skip:4", "self-skip:8", "self-skip:12")
@@ -67,9 +69,19 @@ def public_requested(flag: bool = False) -> bool:
 
 
 def allowed_models() -> tuple[str, ...]:
-    """The Space owner's list (SPECVIZ_ALLOWED_MODELS, comma-separated), else SmolLM2 135M and 360M Instruct."""
+    """The Space owner's list (SPECVIZ_ALLOWED_MODELS, comma-separated), else SmolLM2 135M and 360M Instruct, and
+    the 1.7B on ZeroGPU."""
     names = [n.strip() for n in os.environ.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if n.strip()]
-    return tuple(dict.fromkeys(names)) or DEFAULT_ALLOWED
+    on_gpu = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+    return tuple(dict.fromkeys(names)) or (GPU_ALLOWED if on_gpu else DEFAULT_ALLOWED)
+
+
+def allowed_eagle_heads() -> tuple[str, ...]:
+    """Published EAGLE heads a visitor may draft with (SPECVIZ_ALLOWED_EAGLE_HEADS, comma-separated hub ids or
+    folders the Space ships, each as eagle:ID); none unless the Space's owner lists them (a path or hub id a
+    visitor types would read or fetch anything)."""
+    names = [n.strip() for n in os.environ.get("SPECVIZ_ALLOWED_EAGLE_HEADS", "").split(",") if n.strip()]
+    return tuple(dict.fromkeys(n if n.startswith("eagle:") else f"eagle:{n}" for n in names))
 
 
 @dataclass(frozen=True)
@@ -99,7 +111,7 @@ class Policy:
         models = allowed_models()
         return cls(public=True, models=models, max_new_tokens=MAX_NEW_TOKENS, max_sweep_runs=MAX_SWEEP_RUNS,
                    max_sweep_tokens=MAX_SWEEP_TOKENS, max_upload_bytes=MAX_UPLOAD_BYTES, model_slots=MODEL_SLOTS,
-                   drafts=SELF_DRAFTS + models, max_prompt_chars=MAX_PROMPT_CHARS,
+                   drafts=SELF_DRAFTS + models + allowed_eagle_heads(), max_prompt_chars=MAX_PROMPT_CHARS,
                    max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
                    max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
                    max_session_files_bytes=MAX_SESSION_FILES_BYTES)
@@ -131,7 +143,9 @@ class Policy:
         raise SpecvizError("This Space drafts only with its default (blank), the draft head trained for the target "
                            "(head), the target's own weights (self), its first K layers "
                            f"({', '.join(d for d in SELF_DRAFTS if d.startswith('self-skip'))}) or a model on its list "
-                           f"({', '.join(self.models)}). Pick one of them.")
+                           f"({', '.join(self.models)})"
+                           + "".join(f", or the EAGLE head {d}" for d in self.drafts if d.startswith("eagle:"))
+                           + ". Pick one of them.")
 
     def check_mode(self, mode: str | None) -> str:
         mode = (mode or "").strip()

@@ -44,7 +44,8 @@ STATUS = Startup()
 
 
 def place_models(names: list[str], mode: str = "") -> None:
-    """ZeroGPU: load the allowed models on the main thread, where spaces intercepts the move to cuda."""
+    """ZeroGPU: load the allowed models on the main thread, where spaces intercepts the move to cuda (a model placed
+    on the Space's CPUs loads there: runtime.placement)."""
     from specviz.runtime.shared import shared_model
 
     for name in names:
@@ -73,7 +74,9 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
         status.mark(f"draft head {training.state}")
         print(f"specviz: {training.message}", flush=True)
-        if not zero_gpu:  # these run the model: on ZeroGPU only inside a GPU call (the step below pays them)
+        # these run the model: on ZeroGPU only inside a GPU call (the step below pays them), unless the model is
+        # placed on the Space's CPUs (runtime.placement)
+        if not zero_gpu or lm.device.type == "cpu":
             status.current = "building the native kernels"
             backend = lm.forward_backend()
             status.mark(f"kernels ready ({backend})")

@@ -1,0 +1,62 @@
+"""One study of a drafter's static trees: acceptance by rank path measured on some prompts
+(engine.rank_acceptance), the best tree of every supported size N (tree.static_tree), its expected accepted
+tokens and expected speedup on this machine's cost curve, and the N that maximises it. What the CLI's
+`static-tree` prints and the app's static-tree tab draws."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specviz.engine import costmodel
+from specviz.engine.rank_acceptance import measure_ranks
+from specviz.errors import SpecvizError
+from specviz.runtime.eagle_head import drafts_from_features
+from specviz.runtime.loaded_model import LoadedModel
+from specviz.tree.static_tree import MIN_COUNT, RankAcceptance, StaticTree, best_tree, expected_curve, expected_speedups
+
+
+@dataclass(frozen=True)
+class StaticTreeStudy:
+    drafter: str                     # the drafter as the user named it
+    acceptance: RankAcceptance
+    level_ms: float                  # one drafter level's forward (median)
+    prompts: int
+    expected_accepted: list[float]   # per N (index N - 1): the best tree's expected accepted draft tokens a step
+    expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps (this machine)
+    depths: list[int]                # per N: the best tree's depth
+    engine_method: str               # vLLM's speculative method for this drafter: "eagle" (a head) or "draft_model"
+
+    @property
+    def supported(self) -> int:
+        """The largest N the measurements support."""
+        return len(self.expected_accepted)
+
+    @property
+    def best_tokens(self) -> int:
+        return max(range(self.supported), key=lambda i: self.expected_speedup[i]) + 1
+
+    def tree(self, tokens: int) -> StaticTree:
+        return best_tree(self.acceptance, tokens)
+
+
+def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[dict], depth: int, max_rank: int,
+                       max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None
+                       ) -> StaticTreeStudy:
+    """drafter: as measure_ranks takes it (a head, or a LoadedModel: lm itself for `self`). SpecvizError when no
+    path was followed often enough to say anything."""
+    measured = measure_ranks(lm, drafter, label, suite, depth, max_rank, max_new_tokens, progress)
+    acceptance = measured.acceptance
+    curve = expected_curve(acceptance)
+    if not curve:
+        raise SpecvizError(f"No rank path of {label} was followed {MIN_COUNT} times in {acceptance.positions} "
+                           "positions: measure on more prompts or tokens.")
+    supported = acceptance.supported()
+    depths, deepest = [], 0
+    for path in supported:
+        deepest = max(deepest, len(path))
+        depths.append(deepest)
+    cost = costmodel.load_or_calibrate(lm)
+    speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
+    return StaticTreeStudy(label, acceptance, measured.level_ms, measured.prompts, curve, speedups, depths,
+                           "eagle" if drafts_from_features(drafter) else "draft_model")
