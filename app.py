@@ -503,13 +503,8 @@ def on_sweep(visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, m
                              method=chosen.method, prompts=tuple(prompts), axes=tuple(axes),
                              max_new_tokens=sweep_tokens, params=tuple(sorted(params.items())),
                              budget=chosen.budget, sampling=chosen.sampling)
-        report = None
-        for _, _, (kind, *result) in gpu.call(ModelCall("sweep", (), sweep_tokens, sweep=sweep), []):
-            if kind == "progress":
-                done, total, label = result
-                progress((done, total), desc=label)
-            else:
-                report = result[0]
+        report = gpu.reported(ModelCall("sweep", (), sweep_tokens, sweep=sweep),
+                              lambda done, total, label: progress((done, total), desc=label))
     except SpecvizError as error:
         return None, gr.update(), None, "", POLICY.shown(f"⚠️ {error}")
     path = _download_folder(visit) / f"specviz-sweep-{chosen.method}.csv"
@@ -574,7 +569,8 @@ def model_widgets():
                        label="Hub id or local folder (default: packaged SmolLM2-135M-Instruct)")
     draft_model = gr.Dropdown(DRAFT_MODELS, value=os.environ.get("SPECVIZ_DRAFT_MODEL", ""), allow_custom_value=True,
                               elem_id="draft-model",
-                              label=draft_label + "; or type a hub id / local folder with the target's vocabulary")
+                              label=draft_label + "; eagle:PATH = a published EAGLE-1/2 or EAGLE-3 head (folder or "
+                                                  "hub id); or type a hub id / local folder with the target's vocabulary")
     mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label=mode_label, elem_id="run-mode")
     return model, draft_model, mode
 

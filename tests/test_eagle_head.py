@@ -33,7 +33,12 @@ def target(lm, tmp_path_factory):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
     LlamaForCausalLM(config).save_pretrained(folder)
     lm.tokenizer.save_pretrained(folder)
-    return load_model(str(folder))
+    yield load_model(str(folder))
+    # its warm copy-logit table is cached under the user's cache folder by this temporary folder's name
+    from specviz.runtime.cache_dir import cache_root
+
+    for stale in (cache_root() / "copy_logits").glob(f"*{folder.parent.name}_{folder.name}*"):
+        stale.unlink()
 
 
 def _config(target, **fields) -> dict:

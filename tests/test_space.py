@@ -22,6 +22,7 @@ from specviz.ui.compare import Compare  # noqa: E402
 from specviz.ui.lab import Lab  # noqa: E402
 from specviz.ui.lab_state import CarriedStates, ModelCall, SweepRequest  # noqa: E402
 from specviz.ui.public import Policy  # noqa: E402
+from specviz.ui.recording import shipped_traces  # noqa: E402
 from specviz.accept.sampling import SamplingSettings  # noqa: E402
 
 PROMPT = ("Rename the variable count to total in this function and show the whole function:\n"
@@ -100,9 +101,10 @@ def sweep_walk(lm) -> list:
 def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
     """Under the ZeroGPU stand-in, Step, Run, Reset, A/B, a sweep and rapid give what the in-process app gives,
     to every tree node, for every method (greedy; sampled for racer and rapid)."""
-    # every method greedy but racer's two ablations (racer runs both their drafters) and rapid, which runs here
-    # sampled only (its RAG drafter and p_hat; greedy it is the same drafter): the state's paths, not its tokens
-    cases = [(m, PROMPT, 0.0) for m in METHODS if m not in ("rapid", "racer-logits", "racer-retrieval")]
+    # every method greedy but racer's two ablations (racer runs both their drafters), ar (every Run's baseline is
+    # ar: each walk runs it) and rapid, which runs here sampled only (its RAG drafter and p_hat; greedy it is the
+    # same drafter): the state's paths, not its tokens
+    cases = [(m, PROMPT, 0.0) for m in METHODS if m not in ("ar", "rapid", "racer-logits", "racer-retrieval")]
     cases += [("racer", PROMPT, 0.8), ("rapid", DOCUMENT, 0.8)]
     for method, prompt, temperature in cases:
         gpu.use(None)
@@ -133,8 +135,8 @@ def test_a_state_is_its_session_plus_keys(lm):
 
 
 def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp_path, through_forks):
-    """The draft head is a shared resource by key: through forked calls unified and reader drafting with it
-    give what the in-process app gives (greedy and sampled); its state pickles without the head's weights
+    """The draft head is a shared resource by key: through forked calls unified (sampled) and reader (greedy)
+    drafting with it give what the in-process app gives; its state pickles without the head's weights
     and reads back in a process that has to load the head again from its file."""
     from test_head import random_head
     from specviz.runtime.draft_head import DraftHead, save_head
@@ -142,7 +144,7 @@ def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp
     head = random_head(lm)
     path = save_head(head.network, head.record, tmp_path / "head.safetensors")
     spec = f"head:{path}"
-    for method, temperature in (("unified", 0.0), ("unified", 0.8), ("reader", 0.0)):
+    for method, temperature in (("unified", 0.8), ("reader", 0.0)):  # sampled and greedy, two methods
         gpu.use(None)
         here = lab_walk(method, PROMPT, temperature, spec)
         gpu.use(forked(gpu.run_model, through_forks))
@@ -341,6 +343,13 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
             assert title in str(refused.value) and text.rstrip(".") in str(refused.value)
             assert "Replay tab's recorded runs work without the GPU" in str(refused.value)
             assert trail(lab.session) == before
+        # what needs no GPU still works meanwhile: the timeline over the run's own steps, a recorded run's replay
+        lab.go_to(0)
+        assert lab.shown_step() == 0 and lab.view().tree
+        recorded = Lab()
+        recorded.load_trace(next(iter(shipped_traces().values())))
+        recorded.go(1)
+        assert recorded.shown_step() is not None and recorded.view().tree
         gpu.use(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
         with pytest.raises(RuntimeError, match="something else"):  # not ZeroGPU's: not dressed up as one
             lab.step(4)
@@ -373,3 +382,80 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
         gpu.use(None)
     step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in (("step", 1), ("run", 128)))
     assert gpu.call_seconds(step) == 2 and gpu.call_seconds(run) == 15  # a Step is one step, not 15 s
+
+
+def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_runs(lm):
+    """ZeroGPU forks its workers from a process that may have computed on its CPUs with a thread pool (the
+    start-up, a model placed on the CPUs): run_model alone would hang in the child's first parallel region;
+    gpu.run_in_gpu_worker (what spaces.GPU runs) sets one thread first and the call runs."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        lab = Lab()
+        lab.apply("", PROMPT, "unified", 8, FIXED["unified"])
+        lab.step(64)  # this process computes on two threads
+        gpu.use(forked(gpu.run_in_gpu_worker, timeout_s=120))
+        lab.step(64)
+        lab.step(64)
+        assert len(lab.session.records) == 3
+    finally:
+        gpu.use(None)
+        torch.set_num_threads(threads)
+
+
+def test_no_fork_while_this_process_computes():
+    """ui.fork_guard: a GPU call's start waits for CPU work under way; CPU work waits while a fork is under way."""
+    import threading
+    import time
+
+    from specviz.ui.fork_guard import ForkGuard
+
+    guard, order = ForkGuard(), []
+
+    def fork():
+        with guard.forking():
+            order.append("fork")
+
+    with guard.computing():
+        forker = threading.Thread(target=fork)
+        forker.start()
+        time.sleep(0.2)
+        order.append("computed")
+    forker.join(5)
+    assert order == ["computed", "fork"]
+    with guard.forking():
+        computer = threading.Thread(target=lambda: guard.computing().__enter__() or order.append("computing"))
+        computer.start()
+        time.sleep(0.2)
+        order.append("forked")
+    computer.join(5)
+    assert order[-2:] == ["forked", "computing"]
+
+
+def test_a_forked_child_gets_free_locks_where_another_thread_held_them():
+    """runtime.shared's registry lock, held by another thread at the fork (a model loading as ZeroGPU forks a
+    worker), is free in the child (os.register_at_fork), so the child's first shared() does not wait forever."""
+    import os
+    import threading
+
+    from specviz.runtime import shared
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with shared._registry_lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if shared._registry_lock.acquire(timeout=5) else 1)
+    release.set()
+    thread.join(5)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

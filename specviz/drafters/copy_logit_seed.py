@@ -15,10 +15,11 @@ import time
 import numpy as np
 import torch
 
-from specviz.runtime.cache_files import discard, write_atomically
+from specviz.runtime.cache_files import LOG, discard, write_atomically
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.cache_dir import cache_root
+from specviz.runtime.shipped import COPY_LOGITS, shipped_file
 from specviz.runtime.shared import register_loader, resolve, shared
 from specviz.drafters.copy_logit_table import CopyLogitTable, FrozenRows
 from specviz.errors import SpecvizError
@@ -79,6 +80,12 @@ def ensure(lm) -> tuple[CopyLogitTable, float]:
     """The model's seed table (built and saved on first use) and the seconds that took."""
     path = seed_path(lm)
     started = time.perf_counter()
+    shipped = shipped_file(COPY_LOGITS, path.name)  # a Space bundle's copy (runtime.shipped), read-only
+    if shipped is not None and not path.is_file():
+        try:
+            return load(shipped), time.perf_counter() - started
+        except SpecvizError as error:
+            LOG.warning("the shipped copy-logit seed %s is not used: %s", shipped, error)
     if path.is_file():
         try:
             return load(path), time.perf_counter() - started

@@ -18,6 +18,7 @@ for hundreds of steps of the process."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 
@@ -26,6 +27,14 @@ from specviz.records.notes import MeasuredChoice
 _measured: dict[str, dict[str, deque]] = {}   # setting key -> kind -> recent (tokens, ms) fallback steps
 _since_explore: dict[str, int] = {}            # setting key -> auto choices since the last exploring step
 _measured_lock = threading.RLock()  # samples (read under it) is asked for inside it
+
+
+def _fresh_lock_in_a_fork() -> None:  # runtime.shared says why
+    global _measured_lock
+    _measured_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_a_fork)
 EXPLORE_SHARE = 0.01  # at most this share of the time goes to steps of a kind measured to be worse
 
 

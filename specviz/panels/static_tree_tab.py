@@ -83,13 +83,8 @@ class StaticTreeTab:
             prompts = self._prompts(scope, chosen.prompt)
             request = StaticTreeRequest(model=chosen.model, mode=chosen.mode, drafter=spec, prompts=tuple(prompts),
                                         depth=depth, max_rank=MAX_RANK, max_new_tokens=tokens)
-            study = None
-            for _, _, (kind, *result) in gpu.call(ModelCall("static-tree", (), static_tree=request), []):
-                if kind == "progress":
-                    done, total, label = result
-                    progress((done, total), desc=label)
-                else:
-                    study = result[0]
+            study = gpu.reported(ModelCall("static-tree", (), static_tree=request),
+                                 lambda done, total, label: progress((done, total), desc=label))
         except SpecvizError as error:
             return (gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(),
                     self.policy.shown(f"⚠️ {error}"))

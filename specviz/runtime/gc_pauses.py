@@ -11,9 +11,18 @@ still freed."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 _lock = threading.Lock()
+
+
+def _fresh_lock_in_a_fork() -> None:  # runtime.shared says why
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_a_fork)
 
 
 def freeze_long_lived() -> None:

@@ -27,6 +27,17 @@ from specviz.runtime.gc_pauses import freeze_long_lived
 _values: dict[tuple, object] = {}
 _locks: dict[tuple, threading.Lock] = {}
 _registry_lock = threading.Lock()   # held only to find or make a resource's own lock
+
+
+def _fresh_locks_in_a_fork() -> None:
+    """A forked child (ZeroGPU's worker) gets these locks as they were: one another thread held at the fork stays
+    held for good there. The child starts with free ones (a load the parent had under way, it does itself)."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _locks.clear()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_a_fork)
 _loaders: dict[str, Callable[..., object]] = {}   # kind -> load(*key[1:])
 _model_use: OrderedDict[tuple, None] = OrderedDict()   # model keys, least recently used first
 _model_slots: list[int | None] = [None]   # at most this many models loaded (None: no limit)

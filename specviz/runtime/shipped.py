@@ -4,6 +4,7 @@ and small enough to travel, read before the cache and never written (a Space's d
     shipped/models/<the default model's GGUF>     the very weights every figure here was measured on (and the
                                                    head trained on), dequantised at start-up in seconds
     shipped/heads/<model slug>.safetensors         the trained draft head of each allowed model
+    shipped/copy_logits/<seed file>.npz            the default model's warm copy-logit table (drafters.copy_logit_seed)
 
 SPECVIZ_SHIPPED names another folder (the tests' bundles)."""
 
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS, HEADS = "models", "heads"
+MODELS, HEADS, COPY_LOGITS = "models", "heads", "copy_logits"
 
 
 def shipped_root() -> Path:

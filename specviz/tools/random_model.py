@@ -18,11 +18,32 @@ from specviz.errors import SpecvizError
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
+# the larger SmolLM2 Instruct models' configs as the hub publishes them (the default model's tokenizer and the
+# rest of its Llama config are theirs too): their twins run here without a download
+PUBLISHED = {
+    "HuggingFaceTB/SmolLM2-360M-Instruct": dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32,
+                                                num_attention_heads=15, num_key_value_heads=5, rope_theta=100000.0),
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                                                num_attention_heads=32, num_key_value_heads=32, rope_theta=130000.0),
+}
+
+
 def describe(source: str, out: str) -> Path:
     """Copy the config, generation config and tokenizer files of `source` (a folder or the default
-    model) into `out`, without weights."""
+    model) into `out`, without weights; for a model of PUBLISHED, the default model's files with its shape."""
     from specviz.runtime.loading import resolve_model_source
 
+    if source in PUBLISHED:
+        import json
+
+        target = describe("", out)
+        config = json.loads((target / "config.json").read_text())
+        shape = dict(PUBLISHED[source])
+        theta = shape.pop("rope_theta")
+        config.update(shape, max_position_embeddings=8192, tie_word_embeddings=True, head_dim=64,
+                      rope_parameters={"rope_theta": theta, "rope_type": "default"})
+        (target / "config.json").write_text(json.dumps(config, indent=1))
+        return target
     folder = Path(resolve_model_source(source))
     if not folder.is_dir():
         raise SpecvizError(f"'{source}' is not a local model folder: a random twin needs its config and tokenizer.")

@@ -21,7 +21,9 @@ from pathlib import Path
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import TRAIN_HINT, cached_head_path, head_file_name
 from specviz.runtime.loading import DEFAULT_MODEL, GGUF_FILE, HUB_TWIN_OF_DEFAULT, packaged_gguf_dir
-from specviz.runtime.shipped import HEADS, MODELS
+from specviz.drafters.copy_logit_seed import FORMAT as SEED_FORMAT
+from specviz.runtime.cache_dir import cache_root
+from specviz.runtime.shipped import COPY_LOGITS, HEADS, MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "spaces_config"
@@ -98,13 +100,20 @@ def _head_name(model: str) -> str:
 
 
 def _shipped(out: Path, models: list[str]) -> list[str]:
-    """Copy the default model's GGUF and every listed model's cached head under out/shipped; notes for what is
-    not there. The default model's head is required: without it every visitor's first minutes would go to
+    """Copy the default model's GGUF, its warm copy-logit table and every listed model's cached head under
+    out/shipped; notes for what is not there. The default model's head is required: without it every visitor's first minutes would go to
     training it."""
     notes = []
     (out / "shipped" / MODELS).mkdir(parents=True)
     (out / "shipped" / HEADS).mkdir(parents=True)
     shutil.copy2(packaged_gguf_dir() / GGUF_FILE, out / "shipped" / MODELS / GGUF_FILE)
+    # the default model's warm copy-logit table, where this machine has built it (else the Space builds it)
+    seeds = sorted((cache_root() / "copy_logits").glob(f"*-{DEFAULT_MODEL}-{SEED_FORMAT}.npz"))
+    if seeds:
+        (out / "shipped" / COPY_LOGITS).mkdir()
+        shutil.copy2(seeds[0], out / "shipped" / COPY_LOGITS / seeds[0].name)
+    else:
+        notes.append("no warm copy-logit table cached for the default model: the Space builds it at start-up")
     for model in dict.fromkeys([DEFAULT_MODEL, *models]):
         name = _head_name(model)
         cached = cached_head_path(name)

@@ -13,10 +13,12 @@ through spaces.GPU."""
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Callable, Iterator
 
 from specviz.errors import SpecvizError
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
+from specviz.ui.fork_guard import GUARD
 from specviz.ui.lab_state import (CarriedStates, LabState, ModelCall, ModelReply, perform, perform_static_tree,
                                   perform_sweep)
 
@@ -98,18 +100,29 @@ def run_model(call: ModelCall, carried: CarriedStates) -> Iterator[ModelReply]:
         yield ModelReply(None, error=str(error))
 
 
-def _decorated(fn: Callable) -> Callable:
-    if spaces is None:
-        return fn
-    return spaces.GPU(duration=call_seconds)(fn)
+def run_in_gpu_worker(call: ModelCall, carried: CarriedStates) -> Iterator[ModelReply]:
+    """What spaces.GPU runs in its forked worker: run_model on one CPU compute thread. The worker is a fork of a
+    process whose CPU threads have computed (the start-up, a model on the Space's CPUs): a child's first parallel
+    region would wait forever for pool threads it does not have (tests/test_space.py shows it), and on a GPU the CPU
+    threads only carry the host side of a step."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield from run_model(call, carried)
 
 
-_entry: list[Callable] = [_decorated(run_model)]
+def _default_entry() -> Callable:
+    if spaces is None or not zero_gpu():  # elsewhere spaces.GPU changes nothing: the model runs here
+        return run_model
+    return spaces.GPU(duration=call_seconds)(run_in_gpu_worker)
+
+
+_entry: list[Callable] = [_default_entry()]
 
 
 def use(entry: Callable | None) -> None:
     """Run calls through entry (a stand-in for spaces.GPU's wrapper, in tests); None: the default."""
-    _entry[0] = entry if entry is not None else _decorated(run_model)
+    _entry[0] = entry if entry is not None else _default_entry()
 
 
 def models_device() -> str:
@@ -158,8 +171,18 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
         entry, device = run_model, "cpu"  # this Space's CPUs answer sooner and spend no quota
     if entry is not run_model:  # routed to GPU workers (ZeroGPU, or its stand-in in the tests)
         check_duration(call_)
+    here = entry is run_model
     try:
-        for reply in entry(call_, CarriedStates(states, device)):
+        replies = entry(call_, CarriedStates(states, device))
+        first = True
+        while True:
+            # no fork while this process computes (ui.fork_guard): CPU work holds the guard shared while it makes
+            # each reply, a GPU call holds it alone until its first reply, by when its worker is forked
+            with GUARD.computing() if here else GUARD.forking() if first else nullcontext():
+                reply = next(replies, None)
+            first = False
+            if reply is None:
+                break
             if reply.error is not None:
                 raise SpecvizError(reply.error)
             yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
@@ -170,3 +193,15 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
         if message is None:
             raise
         raise SpecvizError(message) from None
+
+
+def reported(call_: ModelCall, progress: Callable[[int, int, str], None]) -> object:
+    """Run a call that reports (a sweep, a static-tree study): progress(done, total, label) on each progress reply;
+    its report."""
+    report = None
+    for _, _, (kind, *result) in call(call_, []):
+        if kind == "progress":
+            progress(*result)
+        else:
+            report = result[0]
+    return report

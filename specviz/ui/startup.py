@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError
+from specviz.ui.fork_guard import GUARD
 
 STARTED = time.monotonic()  # this module is imported as the app starts
 
@@ -53,39 +54,48 @@ def place_models(names: list[str], mode: str = "") -> None:
     STATUS.mark("models placed")
 
 
-def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
-    """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
+def _prepare(model: str, zero_gpu: bool, status: Startup):
+    """The warm-up's part in this process: the model, datastore, head check and, where the model runs here, the
+    kernels, warm table and cost curve."""
     from specviz.engine import costmodel
     from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
     from specviz.index import datastore
     from specviz.runtime.shared import shared_model
-    from specviz.ui import gpu, head_training
+    from specviz.ui import head_training
+
+    status.current = "loading the model"
+    lm = shared_model(model)
+    status.mark("model loaded")
+    print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
+    status.current = "reading READER's datastore"
+    datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
+    datastore.shared_datastore(lm)
+    status.mark("datastore ready")
+    training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
+    status.mark(f"draft head {training.state}")
+    print(f"specviz: {training.message}", flush=True)
+    # these run the model: on ZeroGPU only inside a GPU call (the step below pays them), unless the model is
+    # placed on the Space's CPUs (runtime.placement)
+    if not zero_gpu or lm.device.type == "cpu":
+        status.current = "building the native kernels"
+        backend = lm.forward_backend()
+        status.mark(f"kernels ready ({backend})")
+        status.current = "filling the warm copy-logit table"
+        shared_copy_logit_seed(lm)
+        status.mark("warm table ready")
+        status.current = "measuring the verify cost curve"
+        costmodel.load_or_calibrate(lm)
+        status.mark("cost curve ready")
+    return lm
+
+
+def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
+    """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
     from specviz.ui.lab import Lab
 
     try:
-        status.current = "loading the model"
-        lm = shared_model(model)
-        status.mark("model loaded")
-        print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
-        status.current = "reading READER's datastore"
-        datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
-        datastore.shared_datastore(lm)
-        status.mark("datastore ready")
-        training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
-        status.mark(f"draft head {training.state}")
-        print(f"specviz: {training.message}", flush=True)
-        # these run the model: on ZeroGPU only inside a GPU call (the step below pays them), unless the model is
-        # placed on the Space's CPUs (runtime.placement)
-        if not zero_gpu or lm.device.type == "cpu":
-            status.current = "building the native kernels"
-            backend = lm.forward_backend()
-            status.mark(f"kernels ready ({backend})")
-            status.current = "filling the warm copy-logit table"
-            shared_copy_logit_seed(lm)
-            status.mark("warm table ready")
-            status.current = "measuring the verify cost curve"
-            costmodel.load_or_calibrate(lm)
-            status.mark("cost curve ready")
+        with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (ui.fork_guard)
+            lm = _prepare(model, zero_gpu, status)
         status.current = "taking one tree step"
         lab = Lab()
         lab.apply(model, prompt, method, "auto", {})

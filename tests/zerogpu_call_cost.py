@@ -1,0 +1,64 @@
+"""What a ZeroGPU call costs beyond its work, measured with the stand-in (tests/zerogpu_standin.py: a forked worker
+per call, pickles both ways): a Step and a Run of the default model in this process against the same through a
+forked call, interleaved, medians; beside each the duration ui.gpu declares for it.
+
+    .venv/bin/python tests/zerogpu_call_cost.py [--repeats 5] [--run-tokens 32]
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
+
+import torch  # noqa: E402
+
+from zerogpu_standin import forked  # noqa: E402
+from specviz.ui import gpu  # noqa: E402
+from specviz.ui.lab import Lab  # noqa: E402
+from specviz.ui.lab_state import ModelCall  # noqa: E402
+
+PROMPT = "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n        count += x\n    return count"
+
+
+def timed(action, tokens: int) -> float:
+    lab = Lab()
+    lab.apply("", PROMPT, "unified", "auto", {})
+    lab.step(tokens + 64)  # the session exists; what is timed is one more call
+    started = time.perf_counter()
+    if action == "step":
+        lab.step(tokens + 64)  # one step (its limit far off)
+    else:
+        for _ in lab.run(len(lab.session.output_ids) + tokens, every_s=60):
+            pass
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--run-tokens", type=int, default=32)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # forks need one compute thread (zerogpu_standin); both sides run alike
+    entry = forked(gpu.run_model)
+    results = {}
+    for action, tokens in (("step", 1), ("run", args.run_tokens)):
+        here, there = [], []
+        for _ in range(args.repeats):
+            gpu.use(None)
+            here.append(timed(action, tokens))
+            gpu.use(entry)
+            there.append(timed(action, tokens))
+        gpu.use(None)
+        settings = Lab.settings_of("", PROMPT, "unified", "auto", {})
+        declared = gpu.call_seconds(ModelCall(action, (settings,), tokens))
+        results[action] = (statistics.median(here), statistics.median(there), declared)
+        print(f"{action} ({tokens} token{'s' if tokens > 1 else ''}): in this process {results[action][0]:.3f} s, "
+              f"through a forked call {results[action][1]:.3f} s (+{results[action][1] - results[action][0]:.3f} s); "
+              f"declared to ZeroGPU {declared} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
