@@ -229,7 +229,7 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     assert curve_plot.data[2].x == (study.best_tokens,)       # the best N starred
     for fmt in ("sglang", "trtllm", "medusa"):
         *_, shown_text, _, note = tab.on_show(None, study, 1, fmt)
-        assert shown_text == export(study.tree(1), fmt, "draft_model") and note == ""
+        assert shown_text == export(study.tree(1), fmt, "draft_model") and note == gr.update()  # message kept
     assert json.loads(tab.on_show(None, study, 1, "json")[2])["paths"] == [[0]]
     for n, fmt, expected in ((study.supported + 1, "vllm", "between 1 and"), (1, "onnx", "format must be one of"),
                              ("1e9", "vllm", "whole number")):

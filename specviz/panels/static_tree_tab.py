@@ -104,7 +104,7 @@ class StaticTreeTab:
                 raise SpecvizError(f"format must be one of {', '.join(TEXT_FORMATS)}, got {quoted(fmt)}.")
         except SpecvizError as error:
             return gr.update(), gr.update(), gr.update(), gr.update(), f"⚠️ {error}"
-        return (*self._shown(visit, study, n, fmt), "")
+        return (*self._shown(visit, study, n, fmt), gr.update())  # the study's message stays
 
     # ---- helpers ----------------------------------------------------------------------------------------
     def _prompts(self, scope, page_prompt: str) -> list[dict]:

@@ -365,11 +365,13 @@ def perform_static_tree(request: StaticTreeRequest):
     StaticTreeStudy). A drafter that cannot draft (a MissingHead) is refused with its reason."""
     from specviz.engine.static_study import study_static_trees
     from specviz.runtime.draft_head import MissingHead
+    from specviz.runtime.eagle_head import drafts_from_features
 
     lm = shared_model(request.model, request.mode)
     drafter = shared_draft(lm, request.drafter, request.mode) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")
-    label = request.drafter or "self"
+    # blank is the head when the target has one, else the target itself (runtime.shared.resolve_draft)
+    label = request.drafter or ("head" if drafts_from_features(drafter) else "self")
     yield from _reporting(lambda progress: study_static_trees(
         lm, drafter, label, list(request.prompts), request.depth, request.max_rank, request.max_new_tokens, progress))

@@ -82,10 +82,13 @@ def speedup_figure(study: StaticTreeStudy, chosen: int | None = None) -> go.Figu
     if chosen is not None and 1 <= chosen <= study.supported:
         figure.add_vline(x=chosen, line_dash="dash", line_color="#888",
                          annotation_text=f"N = {chosen}", annotation_position="bottom right")
+    low, high = min(study.expected_speedup), max(study.expected_speedup)
+    pad = max(high - low, 0.05) * 0.15  # room above the starred best N for its label
     figure.update_layout(
         title=f"{study.drafter}: the best static tree of each size on this machine's cost curve",
         height=330, margin={"l": 50, "r": 50, "t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25},
-        xaxis={"title": "draft tokens N"}, yaxis={"title": "expected speedup (x ar)"},
+        xaxis={"title": "draft tokens N", **({"dtick": 1} if study.supported <= 16 else {})},
+        yaxis={"title": "expected speedup (x ar)", "range": [low - pad, high + 2 * pad]},
         yaxis2={"title": "accepted a step", "overlaying": "y", "side": "right", "showgrid": False})
     return figure
 
