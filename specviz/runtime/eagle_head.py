@@ -30,7 +30,8 @@ class EagleHead:
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-        self.lm, self.files, self.layout = lm, files, files.layout
+        # not the files themselves: their weights dict would keep a host copy of every weight for good
+        self.lm, self.layout = lm, files.layout
         self.name = f"{EAGLE_SPEC}:{files.source}"
         self.feature_tap = files.tap
         g = files.geometry
