@@ -1,4 +1,4 @@
-"""specviz: the Gradio app. A thin layer: every action calls specviz.ui.lab.Lab, which holds the logic."""
+"""specviz: the Gradio app. A thin layer: every action calls specviz.lab.lab.Lab, which holds the logic."""
 
 from __future__ import annotations
 
@@ -16,31 +16,32 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offl
 import gradio as gr  # noqa: E402
 
 from specviz.errors import SpecvizError, quoted  # noqa: E402
-from specviz.ui.lab import Lab
+from specviz.lab.lab import Lab
 from specviz.panels.static_tree_tab import StaticTreeTab
-from specviz.ui import gpu
-from specviz.ui.lab_state import ModelCall, SweepRequest
-from specviz.ui.public import Policy
+from specviz.lab import model_calls
+from specviz.lab.lab_state import ModelCall, SweepRequest
+from specviz.lab.public_policy import Policy
 from specviz.runtime.shared import shared_model
 from specviz.engine.suite import example_prompts, load_suite
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.runtime.loading import DEFAULT_MODEL
-from specviz.ui.viz import distribution_figure, prediction_figure
-from specviz.ui.first_visit import FIRST_PACE_S, first_view, open_first_visit
-from specviz.ui.page import PAGE_CSS, PAGE_JS, PRESENT_JS, TITLE_HTML
-from specviz.ui.paper_settings import paper_settings_markdown, widget_values
-from specviz.ui.tree_svg import TREE_JS
-from specviz.ui import head_training, visitors
-from specviz.ui.compare import Compare
-from specviz.ui.presets import BY_NAME as PRESETS
-from specviz.ui.recording import shipped_traces
-from specviz.ui.share import query_from_settings, settings_from_query
-from specviz.ui.slides import write_tree_svg
-from specviz.ui.views import AccountingView, CompareView, LabView
+from specviz.render.step_panels import distribution_figure, prediction_figure
+from specviz.lab.first_visit import FIRST_PACE_S, first_view, open_first_visit
+from specviz.render.page_style import PAGE_CSS, PAGE_JS, PRESENT_JS, TITLE_HTML
+from specviz.lab.paper_settings import paper_settings_markdown, widget_values
+from specviz.render.tree_svg import TREE_JS
+from specviz.lab import head_training
+from specviz.lab import visitors
+from specviz.lab.compare import Compare
+from specviz.lab.presets import BY_NAME as PRESETS
+from specviz.lab.recording import shipped_traces
+from specviz.lab.share_link import query_from_settings, settings_from_query
+from specviz.render.slides import write_tree_svg
+from specviz.render.views import AccountingView, CompareView, LabView
 from specviz.records.trace import MAX_TRACE_BYTES
-from specviz.ui.input_values import MAX_TOKENS_PRIVATE, number_in, text_value, whole_number
-from specviz.ui.live_sessions import LIVE
-from specviz.ui.visitor_request import MAX_NAME_CHARS, PARAMS, VisitorRequest
+from specviz.lab.input_values import MAX_TOKENS_PRIVATE, number_in, text_value, whole_number
+from specviz.lab.live_sessions import LIVE
+from specviz.lab.visitor_request import MAX_NAME_CHARS, PARAMS, VisitorRequest
 
 MAX_TRACE_MB = MAX_TRACE_BYTES // 2**20
 
@@ -310,7 +311,7 @@ def on_first_view(lab, compare, request: gr.Request):
 
 def on_live_status():
     """The start-up line: live steps warming up, or ready (the timer stops once they are)."""
-    from specviz.ui.startup import STATUS
+    from specviz.lab.startup import STATUS
 
     return POLICY.shown(STATUS.markdown()), gr.Timer(active=not (STATUS.ready or STATUS.error))
 
@@ -476,7 +477,7 @@ def on_sweep(visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, m
              progress=gr.Progress(), **settings):
     """A grid over one or two axes (axis_1, axis_2: NAME=V1,V2,...) on the page's prompt or a suite category
     (scope, category), sweep_tokens new tokens per run, with the page's other settings (named as for /step)."""
-    from specviz.tools.sweep import format_grid, grid_csv, grid_figure, parse_axes, runs_needed
+    from specviz.engine.sweep_grid import format_grid, grid_csv, grid_figure, parse_axes, runs_needed
 
     try:
         axes = parse_axes([text_value("axis 1", axis_1, MAX_AXIS_CHARS), text_value("axis 2", axis_2, MAX_AXIS_CHARS)])
@@ -503,7 +504,7 @@ def on_sweep(visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, m
                              method=chosen.method, prompts=tuple(prompts), axes=tuple(axes),
                              max_new_tokens=sweep_tokens, params=tuple(sorted(params.items())),
                              budget=chosen.budget, sampling=chosen.sampling)
-        report = gpu.reported(ModelCall("sweep", (), sweep_tokens, sweep=sweep),
+        report = model_calls.reported(ModelCall("sweep", (), sweep_tokens, sweep=sweep),
                               lambda done, total, label: progress((done, total), desc=label))
     except SpecvizError as error:
         return None, gr.update(), None, "", POLICY.shown(f"⚠️ {error}")
@@ -515,7 +516,7 @@ def on_sweep(visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, m
 
 
 def on_sweep_metric(report, metric):
-    from specviz.tools.sweep import grid_figure
+    from specviz.engine.sweep_grid import grid_figure
 
     if report is None or metric not in dict(SWEEP_METRICS).values():
         return gr.update()
@@ -802,18 +803,18 @@ def main() -> None:
     args = parser.parse_args()
     from specviz.runtime.shared import set_model_slots
     from specviz.runtime.threads import follow_cpu_quota
-    from specviz.ui import startup
+    from specviz.lab import startup
 
     follow_cpu_quota()  # threads from the container's CPU quota, not the host's count
     POLICY = Policy.from_environment(args.public)
     model = POLICY.default_model or os.environ.get("SPECVIZ_MODEL", "")
-    if gpu.zero_gpu():  # the allowed models on cuda now, on the main thread (spaces lends the GPU per call)
+    if model_calls.zero_gpu():  # the allowed models on cuda now, on the main thread (spaces lends the GPU per call)
         startup.place_models(list(POLICY.models) or [model])
     elif POLICY.model_slots:
         set_model_slots(POLICY.model_slots)
     LIVE.limit, LIVE.token_limit = POLICY.max_live_sessions, POLICY.max_live_tokens
     # the page is up at once (a shipped trace replays) while the model loads and warms up
-    startup.start_in_background(model, EXAMPLES[next(iter(EXAMPLES))], DEFAULT_METHOD, gpu.zero_gpu())
+    startup.start_in_background(model, EXAMPLES[next(iter(EXAMPLES))], DEFAULT_METHOD, model_calls.zero_gpu())
     launch = dict(LAUNCH_OPTIONS)
     if POLICY.max_upload_bytes:
         launch["max_file_size"] = POLICY.max_upload_bytes

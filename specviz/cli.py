@@ -310,7 +310,7 @@ def _emit(table: str, report: dict, json_path: str | None) -> dict:
 
 
 def cmd_bench(args) -> dict:
-    from specviz.tools.bench import format_table, run_bench
+    from specviz.benches.suite_bench import format_table, run_bench
     from specviz.engine.suite import load_suite
     from specviz.params import parse_assignments
 
@@ -347,7 +347,7 @@ def _graph_regimes(args, lm) -> list[str] | None:
 
 def cmd_sweep(args) -> dict:
     from specviz.engine.suite import load_suite
-    from specviz.tools.sweep import format_grid, grid_csv, grid_points, parse_axes, run_grid
+    from specviz.engine.sweep_grid import format_grid, grid_csv, grid_points, parse_axes, run_grid
     from specviz.params import parse_assignments
 
     axes = parse_axes(args.vary)  # the grid's size is refused here, before anything is read or loaded
@@ -381,7 +381,7 @@ def cmd_sweep(args) -> dict:
 
 
 def cmd_overhead(args) -> None:
-    from specviz.tools.overhead import step_overhead
+    from specviz.benches.overhead import step_overhead
     from specviz.engine.suite import load_suite
     from specviz.methods import parse_budget
     from specviz.params import parse_assignments
@@ -404,7 +404,7 @@ def cmd_overhead(args) -> None:
 def cmd_predict(args) -> dict:
     from specviz.engine.suite import load_suite
     from specviz.params import parse_assignments
-    from specviz.tools.prediction import format_table, predicted_against_measured
+    from specviz.benches.predicted_speedup import format_table, predicted_against_measured
 
     lm = _load_target(args)
     draft = _draft_model(args, [args.method], lm)
@@ -415,7 +415,7 @@ def cmd_predict(args) -> dict:
 
 
 def cmd_memory(args) -> None:
-    from specviz.tools.memory import automaton_memory
+    from specviz.benches.automaton_memory import automaton_memory
     from specviz.engine.suite import load_suite
     from specviz.params import parse_assignments
 
@@ -449,14 +449,14 @@ def cmd_datastore(args) -> None:
     elif args.action == "info":
         print(json.dumps(datastore.measure(lm)))
     else:
-        from specviz.tools.datastore_corpus import generate_corpus
+        from specviz.index.datastore_corpus import generate_corpus
 
         print(json.dumps(generate_corpus(lm, datastore.ASSETS / "datastore_prompts.jsonl", datastore.CORPUS,
                                          log=lambda line: print(line, file=sys.stderr, flush=True))))
 
 
 def cmd_profile(args) -> None:
-    from specviz.tools.profile_forward import format_profile, profile
+    from specviz.benches.profile_forward import format_profile, profile
 
     lm = _load_target(args)
     try:
@@ -472,7 +472,7 @@ def cmd_profile(args) -> None:
 
 
 def cmd_random_model(args) -> None:
-    from specviz.tools.random_model import describe, materialise
+    from specviz.benches.random_model import describe, materialise
 
     described = os.path.isfile(os.path.join(args.out, "config.json")) and args.like is None
     folder = args.out if described else describe(args.like, args.out)
@@ -485,7 +485,7 @@ def cmd_train_head(args) -> dict:
     from dataclasses import asdict, replace
     from pathlib import Path
 
-    from specviz.tools.train_head import TrainConfig, train
+    from specviz.training.train_head import TrainConfig, train
 
     chosen = {"epochs": args.epochs, "draft_vocab": args.draft_vocab, "intermediate": args.intermediate,
               "unroll": args.unroll, "generate_per_prompt": args.generate, "docs_chars": args.docs_chars,
@@ -511,7 +511,7 @@ def cmd_train_head(args) -> dict:
 def cmd_draft_quality(args) -> None:
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.shared import resolve_draft
-    from specviz.tools.draft_quality import format_report, measure
+    from specviz.benches.draft_quality import format_report, measure
     from specviz.engine.suite import load_suite
 
     lm = _load_target(args)
@@ -608,7 +608,7 @@ def cmd_long_context(args) -> dict:
     from pathlib import Path
 
     from specviz.accept.sampling import SamplingSettings
-    from specviz.tools import long_context
+    from specviz.benches import long_context
     from specviz.engine.suite import load_suite
 
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -646,7 +646,7 @@ def cmd_long_context(args) -> dict:
 def cmd_record_traces(args) -> dict:
     from pathlib import Path
 
-    from specviz.tools.record_traces import record_traces
+    from specviz.benches.record_traces import record_traces
 
     lm = _load_target(args)
     paths = record_traces(lm, Path(args.out), _positive("--max-new-tokens", args.max_new_tokens),
@@ -657,7 +657,7 @@ def cmd_record_traces(args) -> dict:
 def cmd_app_load(args) -> dict:
     import statistics
 
-    from specviz.ui import app_load
+    from specviz.benches import app_load
     from specviz.engine.suite import load_suite
 
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -702,7 +702,7 @@ def cmd_app_load(args) -> dict:
 
 def cmd_state_cost(args) -> None:
     from specviz.runtime.shared import shared_model
-    from specviz.ui.state_cost import measure
+    from specviz.benches.state_cost import measure
 
     rows = measure(shared_model(None), [int(c) for c in args.contexts.split(",")], args.method, args.repeats)
     for row in rows:
@@ -712,8 +712,8 @@ def cmd_state_cost(args) -> None:
 
 def cmd_space_figures(args) -> None:
     from specviz.runtime.shared import shared_model
-    from specviz.tools.space_figures import measure
-    from specviz.ui.memory_budget import memory_budget
+    from specviz.benches.space_figures import measure
+    from specviz.benches.memory_budget import memory_budget
 
     figures = measure()
     figures["memory_budget"] = memory_budget(shared_model(None), figures["model_rss_bytes"],
@@ -722,7 +722,7 @@ def cmd_space_figures(args) -> None:
 
 
 def cmd_space_bundle(args) -> None:
-    from specviz.tools.space_bundle import write_bundle
+    from specviz.deploy.space_bundle import write_bundle
 
     files, notes = write_bundle(args.out, args.hardware, args.torch)
     top = sorted({f.split("/")[0] for f in files})

@@ -5,7 +5,7 @@ import pytest
 from specviz.records.plan import SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
-from specviz.ui import accounting
+from specviz.render import accounting_figures
 
 ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED = (NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED,
                                                   NodeStatus.TRANSFERRED, NodeStatus.REJECTED)
@@ -53,7 +53,7 @@ def records():
 
 
 def test_run_accounting_counts(records):
-    numbers = accounting.run_accounting(records)
+    numbers = accounting_figures.run_accounting(records)
     assert numbers["steps"] == 3
     assert numbers["tokens"] == 7
     assert numbers["verified"] == 8
@@ -77,17 +77,17 @@ def test_run_accounting_counts(records):
 def test_accounting_survives_a_trace_round_trip(records):
     replayed = [StepRecord.from_dict(r.to_dict()) for r in records]
     assert replayed == records
-    assert accounting.run_accounting(replayed) == accounting.run_accounting(records)
+    assert accounting_figures.run_accounting(replayed) == accounting_figures.run_accounting(records)
 
 
 def test_empty_accounting():
-    numbers = accounting.run_accounting([])
+    numbers = accounting_figures.run_accounting([])
     assert numbers["steps"] == numbers["tokens"] == numbers["verified"] == numbers["wasted"] == 0
     assert numbers["sources"] == {} and numbers["by_depth"] == {} and numbers["wasted_share"] == 0.0
 
 
 def test_sources_figure(records):
-    figure = accounting.sources_figure(records)
+    figure = accounting_figures.sources_figure(records)
     bars = {t.name: t for t in figure.data}
     assert list(bars) == ["proposed", "verified", "accepted"]
     assert list(bars["accepted"].x) == ["logits", "retrieval", "model"]
@@ -98,7 +98,7 @@ def test_sources_figure(records):
 
 
 def test_acceptance_figure(records):
-    figure = accounting.acceptance_figure(records)
+    figure = accounting_figures.acceptance_figure(records)
     by_depth, by_source = figure.data
     assert list(by_depth.x) == [1, 2, 3]
     assert list(by_depth.y) == pytest.approx([0.5, 2 / 3, 0.0])
@@ -109,7 +109,7 @@ def test_acceptance_figure(records):
 
 
 def test_waste_figure(records):
-    figure = accounting.waste_figure(records)
+    figure = accounting_figures.waste_figure(records)
     accepted, wasted = figure.data
     assert list(accepted.y) == [2, 2, 0]
     assert list(wasted.y) == [3, 1, 0]
@@ -118,7 +118,7 @@ def test_waste_figure(records):
 
 
 def test_time_split_figure(records):
-    figure = accounting.time_split_figure(records)
+    figure = accounting_figures.time_split_figure(records)
     parts = {t.name: list(t.y) for t in figure.data}
     assert parts == {"draft": [2.0, 1.0, 0.0], "verify forward": [8.0, 5.0, 4.0],
                      "accept (verify - forward)": [2.0, 1.0, 0.0], "update": [1.0, 0.5, 0.5]}
@@ -131,7 +131,7 @@ def test_time_split_figure(records):
 def test_lanes_figure(records):
     plain = [make_record(i, [], committed=1, origins=["bonus"], allocation={}, timings=timings(0.0, 4.0, 4.0, 0.0))
              for i in range(7)]
-    figure = accounting.lanes_figure([("tree", 10.0, records), ("plain", 10.0, plain)])
+    figure = accounting_figures.lanes_figure([("tree", 10.0, records), ("plain", 10.0, plain)])
     prefill0, steps0, prefill1, steps1 = figure.data
     assert list(prefill0.x) == [10.0] and list(prefill0.base) == [0.0]
     assert list(steps0.text) == ["3", "3", "1"]
@@ -152,7 +152,7 @@ def test_lanes_figure(records):
 def test_cost_figure():
     curve = {"sizes": [1, 2, 4, 8], "ms": [10.0, 11.0, 12.0, 16.0]}
     expected = [0.0, 0.8, 1.3, 1.6, 1.8, 1.9, 1.95, 2.0, 2.0, 2.0]
-    figure = accounting.cost_figure(curve, expected, chosen=2, draft_ms=2.0)
+    figure = accounting_figures.cost_figure(curve, expected, chosen=2, draft_ms=2.0)
     interpolated, measured, speedup = figure.data[:3]
     assert list(measured.x) == [1, 2, 4, 8] and list(measured.y) == [10.0, 11.0, 12.0, 16.0]
     assert list(interpolated.y[:4]) == pytest.approx([10.0, 11.0, 11.5, 12.0])
@@ -168,23 +168,23 @@ def test_cost_figure():
 
 
 def test_cost_figure_without_draft_time_or_choice():
-    figure = accounting.cost_figure({"sizes": [1, 16], "ms": [5.0, 6.0]}, [0.0, 1.0], None)
+    figure = accounting_figures.cost_figure({"sizes": [1, 16], "ms": [5.0, 6.0]}, [0.0, 1.0], None)
     assert figure.data[2].y[0] == pytest.approx(1.0)
     assert figure.data[2].y[1] == pytest.approx(2.0 / (5.0 + 1.0 / 15) * 5.0)
     assert "chosen" not in figure.layout.title.text
 
 
 def test_empty_states_do_not_crash():
-    figures = [accounting.sources_figure([]), accounting.acceptance_figure([]), accounting.waste_figure([]),
-               accounting.time_split_figure([]), accounting.lanes_figure([]),
-               accounting.lanes_figure([("tree", 0.0, []), ("plain", 0.0, [])]),
-               accounting.lanes_figure([("tree", 12.0, [])]),
-               accounting.cost_figure(None, None, None), accounting.cost_figure(None, [0.0, 1.0], 1),
-               accounting.cost_figure({"sizes": [1, 4], "ms": [5.0, 7.0]}, None, None)]
+    figures = [accounting_figures.sources_figure([]), accounting_figures.acceptance_figure([]), accounting_figures.waste_figure([]),
+               accounting_figures.time_split_figure([]), accounting_figures.lanes_figure([]),
+               accounting_figures.lanes_figure([("tree", 0.0, []), ("plain", 0.0, [])]),
+               accounting_figures.lanes_figure([("tree", 12.0, [])]),
+               accounting_figures.cost_figure(None, None, None), accounting_figures.cost_figure(None, [0.0, 1.0], 1),
+               accounting_figures.cost_figure({"sizes": [1, 4], "ms": [5.0, 7.0]}, None, None)]
     for figure in figures:
         assert figure.layout.title.text
         figure.to_json()
     plain_only = [make_record(0, [], committed=1, origins=["bonus"], allocation={}, timings=timings(0, 4, 4, 0))]
-    for make in (accounting.sources_figure, accounting.acceptance_figure, accounting.waste_figure,
-                 accounting.time_split_figure):
+    for make in (accounting_figures.sources_figure, accounting_figures.acceptance_figure, accounting_figures.waste_figure,
+                 accounting_figures.time_split_figure):
         assert make(plain_only).layout.title.text

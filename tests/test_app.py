@@ -163,7 +163,7 @@ def test_concurrent_steps_on_one_session_are_serialised(lm):
     """A Run that Stop cancelled can still be inside its last step when the next Step arrives."""
     import threading
 
-    from specviz.ui.lab import Lab
+    from specviz.lab.lab import Lab
 
     lab = Lab()
     lab.apply("", PROMPT, "racer", 16, {})
@@ -377,7 +377,7 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
 
     from gradio_client import Client
 
-    from specviz.ui.app_load import greedy_texts, text_of
+    from specviz.benches.app_load import greedy_texts, text_of
 
     prompts = [f"Count from {n} to {n + 6} in words, then say which is largest." for n in range(1, 9)]
     expected = greedy_texts(lm, prompts, 16)
@@ -426,7 +426,7 @@ def test_abandoned_sessions_are_freed(lm):
 
     from gradio_client import Client
 
-    from specviz.ui import visitors
+    from specviz.lab import visitors
 
     ttl = app.SESSION_TTL_S
     # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
@@ -574,7 +574,7 @@ def test_a_dropped_connection_frees_its_session(url, monkeypatch):
 
     from gradio_client import Client
 
-    from specviz.ui import visitors
+    from specviz.lab import visitors
 
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
     client = Client(url, verbose=False)

@@ -3,8 +3,8 @@
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.ui.compare import Compare, parse_overrides, side_request
-from specviz.ui.visitor_request import VisitorRequest
+from specviz.lab.compare import Compare, parse_overrides, side_request
+from specviz.lab.visitor_request import VisitorRequest
 
 PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
 

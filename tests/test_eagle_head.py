@@ -204,7 +204,7 @@ def test_every_mismatch_is_refused_with_a_sentence_and_the_method_drafts_without
 
 
 def test_public_mode_drafts_only_with_an_allow_listed_head(monkeypatch):
-    from specviz.ui.public import Policy
+    from specviz.lab.public_policy import Policy
 
     monkeypatch.delenv("SPECVIZ_ALLOWED_EAGLE_HEADS", raising=False)
     with pytest.raises(SpecvizError, match="drafts only with"):

@@ -27,9 +27,9 @@ from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, Miss
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
 from specviz.runtime.shared import head_for, resolve_draft
-from specviz.tools.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
+from specviz.training.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
                                       usable_request)
-from specviz.tools.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask
+from specviz.training.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 from test_sampling import chi_square_p
@@ -453,7 +453,7 @@ def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkey
     it starts nothing and says how to train by hand."""
     from types import SimpleNamespace
 
-    from specviz.ui import head_training
+    from specviz.lab import head_training
 
     started = []
 

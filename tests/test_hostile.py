@@ -15,11 +15,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import app  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
-from specviz.ui import visitors  # noqa: E402
-from specviz.ui.lab import Lab  # noqa: E402
-from specviz.ui.live_sessions import LIVE  # noqa: E402
-from specviz.ui.public import Policy  # noqa: E402
-from specviz.ui.server_paths import hide_server_paths  # noqa: E402
+from specviz.lab import visitors  # noqa: E402
+from specviz.lab.lab import Lab  # noqa: E402
+from specviz.lab.live_sessions import LIVE  # noqa: E402
+from specviz.lab.public_policy import Policy  # noqa: E402
+from specviz.lab.server_paths import hide_server_paths  # noqa: E402
 from test_app import free_port, settings  # noqa: E402
 
 TRACES = Path(__file__).parent.parent / "assets" / "traces"
@@ -152,7 +152,7 @@ def test_bad_numbers_and_types_get_one_clear_sentence(public_url):
 
 def test_the_door_refuses_numbers_no_json_client_sends(lm):
     """A raw request's JSON may hold 1e400 (inf to Python's parser) or NaN: the door refuses each by name."""
-    from specviz.ui.visitor_request import VisitorRequest
+    from specviz.lab.visitor_request import VisitorRequest
 
     policy = Policy.for_public()
     base = public_settings()
@@ -214,7 +214,7 @@ def test_limits_cannot_be_walked_around(lm):
 def test_a_share_link_cannot_turn_on_what_public_mode_keeps_off():
     settings_, notes = Policy.for_public().link_settings({"method": "reader", "datastore_grow": 1}, [])
     assert "datastore_grow" not in settings_ and any("datastore_grow" in n for n in notes)
-    from specviz.ui.share import settings_from_query
+    from specviz.lab.share_link import settings_from_query
 
     _, notes = settings_from_query({"![x](http://e.example/p.png)": "1", **{f"k{i}": "1" for i in range(50)}}, {})
     assert len(notes) == 9 and notes[-1] == "and 43 more"
@@ -248,7 +248,7 @@ def test_no_visitors_text_reaches_anothers_drafts(lm):
     for _ in a.run(24):
         pass
     with pytest.raises(SpecvizError, match="keeps datastore_grow at 0"):
-        from specviz.ui.visitor_request import checked_settings
+        from specviz.lab.visitor_request import checked_settings
 
         checked_settings("", "x", "reader", 16, {"datastore_grow": 1}, policy=Policy.for_public())
     b = Lab()

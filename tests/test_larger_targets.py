@@ -7,7 +7,7 @@ import pytest
 
 from specviz.engine.session import Session
 from specviz.runtime.loading import load_model
-from specviz.tools.random_model import PUBLISHED, describe, materialise
+from specviz.benches.random_model import PUBLISHED, describe, materialise
 
 PROMPT = [{"role": "user", "content": "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n"
                                       "        count += x\n    return count"}]

@@ -14,7 +14,7 @@ PACKAGE = ROOT / "specviz"
 
 # bottom to top: a package may import only itself and packages before it in this list
 LAYERS = ["errors", "params", "runtime", "tree", "records", "accept", "index", "drafters", "methods",
-          "engine", "tools", "ui", "panels", "cli"]
+          "engine", "training", "render", "lab", "panels", "benches", "deploy", "cli"]
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

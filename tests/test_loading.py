@@ -5,7 +5,7 @@ from specviz.errors import SpecvizError
 from specviz.runtime import cache_dir
 from specviz.runtime import loading as models
 from specviz.runtime.loading import load_model
-from specviz.tools.random_model import describe, materialise
+from specviz.benches.random_model import describe, materialise
 
 
 def test_default_model_reloads_from_cache_without_gguf(lm, monkeypatch):

@@ -34,7 +34,7 @@ def test_load_model_with_unknown_mode_runs_fp32_eager_and_says_so(tiny_models):
 
 
 def test_lab_shows_a_mode_fallback_and_keeps_working(lm):
-    from specviz.ui.lab import Lab
+    from specviz.lab.lab import Lab
 
     lab = Lab()
     lab.apply("", "Say hi.", "racer", 8, {}, mode="warp")

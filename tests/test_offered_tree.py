@@ -8,7 +8,7 @@ from specviz.engine.session import Session
 from specviz.engine.suite import load_suite
 from specviz.records.offered import NOT_RANKED
 from specviz.records.trace import Trace
-from specviz.ui.lab import Lab
+from specviz.lab.lab import Lab
 
 CODE = next(item for item in load_suite("assets/suite.jsonl") if item["id"] == "code-rename")
 
@@ -86,7 +86,7 @@ def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same
     from urllib.parse import parse_qsl
 
     import app
-    from specviz.ui.share import query_from_settings, settings_from_query
+    from specviz.lab.share_link import query_from_settings, settings_from_query
 
     query = query_from_settings("racer", "auto", 24, 0.8, 1.0, 11, {}, "code-edit: code-rename")
     settings, notes = settings_from_query(dict(parse_qsl(query[1:])), app.EXAMPLES)

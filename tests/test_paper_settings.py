@@ -5,7 +5,7 @@ is every parameter's default, and the panel names what our default changes and w
 import pytest
 
 from specviz.methods import METHODS
-from specviz.ui.paper_settings import PAPERS, paper_settings, paper_settings_markdown, widget_values
+from specviz.lab.paper_settings import PAPERS, paper_settings, paper_settings_markdown, widget_values
 
 DEFAULTS = {p.name: p.default for m in METHODS.values() for p in m.params}
 

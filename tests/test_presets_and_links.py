@@ -1,10 +1,10 @@
 """Presets are valid configurations; a link's settings round-trip, and nonsense in it is named."""
 
 from specviz.methods import METHODS
-from specviz.ui.compare import side_request
-from specviz.ui.visitor_request import VisitorRequest
-from specviz.ui.presets import PRESETS
-from specviz.ui.share import query_from_settings, settings_from_query
+from specviz.lab.compare import side_request
+from specviz.lab.visitor_request import VisitorRequest
+from specviz.lab.presets import PRESETS
+from specviz.lab.share_link import query_from_settings, settings_from_query
 
 PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
 

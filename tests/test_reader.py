@@ -18,7 +18,7 @@ from specviz.index.suffix_array import SuffixArray, build_suffix_array
 from specviz.records.notes import ModelStageNote, SearchNote
 from specviz.runtime.layer_skip import self_skip_model
 from specviz.runtime.shared import shared_draft
-from specviz.tools.self_repetition import self_repetition
+from specviz.engine.self_repetition import self_repetition
 from specviz.tree.draft_tree import DraftTree
 
 ASSETS = Path(__file__).parent.parent / "assets"

@@ -25,9 +25,9 @@ from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
 from specviz.records.trace import FORMAT_VERSION, Trace
-from specviz.ui import viz
-from specviz.ui.tree_svg import tree_html
-from specviz.ui.recording import shipped_traces, why_small
+from specviz.render import step_panels
+from specviz.render.tree_svg import tree_html
+from specviz.lab.recording import shipped_traces, why_small
 
 ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED, UNREACHED = (
     NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED, NodeStatus.TRANSFERRED, NodeStatus.REJECTED,
@@ -82,10 +82,10 @@ def test_views_show_a_converted_trace_as_its_saved_copy(name, tmp_path):
     trace.save(tmp_path / "again.json")
     again = Trace.load(tmp_path / "again.json")
     for old, new in zip(trace.steps, again.steps):
-        for view in (viz.budget_split_markdown, viz.search_step_markdown, why_small):
+        for view in (step_panels.budget_split_markdown, step_panels.search_step_markdown, why_small):
             assert view(old) == view(new)
-        assert viz.respec_step_markdown(old, trace.token_text) == viz.respec_step_markdown(new, trace.token_text)
-        assert viz.node_choices(old, trace.token_text) == viz.node_choices(new, trace.token_text)
+        assert step_panels.respec_step_markdown(old, trace.token_text) == step_panels.respec_step_markdown(new, trace.token_text)
+        assert step_panels.node_choices(old, trace.token_text) == step_panels.node_choices(new, trace.token_text)
         assert tree_html(old, trace.token_text) == tree_html(new, trace.token_text)
 
 
@@ -108,10 +108,10 @@ def test_every_shipped_trace_is_of_this_version_with_its_offered_trees(name, tmp
 def test_the_shipped_respec_trace_shows_its_decisions():
     trace = Trace.load(shipped_traces()["respec-code-rename"])
     fired = next(step for step in trace.steps if step.note(ReSpecNote).trigger.fired)
-    text = viz.respec_step_markdown(fired, trace.token_text)
+    text = step_panels.respec_step_markdown(fired, trace.token_text)
     assert "retrieval **fired**" in text and "| position | EMA score |" in text and "drafted by **" in text
     unified = Trace.load(shipped_traces()["unified-code-rename"])
-    text = "\n".join(viz.search_step_markdown(step) for step in unified.steps)
+    text = "\n".join(step_panels.search_step_markdown(step) for step in unified.steps)
     assert "**Widening**" in text and "**Draft model stage**" in text and "**Predicted**" in text
 
 
@@ -262,7 +262,7 @@ def test_a_version_2_trace_is_read_into_typed_records():
     assert note.drafted_by == "retrieval" and note.fallback == MeasuredChoice("auto", {"model": None, "logits": 31.0})
     assert note.retrieval.candidates == [RetrievalCandidate(position=3, score=0.5, drafted=1, accepted=1, rate=1.0,
                                                             length=16)]
-    shown = viz.respec_step_markdown(step, trace.token_text)
+    shown = step_panels.respec_step_markdown(step, trace.token_text)
     assert "retrieval **fired**" in shown and "drafted by **retrieval**" in shown and "`Rome`" not in shown
     assert "relaxed acceptances: `␣Rome`" in shown
 
@@ -280,7 +280,7 @@ def test_a_version_2_unified_step_keeps_its_notes_in_stage_order():
         ModelStageNote(ran=False, choice=MeasuredChoice("auto", {"on": 10.0, "off": 40.0}, explore_every=120)),
         SearchNote(tokens=3, matched=2, index="trie", datastore="on"), DeepenNote(seed=None, tokens=0))
     assert record.plan == PlanDecision(predicted_accepted=0.5) and record.split is None and record.sampling is None
-    shown = viz.search_step_markdown(record)
+    shown = step_panels.search_step_markdown(record)
     assert "**Draft model stage** skipped (auto: measured on 10.0 tok/s, off 40.0 tok/s" in shown
     assert "tried every 120 steps" in shown and "**Deepening**: no draft model branch" in shown
 

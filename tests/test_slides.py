@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
-from specviz.ui.slides import tree_svg, write_tree_svg
+from specviz.render.slides import tree_svg, write_tree_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 NASTY = 'a<&>"b\nc'

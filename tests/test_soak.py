@@ -28,7 +28,7 @@ HONEST_PROMPTS = ["Repeat exactly: red green blue, red green blue, red green blu
 
 def settings(**changes) -> dict:
     """/step's named parameters with the public list's first model (its dropdown refuses a blank one)."""
-    from specviz.ui.public import Policy
+    from specviz.lab.public_policy import Policy
 
     return page_settings(**{"model": Policy.for_public().default_model, **changes})
 

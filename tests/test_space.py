@@ -17,12 +17,12 @@ import app  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.methods import METHODS  # noqa: E402
 from specviz.runtime import portable, shared  # noqa: E402
-from specviz.ui import gpu  # noqa: E402
-from specviz.ui.compare import Compare  # noqa: E402
-from specviz.ui.lab import Lab  # noqa: E402
-from specviz.ui.lab_state import CarriedStates, ModelCall, SweepRequest  # noqa: E402
-from specviz.ui.public import Policy  # noqa: E402
-from specviz.ui.recording import shipped_traces  # noqa: E402
+from specviz.lab import model_calls  # noqa: E402
+from specviz.lab.compare import Compare  # noqa: E402
+from specviz.lab.lab import Lab  # noqa: E402
+from specviz.lab.lab_state import CarriedStates, ModelCall, SweepRequest  # noqa: E402
+from specviz.lab.public_policy import Policy  # noqa: E402
+from specviz.lab.recording import shipped_traces  # noqa: E402
 from specviz.accept.sampling import SamplingSettings  # noqa: E402
 
 PROMPT = ("Rename the variable count to total in this function and show the whole function:\n"
@@ -45,10 +45,10 @@ def through_forks():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    entry = forked(gpu.run_model)
-    gpu.use(entry)
+    entry = forked(model_calls.run_model)
+    model_calls.use(entry)
     yield entry.log
-    gpu.use(None)
+    model_calls.use(None)
     torch.set_num_threads(threads)
 
 
@@ -93,7 +93,7 @@ def sweep_walk(lm) -> list:
                            prompts=({"id": "p", "category": "prompt", "prompt": PROMPT},),
                            axes=(("budget", ["4", "8"]),), max_new_tokens=N, params=(), budget=8,
                            sampling=SamplingSettings())
-    results = list(gpu.call(ModelCall("sweep", (), N, sweep=request), []))
+    results = list(model_calls.call(ModelCall("sweep", (), N, sweep=request), []))
     report = results[-1][2][1]
     return [(r["budget"], r["new_tokens"], r["steps"], r["differing"]) for r in report["rows"]]
 
@@ -107,15 +107,15 @@ def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
     cases = [(m, PROMPT, 0.0) for m in METHODS if m not in ("ar", "rapid", "racer-logits", "racer-retrieval")]
     cases += [("racer", PROMPT, 0.8), ("rapid", DOCUMENT, 0.8)]
     for method, prompt, temperature in cases:
-        gpu.use(None)
+        model_calls.use(None)
         here = lab_walk(method, prompt, temperature)
-        gpu.use(forked(gpu.run_model, through_forks))
+        model_calls.use(forked(model_calls.run_model, through_forks))
         there = lab_walk(method, prompt, temperature)
         assert there == here, f"{method} at temperature {temperature} differs through forked calls"
         assert here[2][0][0], f"{method} generated nothing"
-    gpu.use(None)
+    model_calls.use(None)
     ab_here, sweep_here = ab_walk(), sweep_walk(lm)
-    gpu.use(forked(gpu.run_model, through_forks))
+    model_calls.use(forked(model_calls.run_model, through_forks))
     assert ab_walk() == ab_here and sweep_walk(lm) == sweep_here
     assert through_forks.calls > 4 * len(cases)
     print(f"{through_forks.calls} forked calls; largest argument {max(through_forks.argument_bytes)} bytes")
@@ -145,11 +145,11 @@ def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp
     path = save_head(head.network, head.record, tmp_path / "head.safetensors")
     spec = f"head:{path}"
     for method, temperature in (("unified", 0.8), ("reader", 0.0)):  # sampled and greedy, two methods
-        gpu.use(None)
+        model_calls.use(None)
         here = lab_walk(method, PROMPT, temperature, spec)
-        gpu.use(forked(gpu.run_model, through_forks))
+        model_calls.use(forked(model_calls.run_model, through_forks))
         assert lab_walk(method, PROMPT, temperature, spec) == here, (method, temperature)
-    gpu.use(None)
+    model_calls.use(None)
     lab = Lab()
     lab.apply("", PROMPT, "unified", 12, FIXED["unified"], spec)
     lab.step(N)
@@ -185,9 +185,9 @@ def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
         with monkeypatch.context() as patch:
             patch.setattr(portable, "FORMAT", portable.FORMAT + 1)
             blob = portable.dumps(carried.states)
-        yield from gpu.run_model(call, CarriedStates._from_blob(blob, "cpu"))
+        yield from model_calls.run_model(call, CarriedStates._from_blob(blob, "cpu"))
 
-    gpu.use(stale)
+    model_calls.use(stale)
     with pytest.raises(SpecvizError, match="could not be read back.*Reset"):
         lab.step(N)
     assert trail(lab.session) == kept
@@ -337,7 +337,7 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
                 raise gr.Error(text, title=title)
                 yield  # a generator, as run_model is
 
-            gpu.use(refusing)
+            model_calls.use(refusing)
             with pytest.raises(SpecvizError) as refused:
                 lab.step(4)
             assert title in str(refused.value) and text.rstrip(".") in str(refused.value)
@@ -350,11 +350,11 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
         recorded.load_trace(next(iter(shipped_traces().values())))
         recorded.go(1)
         assert recorded.shown_step() is not None and recorded.view().tree
-        gpu.use(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
+        model_calls.use(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
         with pytest.raises(RuntimeError, match="something else"):  # not ZeroGPU's: not dressed up as one
             lab.step(4)
     finally:
-        gpu.use(None)
+        model_calls.use(None)
     lab.step(4)
     assert len(lab.session.records) == len(before[1]) + 1
 
@@ -363,31 +363,31 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
     """runtime.placement: on ZeroGPU the default model's calls run in this process on the CPUs (no quota, no call's
     fixed cost), the others go through spaces.GPU; a call over both is refused; SPECVIZ_CPU_MODELS changes it."""
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    monkeypatch.setattr(gpu, "zero_gpu", lambda: True)
-    on = lambda model: gpu.on_cpu(ModelCall("step", (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
+    monkeypatch.setattr(model_calls, "zero_gpu", lambda: True)
+    on = lambda model: model_calls.on_cpu(ModelCall("step", (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
     assert on("") and on("smollm2-135m-instruct") and not on("HuggingFaceTB/SmolLM2-360M-Instruct")
     with pytest.raises(SpecvizError, match="run in different places"):
-        gpu.on_cpu(ModelCall("step", (Lab.settings_of("", PROMPT, "pld", 8, {}),
+        model_calls.on_cpu(ModelCall("step", (Lab.settings_of("", PROMPT, "pld", 8, {}),
                                       Lab.settings_of("HuggingFaceTB/SmolLM2-1.7B-Instruct", PROMPT, "pld", 8, {}))))
     monkeypatch.setenv("SPECVIZ_CPU_MODELS", "none")
     assert not on("")
     monkeypatch.delenv("SPECVIZ_CPU_MODELS")
-    gpu.use(lambda call, carried: pytest.fail("a CPU-placed model's call reached the GPU entry"))
+    model_calls.use(lambda call, carried: pytest.fail("a CPU-placed model's call reached the GPU entry"))
     try:
         lab = Lab()
         lab.apply("", PROMPT, "pld", 8, {})
         lab.step(4)
         assert len(lab.session.records) == 1
     finally:
-        gpu.use(None)
+        model_calls.use(None)
     step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in (("step", 1), ("run", 128)))
-    assert gpu.call_seconds(step) == 2 and gpu.call_seconds(run) == 15  # a Step is one step, not 15 s
+    assert model_calls.call_seconds(step) == 2 and model_calls.call_seconds(run) == 15  # a Step is one step, not 15 s
 
 
 def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_runs(lm):
     """ZeroGPU forks its workers from a process that may have computed on its CPUs with a thread pool (the
     start-up, a model placed on the CPUs): run_model alone would hang in the child's first parallel region;
-    gpu.run_in_gpu_worker (what spaces.GPU runs) sets one thread first and the call runs."""
+    model_calls.run_in_gpu_worker (what spaces.GPU runs) sets one thread first and the call runs."""
     import torch
 
     threads = torch.get_num_threads()
@@ -396,12 +396,12 @@ def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_ru
         lab = Lab()
         lab.apply("", PROMPT, "unified", 8, FIXED["unified"])
         lab.step(64)  # this process computes on two threads
-        gpu.use(forked(gpu.run_in_gpu_worker, timeout_s=120))
+        model_calls.use(forked(model_calls.run_in_gpu_worker, timeout_s=120))
         lab.step(64)
         lab.step(64)
         assert len(lab.session.records) == 3
     finally:
-        gpu.use(None)
+        model_calls.use(None)
         torch.set_num_threads(threads)
 
 
@@ -410,7 +410,7 @@ def test_no_fork_while_this_process_computes():
     import threading
     import time
 
-    from specviz.ui.fork_guard import ForkGuard
+    from specviz.lab.fork_guard import ForkGuard
 
     guard, order = ForkGuard(), []
 

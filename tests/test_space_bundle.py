@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.runtime.draft_head import head_file_name  # noqa: E402
 from specviz.runtime.loading import DEFAULT_MODEL, GGUF_FILE  # noqa: E402
-from specviz.tools.space_bundle import (REQUIRED_KEYS, ZEROGPU_PYTHONS, ZEROGPU_TORCH, front_matter,  # noqa: E402
+from specviz.deploy.space_bundle import (REQUIRED_KEYS, ZEROGPU_PYTHONS, ZEROGPU_TORCH, front_matter,  # noqa: E402
                                         missing_wheels, pinned, write_bundle)
 
 
@@ -75,7 +75,7 @@ def free_port() -> int:
 # the long test's app: the bundle's app.py with every model call through the ZeroGPU stand-in (a forked worker per
 # call running what spaces.GPU runs, pickles both ways), this process on the threads its CPU quota gives
 STANDIN_LAUNCH = ("import runpy, sys; sys.argv = ['app.py']; from zerogpu_standin import forked; "
-                  "from specviz.ui import gpu; gpu.use(forked(gpu.run_in_gpu_worker)); "
+                  "from specviz.lab import model_calls; model_calls.use(forked(model_calls.run_in_gpu_worker)); "
                   "runpy.run_path('app.py', run_name='__main__')")
 
 

@@ -207,7 +207,7 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     import gradio as gr
 
     from specviz.panels.static_tree_tab import StaticTreeTab
-    from specviz.ui.public import Policy
+    from specviz.lab.public_policy import Policy
 
     curve = costmodel.CostModel(sizes=[1, 2, 4, 8], ms=[1.0, 1.1, 1.2, 1.4], context_len=64, model=tiny.name,
                                 device="cpu", dtype="fp32", threads=1)

@@ -8,7 +8,7 @@ import pytest
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.suite import load_suite
 from specviz.errors import SpecvizError
-from specviz.tools.sweep import (
+from specviz.engine.sweep_grid import (
     MAX_SWEEP_POINTS,
     MAX_SWEEP_RUNS,
     format_grid,

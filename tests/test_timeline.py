@@ -4,8 +4,8 @@ small, and a replay beside the live run."""
 import pytest
 
 from specviz.records.trace import Trace
-from specviz.ui.lab import Lab
-from specviz.ui.recording import Recording, accepted_path, shipped_traces, why_small
+from specviz.lab.lab import Lab
+from specviz.lab.recording import Recording, accepted_path, shipped_traces, why_small
 
 PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
 
@@ -102,7 +102,7 @@ def test_live_timeline_and_play_step_on(lm, tmp_path):
 
 # ---- a first visit ---------------------------------------------------------------------------------------------
 def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
-    from specviz.ui.first_visit import first_view, open_first_visit
+    from specviz.lab.first_visit import first_view, open_first_visit
 
     path = shipped_traces()["unified-code-rename"]
     examples = {"code-edit: code-rename": "not this one", "other": "nor this"}

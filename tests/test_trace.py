@@ -11,7 +11,7 @@ import pytest
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS
 from specviz.records.trace import FORMAT_VERSION, MAX_TRACE_BYTES, Trace
-from specviz.ui.recording import Recording, shipped_traces
+from specviz.lab.recording import Recording, shipped_traces
 
 ROOT = Path(__file__).parent.parent
 
@@ -88,7 +88,7 @@ def test_shipped_traces_cover_every_method_and_replay_without_a_model():
         "import sys; sys.path.insert(0, '.')\n"
         "import app\n"
         "from specviz.runtime import shared as resources\n"
-        "from specviz.ui.lab import Lab\n"
+        "from specviz.lab.lab import Lab\n"
         "for name, path in app.TRACES.items():\n"
         "    lab = Lab(); lab.load_trace(path, name)\n"
         "    shown = app._shown(lab); plots = app.on_accounting(lab)\n"

@@ -107,7 +107,7 @@ def test_sources_are_an_open_registry():
         tree = DraftTree(1)
         tree.add(0, 5, "test-source")
         assert tree.allocation()["test-source"] == 1
-        from specviz.ui.viz import colour_of, source_legend_html
+        from specviz.render.step_panels import colour_of, source_legend_html
         assert colour_of("test-source") == "#123456" and "test-source" in source_legend_html()
     finally:
         del sources.SOURCES["test-source"]

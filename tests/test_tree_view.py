@@ -11,9 +11,9 @@ from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
-from specviz.ui.tree_layout import CANVAS, FONT_PX, MIN_PITCH, Box, layout, text_width
-from specviz.ui.tree_svg import svg_element, tree_html
-from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, VERIFY_AT, short_label,
+from specviz.render.tree_layout import CANVAS, FONT_PX, MIN_PITCH, Box, layout, text_width
+from specviz.render.tree_svg import svg_element, tree_html
+from specviz.render.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, VERIFY_AT, short_label,
                                   shown_tree)
 
 SVG = "{http://www.w3.org/2000/svg}"

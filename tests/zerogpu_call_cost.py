@@ -16,9 +16,9 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 import torch  # noqa: E402
 
 from zerogpu_standin import forked  # noqa: E402
-from specviz.ui import gpu  # noqa: E402
-from specviz.ui.lab import Lab  # noqa: E402
-from specviz.ui.lab_state import ModelCall  # noqa: E402
+from specviz.lab import model_calls  # noqa: E402
+from specviz.lab.lab import Lab  # noqa: E402
+from specviz.lab.lab_state import ModelCall  # noqa: E402
 
 PROMPT = "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n        count += x\n    return count"
 
@@ -42,18 +42,18 @@ def main() -> None:
     parser.add_argument("--run-tokens", type=int, default=32)
     args = parser.parse_args()
     torch.set_num_threads(1)  # forks need one compute thread (zerogpu_standin); both sides run alike
-    entry = forked(gpu.run_model)
+    entry = forked(model_calls.run_model)
     results = {}
     for action, tokens in (("step", 1), ("run", args.run_tokens)):
         here, there = [], []
         for _ in range(args.repeats):
-            gpu.use(None)
+            model_calls.use(None)
             here.append(timed(action, tokens))
-            gpu.use(entry)
+            model_calls.use(entry)
             there.append(timed(action, tokens))
-        gpu.use(None)
+        model_calls.use(None)
         settings = Lab.settings_of("", PROMPT, "unified", "auto", {})
-        declared = gpu.call_seconds(ModelCall(action, (settings,), tokens))
+        declared = model_calls.call_seconds(ModelCall(action, (settings,), tokens))
         results[action] = (statistics.median(here), statistics.median(there), declared)
         print(f"{action} ({tokens} token{'s' if tokens > 1 else ''}): in this process {results[action][0]:.3f} s, "
               f"through a forked call {results[action][1]:.3f} s (+{results[action][1] - results[action][0]:.3f} s); "

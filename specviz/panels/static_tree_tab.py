@@ -10,13 +10,14 @@ from specviz.engine.static_study import StaticTreeStudy
 from specviz.errors import SpecvizError, quoted
 from specviz.runtime.prompts import as_messages
 from specviz.tree.static_tree_export import FORMATS, export
-from specviz.ui import gpu, visitors
-from specviz.ui.input_values import text_value, whole_number
-from specviz.ui.lab import Lab
-from specviz.ui.lab_state import ModelCall, StaticTreeRequest
-from specviz.ui.public import Policy
-from specviz.ui.static_tree_view import level_table_markdown, speedup_figure, static_tree_figure
-from specviz.ui.visitor_request import MAX_NAME_CHARS, VisitorRequest
+from specviz.lab import model_calls
+from specviz.lab import visitors
+from specviz.lab.input_values import text_value, whole_number
+from specviz.lab.lab import Lab
+from specviz.lab.lab_state import ModelCall, StaticTreeRequest
+from specviz.lab.public_policy import Policy
+from specviz.render.static_tree_figures import level_table_markdown, speedup_figure, static_tree_figure
+from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
 
 SCOPES = ("page prompt", "tuning suite", "held-out suite")
 TEXT_FORMATS = tuple(f for f in FORMATS if f != "graphml")  # GraphML comes as a file
@@ -83,7 +84,7 @@ class StaticTreeTab:
             prompts = self._prompts(scope, chosen.prompt)
             request = StaticTreeRequest(model=chosen.model, mode=chosen.mode, drafter=spec, prompts=tuple(prompts),
                                         depth=depth, max_rank=MAX_RANK, max_new_tokens=tokens)
-            study = gpu.reported(ModelCall("static-tree", (), static_tree=request),
+            study = model_calls.reported(ModelCall("static-tree", (), static_tree=request),
                                  lambda done, total, label: progress((done, total), desc=label))
         except SpecvizError as error:
             return (gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(),

@@ -17,9 +17,9 @@ from typing import Callable
 from specviz.records.status import NodeStatus
 from specviz.records.step import StepRecord
 from specviz.tree import sources as source_registry
-from specviz.ui.svg_text import attr, escape, num, points
-from specviz.ui.tree_layout import CANVAS, LABEL_GAP, RADIUS, TreeGeometry, layout
-from specviz.ui.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, STILL_AT, VERIFY_AT,
+from specviz.render.svg_text import attr, escape, num, points
+from specviz.render.tree_layout import CANVAS, LABEL_GAP, RADIUS, TreeGeometry, layout
+from specviz.render.tree_view import (ACCEPT_START, BONUS, COMMIT_AT, CUT, DRAFT_END, PLAN_AT, STILL_AT, VERIFY_AT,
                                   ShownNode, ShownTree, shown_tree)
 
 MONO = "'DejaVu Sans Mono', ui-monospace, Menlo, Consolas, monospace"

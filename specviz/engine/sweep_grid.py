@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from specviz.params import Param
 from specviz.errors import SpecvizError
-from specviz.tools.totals import by_category, totals
+from specviz.engine.totals import by_category, totals
 
 if TYPE_CHECKING:
     from specviz.accept.sampling import SamplingSettings

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Callable
 
 from specviz.records.step import StepRecord
-from specviz.ui.svg_text import attr, escape, num
-from specviz.ui.tree_layout import PAD, layout, text_width
-from specviz.ui.tree_svg import (BONUS_COLOUR, MONO, PATH_EDGE, ROOT_COLOUR, SHAPES, STATUS_NAMES, STATUS_ORDER,
+from specviz.render.svg_text import attr, escape, num
+from specviz.render.tree_layout import PAD, layout, text_width
+from specviz.render.tree_svg import (BONUS_COLOUR, MONO, PATH_EDGE, ROOT_COLOUR, SHAPES, STATUS_NAMES, STATUS_ORDER,
                                  marker, source_colour, tree_svg_body)
-from specviz.ui.tree_view import BONUS, shown_tree
+from specviz.render.tree_view import BONUS, shown_tree
 from specviz.records.status import NodeStatus
 
 TOKEN_PX, TITLE_PX, LEGEND_PX = 18, 22, 16

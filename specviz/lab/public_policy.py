@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError, quoted
-from specviz.ui.input_values import MAX_TOKENS_PRIVATE, whole_number
+from specviz.lab.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared import SELF_DRAFT
 
@@ -191,7 +191,7 @@ class Policy:
 
     def shown(self, text: str) -> str:
         """A message as this policy shows it: in public mode without any server path (ui.server_paths)."""
-        from specviz.ui.server_paths import hide_server_paths
+        from specviz.lab.server_paths import hide_server_paths
 
         return hide_server_paths(text) if self.public and isinstance(text, str) else text
 

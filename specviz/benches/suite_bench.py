@@ -12,7 +12,7 @@ from specviz.methods import METHODS, PEER_METHODS, get_method
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
 from specviz.accept.sampling import SamplingSettings
-from specviz.tools.totals import by_category, totals, worst_verdict
+from specviz.engine.totals import by_category, totals, worst_verdict
 
 BASELINE = "ar"
 
@@ -81,7 +81,7 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
         warm_up(lm, method, PromptText.of(suite[0]["messages"]), prompt_ids=encoded[0][1],
                 params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
     from specviz.index.datastore import shared_datastore
-    from specviz.tools.self_repetition import self_repetition
+    from specviz.engine.self_repetition import self_repetition
 
     try:
         datastore = shared_datastore(lm)

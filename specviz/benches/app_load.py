@@ -154,7 +154,7 @@ def time_replay(path: Path) -> dict:
     step's full page: tree, text so far, counters, panels), in this process, with no model."""
     import app  # the page's own output mapping
 
-    from specviz.ui.lab import Lab
+    from specviz.lab.lab import Lab
 
     lab = Lab()
     started = time.perf_counter()

@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError
-from specviz.ui.fork_guard import GUARD
+from specviz.lab.fork_guard import GUARD
 
 STARTED = time.monotonic()  # this module is imported as the app starts
 
@@ -61,7 +61,7 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
     from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
     from specviz.index import datastore
     from specviz.runtime.shared import shared_model
-    from specviz.ui import head_training
+    from specviz.lab import head_training
 
     status.current = "loading the model"
     lm = shared_model(model)
@@ -91,7 +91,7 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
 
 def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
     """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
-    from specviz.ui.lab import Lab
+    from specviz.lab.lab import Lab
 
     try:
         with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (ui.fork_guard)

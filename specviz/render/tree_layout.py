@@ -16,7 +16,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass, field
 
-from specviz.ui.tree_view import BONUS, ShownNode
+from specviz.render.tree_view import BONUS, ShownNode
 
 FONT_PX = 15            # token labels: at least 14 px on a 1280x720 screen
 RADIUS = 9              # marker radius

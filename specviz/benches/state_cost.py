@@ -11,8 +11,8 @@ import time
 
 
 def measure(lm, contexts=(500, 4000), method: str = "unified", repeats: int = 5, steps: int = 4) -> list[dict]:
-    from specviz.ui.lab import Lab
-    from specviz.ui.lab_state import CarriedStates
+    from specviz.lab.lab import Lab
+    from specviz.lab.lab_state import CarriedStates
 
     words = ("the ferry leaves the north pier at seven and the island school opens at nine while the harbour "
              "master counts the boats ").split()

@@ -15,9 +15,9 @@ from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError
 from specviz.methods import BUDGET_MAX, METHODS, get_method
 from specviz.runtime.shared import mode_key, model_key
-from specviz.ui.lab_state import Settings, parse_prompt
-from specviz.ui.input_values import MAX_TOKENS_PRIVATE, flag, scalar, text_value, whole_number
-from specviz.ui.public import Policy
+from specviz.lab.lab_state import Settings, parse_prompt
+from specviz.lab.input_values import MAX_TOKENS_PRIVATE, flag, scalar, text_value, whole_number
+from specviz.lab.public_policy import Policy
 
 # the page's settings widgets by the keyword every model event passes them as (the API's named parameters)
 SETTING_NAMES = ("model", "draft_model", "mode", "prompt", "method", "auto_budget", "budget", "temperature", "top_p",

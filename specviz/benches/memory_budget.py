@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.memory_release import give_back_freed_memory
-from specviz.tools.space_figures import FAMILY, PROMPT, rss_bytes
-from specviz.ui.lab import Lab
-from specviz.ui.public import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
+from specviz.benches.space_figures import FAMILY, PROMPT, rss_bytes
+from specviz.lab.lab import Lab
+from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
                                MAX_PROMPT_TOKENS)
 
 MODEL_CONCURRENCY = 2  # model calls at once (app.py's SPECVIZ_MODEL_CONCURRENCY default)

@@ -36,7 +36,7 @@ from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import (HeadNetwork, HeadRecord, head_path, save_head, target_identity,
                                         target_shape)
 from specviz.runtime.loaded_model import LoadedModel
-from specviz.tools.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
+from specviz.training.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
                                        python_code, python_reference, request_prompt, shipped_answers,
                                        topic_questions, usable_request)
 

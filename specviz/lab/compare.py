@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError, quoted
 from specviz.runtime.gc_pauses import request_collection
-from specviz.ui.lab import Lab
-from specviz.ui.live_sessions import LIVE
-from specviz.ui.lab_state import ModelCall
-from specviz.ui.views import CompareView
-from specviz.ui.tree_svg import tree_html
-from specviz.ui.viz import token_diff_html, tokens_html
-from specviz.ui.input_values import text_value
-from specviz.ui.public import Policy
-from specviz.ui.visitor_request import VisitorRequest
+from specviz.lab.lab import Lab
+from specviz.lab.live_sessions import LIVE
+from specviz.lab.lab_state import ModelCall
+from specviz.render.views import CompareView
+from specviz.render.tree_svg import tree_html
+from specviz.render.step_panels import token_diff_html, tokens_html
+from specviz.lab.input_values import text_value
+from specviz.lab.public_policy import Policy
+from specviz.lab.visitor_request import VisitorRequest
 
 MAX_OVERRIDES_CHARS = 500
 
@@ -64,7 +64,7 @@ class Compare:
 
     def _call(self, action: str, max_new_tokens: int):
         """One model call on both sides' states (ui.gpu): each reply becomes the sides' states."""
-        from specviz.ui import gpu
+        from specviz.lab import model_calls
 
         if self.a.wanted is None or self.b.wanted is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
@@ -72,7 +72,7 @@ class Compare:
         LIVE.touch(self.a)
         LIVE.touch(self.b)
         generations = (self.a.generation, self.b.generation)
-        replies = gpu.call(call, [self.a.state, self.b.state])
+        replies = model_calls.call(call, [self.a.state, self.b.state])
         try:
             while True:
                 with self.a.stepping, self.b.stepping:  # held while the call works, not while a reply is shown

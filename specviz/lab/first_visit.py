@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specviz.ui.lab import AUTOPLAY_FLAG, Lab
-from specviz.ui.recording import user_message
-from specviz.ui.views import LabView
+from specviz.lab.lab import AUTOPLAY_FLAG, Lab
+from specviz.lab.recording import user_message
+from specviz.render.views import LabView
 
 FIRST_PACE_S = 2.5  # seconds per step while a first visit plays: each phase of a step, then the step held still
 

@@ -18,8 +18,8 @@ from typing import Callable, Iterator
 
 from specviz.errors import SpecvizError
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
-from specviz.ui.fork_guard import GUARD
-from specviz.ui.lab_state import (CarriedStates, LabState, ModelCall, ModelReply, perform, perform_static_tree,
+from specviz.lab.fork_guard import GUARD
+from specviz.lab.lab_state import (CarriedStates, LabState, ModelCall, ModelReply, perform, perform_static_tree,
                                   perform_sweep)
 
 try:  # ZeroGPU: `spaces` before torch touches CUDA (app.py imports it first of all; here for other entry points)

@@ -3,8 +3,8 @@ thing on the first screen), presentation mode, the keys, and a first visit that 
 
 from __future__ import annotations
 
-from specviz.ui.tree_svg import TREE_CSS
-from specviz.ui.viz import TOKEN_CSS
+from specviz.render.tree_svg import TREE_CSS
+from specviz.render.step_panels import TOKEN_CSS
 
 TITLE_HTML = ('<div class="brand"><strong>specviz</strong> <span>speculative decoding with draft trees: each step '
               'drafts a tree, verifies it in one forward pass, keeps what the model agrees with</span></div>')
@@ -21,7 +21,7 @@ LAYOUT_CSS = """
 #generated .generated { max-height: calc(100vh - 390px); overflow-y: auto; }
 #counters, #step-caption { font-size: 14px; }
 #paper-note { font-size: 13px; }
-/* panels with nothing to show, from the tree box's flags (ui/lab.py: view) */
+/* panels with nothing to show, from the tree box's flags (lab/lab.py: view) */
 body:has(#tree-box .tv[data-has-sampling="0"]) #distribution-plot,
 body:has(#tree-box .tv[data-has-sampling="0"]) #node-pick,
 body:has(#tree-box .tv[data-has-plan="0"]) #prediction-plot,

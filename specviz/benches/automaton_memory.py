@@ -5,7 +5,7 @@ from __future__ import annotations
 from specviz.runtime.loading import LoadedModel
 from specviz.engine.run import run_method
 from specviz.methods import get_method
-from specviz.tools.bench import params_for
+from specviz.benches.suite_bench import params_for
 
 
 def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, params: dict | None = None,

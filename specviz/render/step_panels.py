@@ -13,8 +13,8 @@ from specviz.tree import sources
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
 from specviz.records.status import BENT_STATUSES, NodeStatus
 from specviz.records.step import StepRecord
-from specviz.ui.markdown_text import md_code, md_text
-from specviz.ui.tree_view import COMMIT_AT, visible_token
+from specviz.render.markdown_text import md_code, md_text
+from specviz.render.tree_view import COMMIT_AT, visible_token
 
 # the marks of committed tokens that are not sources (Okabe-Ito's remaining colours): several sources, the
 # target's bonus token, and the statuses accepted by a rule that bends p

@@ -14,19 +14,19 @@ from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.records.trace import Trace
-from specviz.ui import accounting
+from specviz.render import accounting_figures
 from specviz.engine.prediction import ar_ms_per_token, check
 from specviz.engine.run import RunResult
-from specviz.ui.recording import Recording, shipped_ar_trace, user_message, why_small
-from specviz.ui.tree_svg import tree_html
-from specviz.ui.viz import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
+from specviz.lab.recording import Recording, shipped_ar_trace, user_message, why_small
+from specviz.render.tree_svg import tree_html
+from specviz.render.step_panels import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown)
-from specviz.ui.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
-from specviz.ui.live_sessions import LIVE
-from specviz.ui.markdown_text import md_text
-from specviz.ui.views import AccountingView, LabView
-from specviz.ui.visitor_request import checked_settings
+from specviz.lab.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
+from specviz.lab.live_sessions import LIVE
+from specviz.render.markdown_text import md_text
+from specviz.render.views import AccountingView, LabView
+from specviz.lab.visitor_request import checked_settings
 
 # in the text's HTML while a first visit's recording plays by itself: the page's script stops it at the first touch
 AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
@@ -91,7 +91,7 @@ class Lab:
     # ---- actions --------------------------------------------------------------------------------
     def _call(self, action: str, max_new_tokens: int, every_s: float = 0.25):
         """Generator over one model call on this session's state: each reply becomes the state."""
-        from specviz.ui import gpu
+        from specviz.lab import model_calls
 
         if self.wanted is None:
             verb = {"run": "Run"}.get(action, "Step")
@@ -99,7 +99,7 @@ class Lab:
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
         LIVE.touch(self)
         generation = self.generation
-        for states, messages, _ in gpu.call(call, [self.state]):
+        for states, messages, _ in model_calls.call(call, [self.state]):
             if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
                 return
             self.state = states[0]
@@ -238,11 +238,11 @@ class Lab:
         if recording is not None and shown is not None and shown < len(recording.records) - 1:
             self.go_to(shown + 1)
             return True
-        from specviz.ui import gpu
+        from specviz.lab import model_calls
 
         live = self.replay is None and self.session is not None and not self.session.finished \
             and len(self.session.output_ids) < max_new_tokens
-        if live and not gpu.zero_gpu():
+        if live and not model_calls.zero_gpu():
             self.step(max_new_tokens)
             return True
         self.playing = False
@@ -465,10 +465,10 @@ class Lab:
         draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
         ar_ms = self.ar_ms_per_token()
         return AccountingView(
-            sources=accounting.sources_figure(records), acceptance=accounting.acceptance_figure(records),
-            waste=accounting.waste_figure(records), time_split=accounting.time_split_figure(records),
-            lanes=accounting.lanes_figure(self.lanes()),
-            cost=accounting.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms,
+            sources=accounting_figures.sources_figure(records), acceptance=accounting_figures.acceptance_figure(records),
+            waste=accounting_figures.waste_figure(records), time_split=accounting_figures.time_split_figure(records),
+            lanes=accounting_figures.lanes_figure(self.lanes()),
+            cost=accounting_figures.cost_figure(curve, expected, len(record.nodes) - 1 if record else None, draft_ms,
                                         plan.verify_ms if plan else None,
                                         check([record], ar_ms) if record else None,
                                         check(records, ar_ms) if records else None))

@@ -351,7 +351,7 @@ def _reporting(work: Callable[[Callable], object]):
 
 def perform_sweep(request: SweepRequest):
     """Generator: a sweep's progress as ("progress", done, total, label), then ("report", report)."""
-    from specviz.tools.sweep import run_grid
+    from specviz.engine.sweep_grid import run_grid
 
     lm = shared_model(request.model, request.mode)
     draft = shared_draft(lm, request.draft_model, request.mode)

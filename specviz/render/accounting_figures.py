@@ -12,7 +12,7 @@ from specviz.tree import sources
 from specviz.records.status import ACCEPTED_STATUSES
 from specviz.records.step import StepRecord
 from specviz.engine.prediction import SpeedupCheck
-from specviz.ui.viz import MARK_COLOURS
+from specviz.render.step_panels import MARK_COLOURS
 
 TIME_PARTS = (("draft", "draft", "#ff7f0e"), ("forward", "verify forward", "#1f77b4"),
               ("accept", "accept (verify - forward)", "#9467bd"), ("update", "update", "#7f7f7f"))
