@@ -9,7 +9,7 @@ import torch
 os.environ.setdefault("SPECVIZ_HEADS", tempfile.mkdtemp(prefix="specviz-test-heads-"))
 os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
 
-from specviz.runtime.shared import shared_model  # noqa: E402
+from specviz.runtime.shared_resources import shared_model  # noqa: E402
 
 LONG_FLAG = "--long"  # the README names it: `bash tests/run.sh --long`
 

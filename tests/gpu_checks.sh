@@ -7,7 +7,7 @@
 #   PART=3  carries .whl and .gpu/twin alone (one short call): where a captured forward's time goes, by op
 #           variant (tests/gpu_graph_profile.py), fp32 and bf16.
 #   PART=2  carries .gpu/b: the real default model and its trained head; `bench --graphs both` on the held-out
-#           suite and the tuning suite (fp32 greedy, lossless column), `overhead --graphs both` (the step's
+#           suite and the tuning suite (fp32 greedy, lossless column), `dev overhead --graphs both` (the step's
 #           breakdown), and bf16 with graphs on (its differences classified by the bench's verdict column).
 # Prepare here: bash tests/gpu_head_prepare.sh. DEV=cpu SHORT=1 runs it here as a dry run (graphs=static).
 set -uo pipefail
@@ -24,7 +24,7 @@ if [ "$PART" = 1 ]; then
   $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
     | tee -a "$OUT/gpu.txt"
   MODEL=/tmp/twin; rm -rf $MODEL; cp -r .gpu/twin $MODEL
-  run $PY -m specviz random-model --out $MODEL --weights --seed 0 || exit 1
+  run $PY -m specviz dev random-model --out $MODEL --weights --seed 0 || exit 1
   for mode in fp32 bf16; do
     run_until $deadline $PY tests/gpu_graph_timings.py --model $MODEL --device $DEV --mode $mode --graphs $GRAPHS \
       --sizes $SIZES --repeats $TIMED --json "$OUT/timings-$mode.json"
@@ -42,7 +42,7 @@ fi
 
 if [ "$PART" = 3 ]; then
   MODEL=/tmp/twin; rm -rf $MODEL; cp -r .gpu/twin $MODEL
-  run $PY -m specviz random-model --out $MODEL --weights --seed 0 >/dev/null || exit 1
+  run $PY -m specviz dev random-model --out $MODEL --weights --seed 0 >/dev/null || exit 1
   for mode in fp32 bf16; do
     run timeout ${BUDGET_S:-60} $PY tests/gpu_graph_profile.py --model $MODEL --device $DEV --mode $mode
   done
@@ -66,7 +66,7 @@ common="--device $DEV --draft-model head"
 bench="bench $common --methods ar,racer,respec,reader,unified --max-new-tokens $TOKENS --skip-category long-context"
 run_until $deadline $PY -m specviz $bench --mode fp32 --graphs $BOTH --repeats $REPEATS --suite assets/heldout.jsonl \
   --json "$OUT/bench-heldout.json"
-run_until $deadline $PY -m specviz overhead $common --mode fp32 --graphs $BOTH --suite assets/heldout.jsonl \
+run_until $deadline $PY -m specviz dev overhead $common --mode fp32 --graphs $BOTH --suite assets/heldout.jsonl \
   --method unified --budgets auto,64 --max-new-tokens 32
 run_until $deadline $PY -m specviz $bench --mode fp32 --graphs $BOTH --repeats 1 --suite assets/suite.jsonl \
   --json "$OUT/bench-suite.json"

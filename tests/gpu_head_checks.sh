@@ -21,7 +21,7 @@ if [ "$PART" = 1 ]; then
   $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
     | tee -a "$OUT/gpu.txt"
   MODEL=/tmp/twin; rm -rf $MODEL; cp -r .gpu/twin $MODEL
-  run $PY -m specviz random-model --out $MODEL --weights --seed 0 || exit 1
+  run $PY -m specviz dev random-model --out $MODEL --weights --seed 0 || exit 1
   run $PY tests/gpu_random_head.py --model $MODEL --out /tmp/twin-heads || exit 1
   head -n 2 assets/heldout.jsonl > /tmp/smoke.jsonl
   export SPECVIZ_HEADS=/tmp/twin-heads

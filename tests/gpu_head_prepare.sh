@@ -12,7 +12,7 @@ rm -rf .gpu && mkdir -p .gpu/a .gpu/b .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl transformers==5.23.0 gguf==0.19.0 pyahocorasick==2.3.1
-$PY -m specviz random-model --out .gpu/twin
+$PY -m specviz dev random-model --out .gpu/twin
 gguf=$($PY -c "from specviz.runtime.loading import packaged_gguf_dir, GGUF_FILE; print(packaged_gguf_dir() / GGUF_FILE)")
 head=$($PY -c "from specviz.runtime.draft_head import head_path; from specviz.runtime.loading import load_model
 print(head_path(load_model()))")

@@ -6,6 +6,7 @@ from specviz.records.plan import SourceShare
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
 from specviz.render import accounting_figures
+from specviz.render.accounting_figures import Lane
 
 ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED = (NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED,
                                                   NodeStatus.TRANSFERRED, NodeStatus.REJECTED)
@@ -123,7 +124,7 @@ def test_time_split_figure(records):
     assert parts == {"draft": [2.0, 1.0, 0.0], "verify forward": [8.0, 5.0, 4.0],
                      "accept (verify - forward)": [2.0, 1.0, 0.0], "update": [1.0, 0.5, 0.5]}
     for step, record in enumerate(records):  # the four parts stack up to the step's total
-        assert sum(p[step] for p in parts.values()) == pytest.approx(record.timings_ms["total"])
+        assert sum(p[step] for p in parts.values()) == pytest.approx(record.timings_ms.total)
     assert figure.layout.barmode == "stack"
     assert "25 ms" in figure.layout.title.text and "forward 17 ms (68%)" in figure.layout.title.text
 
@@ -131,7 +132,7 @@ def test_time_split_figure(records):
 def test_lanes_figure(records):
     plain = [make_record(i, [], committed=1, origins=["bonus"], allocation={}, timings=timings(0.0, 4.0, 4.0, 0.0))
              for i in range(7)]
-    figure = accounting_figures.lanes_figure([("tree", 10.0, records), ("plain", 10.0, plain)])
+    figure = accounting_figures.lanes_figure([Lane("tree", 10.0, records), Lane("plain", 10.0, plain)])
     prefill0, steps0, prefill1, steps1 = figure.data
     assert list(prefill0.x) == [10.0] and list(prefill0.base) == [0.0]
     assert list(steps0.text) == ["3", "3", "1"]
@@ -177,8 +178,8 @@ def test_cost_figure_without_draft_time_or_choice():
 def test_empty_states_do_not_crash():
     figures = [accounting_figures.sources_figure([]), accounting_figures.acceptance_figure([]), accounting_figures.waste_figure([]),
                accounting_figures.time_split_figure([]), accounting_figures.lanes_figure([]),
-               accounting_figures.lanes_figure([("tree", 0.0, []), ("plain", 0.0, [])]),
-               accounting_figures.lanes_figure([("tree", 12.0, [])]),
+               accounting_figures.lanes_figure([Lane("tree", 0.0, []), Lane("plain", 0.0, [])]),
+               accounting_figures.lanes_figure([Lane("tree", 12.0, [])]),
                accounting_figures.cost_figure(None, None, None), accounting_figures.cost_figure(None, [0.0, 1.0], 1),
                accounting_figures.cost_figure({"sizes": [1, 4], "ms": [5.0, 7.0]}, None, None)]
     for figure in figures:

@@ -3,18 +3,23 @@
 import os
 import shutil
 import socket
-import sys
 from pathlib import Path
 
 import pytest
-from browser_waits import wait_for_tree_after, wait_until_still
+from browser_waits import assert_stays, wait_for_tree_after, wait_until, wait_until_quiet, wait_until_still
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-import app  # noqa: E402
+from app_page import CONTEXT, counters_of, launched, named, page_for  # noqa: E402
+
+from specviz.lab.visitor_request import PARAMS  # noqa: E402
+from specviz.panels.page_context import MODEL_CONCURRENCY  # noqa: E402
 
 PROMPT = "Repeat twice: <b>bold</b> & more, <b>bold</b> & more."
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(os.environ.get("SPECVIZ_SCREENSHOTS", "/tmp/specviz-screenshots"))
+PLAY_PACE_S = 0.3  # the pace the timeline test plays at (s per step)
+# a timer still running moves the caption once a pace: unchanged this many paces, a step counts as held (five,
+# so that a tick answered late on a busy machine still shows)
+QUIET_PACES = 5
 
 
 def launch_chromium(playwright):
@@ -42,11 +47,11 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def url(lm):
-    demo = app.build_app().queue()
+    page = page_for()
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
+    launched(page, port)
     yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    page.blocks.close()
 
 
 def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8, draft_model="", mode="",
@@ -54,41 +59,44 @@ def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8,
     """The named parameters of /step, /run, /ab_step, ... (every method parameter at its default unless given)."""
     return {"max_new_tokens": max_new_tokens, "model": model, "draft_model": draft_model, "mode": mode,
             "prompt": prompt, "method": method, "auto_budget": False, "budget": budget, "temperature": temperature,
-            "top_p": top_p, "seed": seed, **{p.name: params.get(p.name, p.default) for p in app.PARAMS}}
+            "top_p": top_p, "seed": seed, **{p.name: params.get(p.name, p.default) for p in PARAMS}}
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    figure, text, counters, split, _, _, _, message, *_ = client.predict(**settings(), api_name="/step")
-    assert "steps** 1" in counters and message == ""
-    assert "<b>" not in text  # tokens are escaped
-    figure, text, counters, split, _, _, _, message, *_ = client.predict(**settings(), api_name="/run")
-    assert "speedup vs ar" in counters and "x (ar" in counters
-    assert "identical to greedy ar" in counters
-    assert message.startswith("Done")
-    kept = counters
-    # bad input: a clear message, and the session (with its output) survives
+    out = named(client.predict(**settings(), api_name="/step"))
+    assert counters_of(client)["figures"]["steps"] == 1 and out["message"] == ""
+    assert "<b>" not in out["text_html"]  # tokens are escaped
+    out = named(client.predict(**settings(), api_name="/run"))
+    counters = counters_of(client)
+    versus = counters["versus_ar"]  # the speedup over ar, measured, and the tokens compared with greedy ar's
+    assert versus is not None and versus["speedup"] > 0 and versus["ar_tokens_per_s"] > 0, counters
+    assert counters["temperature"] == 0 and versus["identical"], counters  # identical to greedy ar
+    assert out["message"].startswith("Done")
+    kept, shown = counters, out["counters"]
+    # bad input: a clear message, and the session (with its output) survives, shown as it was
     for bad, expected in [(settings(prompt=""), "prompt is empty"),
                           (settings(model="/no/such/model"), "does not exist")]:
-        _, _, counters, _, _, _, _, message, *_ = client.predict(**bad, api_name="/step")
-        assert expected in message and counters == kept
-    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(), api_name="/step")
-    assert "raise the limit" in message or "finished" in message
-    _, text, counters, _, _, _, _, message, *_ = client.predict(api_name="/reset")
-    assert "Nothing generated yet" in text
+        out = named(client.predict(**bad, api_name="/step"))
+        assert expected in out["message"] and out["counters"] == shown and counters_of(client) == kept
+    out = named(client.predict(**settings(), api_name="/step"))
+    assert "raise the limit" in out["message"] or "finished" in out["message"]
+    out = named(client.predict(api_name="/reset"))
+    assert "Nothing generated yet" in out["text_html"] and counters_of(client) is None
 
 
 def test_racer_split_panel_and_bad_settings(url):
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    _, _, counters, split, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
-    assert message == "" and "steps** 1" in counters
-    _, _, counters, split, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
+    out = named(client.predict(**settings(method="racer", budget=32), api_name="/step"))
+    assert out["message"] == "" and counters_of(client)["figures"]["steps"] == 1
+    out = named(client.predict(**settings(method="racer", budget=32), api_name="/step"))
+    split = out["budget_split"]
     assert "Budget split" in split and "| retrieval |" in split and "| logits |" in split
-    kept = counters
+    kept, shown = counters_of(client), out["counters"]
     # values past a slider's range are refused by Gradio itself, with its own clear message
     from gradio_client.exceptions import AppError
     for bad, expected in [(dict(ngram_length=1000), "greater than maximum"),
@@ -99,16 +107,17 @@ def test_racer_split_panel_and_bad_settings(url):
         with pytest.raises(AppError, match=expected):
             client.predict(**settings(method="racer", **bad), api_name="/step")
     # values each slider allows but that contradict each other get our message
-    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32, min_match=6, ngram_length=4),
-                                                api_name="/step")
-    assert "must not exceed" in message and counters == kept
-    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=32), api_name="/step")
-    assert "steps** 3" in counters, counters  # the session went on where it was
+    out = named(client.predict(**settings(method="racer", budget=32, min_match=6, ngram_length=4), api_name="/step"))
+    assert "must not exceed" in out["message"] and out["counters"] == shown and counters_of(client) == kept
+    client.predict(**settings(method="racer", budget=32), api_name="/step")
+    counters = counters_of(client)
+    assert counters["figures"]["steps"] == 3, counters  # the session went on where it was
 
 
-def steps_in(counters: str) -> int:
-    """The step count the counters' Markdown shows (0 before the first step)."""
-    return int(counters.split("**steps** ")[1].split(" ")[0]) if "**steps** " in counters else 0
+def steps_of(client) -> int:
+    """The live run's steps so far, from /counters (0 before there is one)."""
+    counters = counters_of(client)
+    return counters["figures"]["steps"] if counters is not None else 0
 
 
 def test_stop_keeps_session(url):
@@ -117,17 +126,15 @@ def test_stop_keeps_session(url):
     client = Client(url, verbose=False)
     job = client.submit(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                         api_name="/run")
-    import time
-    deadline = time.monotonic() + 120  # wait for two steps the run has streamed, however slow the machine
-    while time.monotonic() < deadline and not any(steps_in(str(out[2])) >= 2 for out in job.outputs()):
-        time.sleep(0.2)
-    stop_message = client.predict(api_name="/stop")[7]
+    # two steps of the run, however slow the machine (the model loads first in a fresh process)
+    wait_until(lambda: steps_of(client) >= 2, 120, "two steps of the run")
+    stop_message = named(client.predict(api_name="/stop"))["message"]
     assert stop_message.startswith("Stopped after")
-    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
-                                             api_name="/step")
+    client.predict(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
+                   api_name="/step")
     job.cancel()
-    steps = steps_in(counters)
-    assert steps >= 2, counters  # the steps made before Stop are still there, and Step goes on from them
+    steps = steps_of(client)
+    assert steps >= 2, counters_of(client)  # the steps made before Stop are still there, and Step goes on from them
 
 
 @pytest.mark.browser
@@ -141,7 +148,7 @@ def test_browser_step_draws_tree(url):
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         page.goto(url, wait_until="load")
         open_settings(page)
-        page.locator("#prompt textarea").fill(app.EXAMPLES["code-edit: code-rename"])
+        page.locator("#prompt textarea").fill(CONTEXT.examples["code-edit: code-rename"])
         page.locator("#auto-budget input").uncheck()  # fixed budget 16: the default method (unified) fills it on copied code
         most_points = 0
         for step in range(1, 7):
@@ -188,25 +195,28 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
     from gradio_client.exceptions import AppError
 
     client = Client(url, verbose=False)
-    prompt = app.EXAMPLES["summarise: sum-lighthouse"]
+    prompt = CONTEXT.examples["summarise: sum-lighthouse"]
     respec = dict(prompt=prompt, method="respec", budget=32, max_new_tokens=48, fallback="logits", tau=5.0)
     for _ in range(3):
-        _, text, counters, _, method_step, diff, _, message, *_ = client.predict(**settings(**respec), api_name="/step")
-    assert message == "" and "steps** 3" in counters
+        out = named(client.predict(**settings(**respec), api_name="/step"))
+    kept, shown = counters_of(client), out["counters"]
+    assert out["message"] == "" and kept["figures"]["steps"] == 3, kept
+    method_step = out["method_step"]
     assert "ReSpec, step 2" in method_step and "H_k" in method_step and "retrieval" in method_step
-    assert "lossless output" in diff  # tau > 0: the text is compared with plain greedy decoding
-    kept = counters
+    assert "lossless output" in out["token_diff_html"]  # tau > 0: the text is compared with plain greedy decoding
     for bad, expected in [(dict(tau=-1.0), "less than minimum"), (dict(theta_score=1.5), "greater than maximum"),
                           (dict(lookback=0), "less than minimum")]:
         with pytest.raises(AppError, match=expected):
             client.predict(**settings(**(respec | bad)), api_name="/step")
     for draft, expected in [(tiny_models["other"], "another vocabulary"), ("/no/such/draft", "does not exist")]:
-        _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(**respec, draft_model=draft), api_name="/step")
-        assert expected in message and counters == kept
-    _, _, counters, _, _, diff, _, message, *_ = client.predict(**settings(**respec), api_name="/step")
-    assert message == "" and "steps** 4" in counters  # the session went on where it was
-    _, _, _, _, method_step, diff, _, _, *_ = client.predict(**settings(**(respec | dict(tau=0.0))), api_name="/step")
-    assert diff == "" and "ReSpec, step 0" in method_step  # a changed setting restarts; tau 0 is lossless
+        out = named(client.predict(**settings(**respec, draft_model=draft), api_name="/step"))
+        assert expected in out["message"] and out["counters"] == shown and counters_of(client) == kept
+    out = named(client.predict(**settings(**respec), api_name="/step"))
+    counters = counters_of(client)
+    assert out["message"] == "" and counters["figures"]["steps"] == 4, counters  # the session went on where it was
+    out = named(client.predict(**settings(**(respec | dict(tau=0.0))), api_name="/step"))
+    # a changed setting restarts; tau 0 is lossless
+    assert out["token_diff_html"] == "" and "ReSpec, step 0" in out["method_step"]
 
 
 def test_bf16_mode_through_gradio_client_classifies_differences(url):
@@ -218,17 +228,20 @@ def test_bf16_mode_through_gradio_client_classifies_differences(url):
     from specviz.runtime.modes import why_not_precision
 
     client = Client(url, verbose=False)
-    _, _, counters, _, _, _, _, message, *_ = client.predict(**settings(method="racer", budget=16, mode="bf16",
-                                                                   max_new_tokens=24), api_name="/run")
+    message = named(client.predict(**settings(method="racer", budget=16, mode="bf16", max_new_tokens=24),
+                                   api_name="/run"))["message"]
+    counters = counters_of(client)
+    versus = counters["versus_ar"]
     status = client.predict("", "bf16", api_name="/load_model")
     why_not = why_not_precision(torch.device("cpu"), torch.bfloat16)
     if why_not is not None:  # a CPU without bf16 instructions (this AMD EPYC): fp32, exact, and it says why
-        assert "**mode** fp32" in counters and "identical to greedy ar" in counters, counters
+        assert counters["mode"] == "fp32" and versus["identical"], counters  # identical to greedy ar
         assert "mode **fp32**" in status and why_not in status, status
         return
-    assert "**mode** bf16" in counters and message.startswith("Done")
-    assert "identical to greedy ar" in counters or "numeric tie" in counters, counters
-    assert "MISMATCH" not in counters
+    assert counters["mode"] == "bf16" and message.startswith("Done"), counters
+    # identical to greedy ar, or a numeric tie (Divergence's verdict "yes" or "tie@k"): never a MISMATCH
+    verdict = versus["divergence"]["verdict"]
+    assert verdict == "yes" or verdict.startswith("tie@"), versus
     assert "mode **bf16**" in status
 
 
@@ -246,22 +259,26 @@ def test_rapid_with_sampling_and_eta_through_gradio_client(url):
     client = Client(url, verbose=False)
     rapid = dict(prompt=rapid_prompt(), method="rapid", budget=16, max_new_tokens=24, temperature=0.9, seed=4,
                  eta=10.0, gamma=4, chunk_tokens=128, retrieval_budget=256)
-    out = client.predict(**settings(**rapid), api_name="/run")
-    _, text, counters, _, method_step, diff, _, message, document, node, chart, *_ = out
-    assert message.startswith("Done") and "sampled at temperature 0.9" in counters, (message, counters)
-    assert "Lossy (eta > 0)" in method_step and "total-variation" in method_step
-    assert "chunk-chosen" in document and "RAG drafter reads" in document
-    # bad sampling input: a clear message each, and the session keeps what it generated
+    out = named(client.predict(**settings(**rapid), api_name="/run"))
+    counters = counters_of(client)
+    # sampled at temperature 0.9, and compared with ar sampled with the same seed
+    assert out["message"].startswith("Done") and counters["temperature"] == 0.9 and counters["versus_ar"] is not None, \
+        (out["message"], counters)
+    assert "Lossy (eta > 0)" in out["method_step"] and "total-variation" in out["method_step"]
+    assert "chunk-chosen" in out["document_html"] and "RAG drafter reads" in out["document_html"]
+    # bad sampling input: a clear message each, and the session keeps what it generated, shown as it was
     for bad, expected in [(dict(temperature=0.0), "eta has no effect at temperature 0"),
                           (dict(seed=1.5), "seed must be a whole number")]:
-        _, _, kept, _, _, _, _, message, *_ = client.predict(**settings(**(rapid | bad)), api_name="/step")
-        assert expected in message and kept == counters, message
+        failed = named(client.predict(**settings(**(rapid | bad)), api_name="/step"))
+        assert expected in failed["message"], failed["message"]
+        assert failed["counters"] == out["counters"] and counters_of(client) == counters
     # the same seed repeats the run token for token; eta 0 at temperature 0 is greedy and lossless
-    again = client.predict(**settings(**rapid), api_name="/run")
-    assert again[1] == text
-    _, _, counters, _, method_step, diff, *_ = client.predict(
-        **settings(**(rapid | dict(temperature=0.0, eta=0.0))), api_name="/run")
-    assert "identical to greedy ar" in counters and "Lossy" not in method_step
+    again = named(client.predict(**settings(**rapid), api_name="/run"))
+    assert again["text_html"] == out["text_html"]
+    greedy = named(client.predict(**settings(**(rapid | dict(temperature=0.0, eta=0.0))), api_name="/run"))
+    counters = counters_of(client)
+    assert counters["temperature"] == 0 and counters["versus_ar"]["identical"], counters  # identical to greedy ar
+    assert "Lossy" not in greedy["method_step"]
 
 
 @pytest.mark.browser
@@ -317,35 +334,46 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
     from gradio_client import Client, handle_file
 
     from specviz.records.trace import Trace
+    from specviz.render.markdown_text import md_text
+
+    def on_screen(out: dict) -> dict:
+        """What the stage shows of a run: its tree, counters line, caption and timeline."""
+        return {name: out[name] for name in ("tree", "counters", "caption", "timeline")}
 
     client = Client(url, verbose=False)
-    out = client.predict("racer-code-rename", api_name="/replay")
-    assert out[2].startswith("**replay of racer-code-rename") and "Replaying" in out[7]
-    steps = Trace.load(app.TRACES["racer-code-rename"]).steps
-    out = client.predict(api_name="/previous")
-    assert f"step** {len(steps) - 2} of" in out[2]
-    out = client.predict(3, api_name="/go_to")
-    assert "Showing step **3**" in out[-1]
+    out = named(client.predict("racer-code-rename", api_name="/replay"))
+    steps = Trace.load(CONTEXT.traces["racer-code-rename"]).steps
+    # the recording is on screen at its newest step (the timeline spans its steps), named by the message
+    assert out["message"].startswith(f"Replaying {md_text('racer-code-rename')} ({len(steps)} steps"), out["message"]
+    assert out["timeline"]["maximum"] == out["timeline"]["value"] == len(steps) - 1, out["timeline"]
+    out = named(client.predict(api_name="/previous"))
+    assert out["timeline"]["value"] == len(steps) - 2
+    assert out["caption"].startswith(f"Showing step **{len(steps) - 2}** of {len(steps) - 1}"), out["caption"]
+    out = named(client.predict(3, api_name="/go_to"))
+    assert "Showing step **3**" in out["caption"] and out["timeline"]["value"] == 3
     downloaded = client.predict(api_name="/download_trace")
     assert Trace.load(downloaded).steps == steps
     svg = Path(client.predict(api_name="/download_svg")).read_text()
     assert svg.startswith("<?xml") and "step 3" in svg
-    shown = out[2]
+    shown = on_screen(out)
     bad = {"notes.json": ("just some notes", "not a specviz trace"),
-           "newer.json": (json.dumps({**json.loads(app.TRACES["pld-code-rename"].read_text()), "format_version": 99}),
+           "newer.json": (json.dumps({**json.loads(CONTEXT.traces["pld-code-rename"].read_text()), "format_version": 99}),
                           "format version 99")}
     for name, (text, expected) in bad.items():
         (tmp_path / name).write_text(text)
-        out = client.predict(handle_file(str(tmp_path / name)), api_name="/upload_trace")
-        assert expected in out[7] and out[2] == shown  # the message, and the replay on screen stays
-    out = client.predict(handle_file(str(app.TRACES["pld-code-rename"])), api_name="/upload_trace")
-    assert out[2].startswith("**replay of pld-code-rename")
+        out = named(client.predict(handle_file(str(tmp_path / name)), api_name="/upload_trace"))
+        # the message, and the replay on screen stays
+        assert expected in out["message"] and on_screen(out) == shown, out["message"]
+    out = named(client.predict(handle_file(str(CONTEXT.traces["pld-code-rename"])), api_name="/upload_trace"))
+    uploaded = Trace.load(CONTEXT.traces["pld-code-rename"]).steps
+    assert out["message"].startswith(f"Replaying {md_text('pld-code-rename')}"), out["message"]
+    assert out["timeline"]["maximum"] == len(uploaded) - 1 and on_screen(out) != shown
     # Play twice: the second press says so; Pause stops
     client.predict(0.5, api_name="/play")
-    out = client.predict(0.5, api_name="/play")
-    assert "Already playing" in out[7]
-    out = client.predict(api_name="/pause")
-    assert "Paused" in out[7]
+    out = named(client.predict(0.5, api_name="/play"), extra=("timer",))
+    assert "Already playing" in out["message"]
+    out = named(client.predict(api_name="/pause"), extra=("timer",))
+    assert "Paused" in out["message"]
 
 
 def test_sweep_api_and_its_limit(url):
@@ -372,7 +400,6 @@ def test_sweep_api_and_its_limit(url):
 def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
     """Eight sessions at once, each its own prompt: every request answered, each output identical to plain
     greedy decoding of its own prompt (no cross-talk); the time each waited is printed."""
-    import re
     import time
 
     from gradio_client import Client
@@ -385,14 +412,16 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
     started = time.perf_counter()
     jobs = [c.submit(**settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")
             for c, p in zip(clients, prompts)]
+    answers = []
+    for job in jobs:  # every answer first, each timed as it comes: /counters after would count in the next one's
+        out = named(job.result(timeout=600))
+        answers.append((out, time.perf_counter() - started))
     waits = []
-    for job, want in zip(jobs, expected):
-        out = job.result(timeout=600)
-        assert text_of(out[1]) == want and "identical to greedy ar" in out[2], out[2]
-        tokens = int(re.search(r"\*\*tokens\*\* (\d+)", out[2]).group(1))
-        own = tokens / float(re.search(r"\*\*tokens/s\*\* ([\d.]+)", out[2]).group(1))
-        waits.append(time.perf_counter() - started - own)
-    print(f"8 visitors, model concurrency {app.MODEL_CONCURRENCY}: waited " +
+    for client, want, (out, answered) in zip(clients, expected, answers):
+        counters = counters_of(client)  # this visitor's own session
+        assert text_of(out["text_html"]) == want and counters["versus_ar"]["identical"], counters
+        waits.append(answered - counters["figures"]["wall_s"])  # its wall time less its own run's
+    print(f"8 visitors, model concurrency {MODEL_CONCURRENCY}: waited " +
           ", ".join(f"{w:.1f}" for w in waits) + " s")
 
 
@@ -422,21 +451,16 @@ def test_abandoned_sessions_are_freed(lm):
     (gr.State's delete_callback). Each abandoned session is followed by weak reference, from its own browser
     session's Lab down to its KV cache's buffers: any of them still alive is a leak."""
     import gc
-    import time
 
     from gradio_client import Client
 
     from specviz.lab import visitors
 
-    ttl = app.SESSION_TTL_S
-    # long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
-    app.SESSION_TTL_S = 8
-    try:
-        demo = app.build_app().queue()
-    finally:
-        app.SESSION_TTL_S = ttl
+    # a time to live long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
+    page = page_for(session_ttl_s=8)
+    demo = page.blocks
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, **app.LAUNCH_OPTIONS)
+    launched(page, port)
     try:
         followed = []
         clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
@@ -453,10 +477,9 @@ def test_abandoned_sessions_are_freed(lm):
             gc.collect()
             return sum(ref() is not None for held in followed for ref in held)
 
-        deadline = time.monotonic() + 40  # time to live 8 s; Gradio sweeps expired state every second
-        while alive() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert alive() == 0, "abandoned sessions (or their KV caches) are still alive 30 s after their time to live"
+        # time to live 8 s; Gradio sweeps expired state every second
+        wait_until(lambda: alive() == 0, 40, "the abandoned sessions (and their KV caches) to be freed after their "
+                   "time to live", every_s=0.5)
         for client in clients:
             client.close()
     finally:
@@ -470,7 +493,7 @@ def test_browser_timeline_play_pause_and_token_link(url):
 
     from specviz.records.trace import Trace
 
-    last = len(Trace.load(app.TRACES[app.FIRST_TRACE]).steps) - 1
+    last = len(Trace.load(CONTEXT.traces[CONTEXT.first_trace]).steps) - 1
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     caption = "(document.querySelector('#step-caption')?.innerText || '')"
     with sync_playwright() as p:
@@ -501,16 +524,18 @@ def test_browser_timeline_play_pause_and_token_link(url):
         page.screenshot(path=str(SCREENSHOTS / "timeline.png"), full_page=True)
         shown = int(page.evaluate(caption).split("Showing step ")[1].split(" ")[0])
         pace = page.locator("#pace input[type=number]")
-        pace.fill("0.3")
+        pace.fill(str(PLAY_PACE_S))
         pace.press("Enter")
         page.locator("#play-btn").click()
         page.wait_for_function(f"!{caption}.includes('Showing step {shown} ') && !{caption}.includes('Showing step {shown + 1} ')",
                                timeout=30_000)
         page.locator("#pause-btn").click()
-        page.wait_for_timeout(1500)  # a step already on its way when Pause came lands; then nothing moves
-        paused_at = page.evaluate(caption)
-        page.wait_for_timeout(2000)
-        assert page.evaluate(caption) == paused_at  # Pause holds the step
+        page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('Paused')",
+                               timeout=30_000)  # the server has paused (Play had cleared the message)
+        # a step already on its way when Pause came may land; then nothing moves: the caption settles, and stays
+        read = lambda: page.evaluate(caption)  # noqa: E731
+        paused_at = wait_until_quiet(read, QUIET_PACES * PLAY_PACE_S, 30, "the caption after Pause")
+        assert_stays(read, paused_at, PLAY_PACE_S, "the caption after Pause")  # Pause holds the step
         assert int(paused_at.split("Showing step ")[1].split(" ")[0]) > shown + 1
         browser.close()
 
@@ -555,7 +580,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
         # upload a shipped trace: it replays with no model
         page.get_by_role("tab", name="Replay").click()
-        page.locator("#upload-trace input[type=file]").set_input_files(str(app.TRACES["reader-code-rename"]))
+        page.locator("#upload-trace input[type=file]").set_input_files(str(CONTEXT.traces["reader-code-rename"]))
         page.wait_for_function("(document.querySelector('#counters')?.innerText || '').includes('replay of reader-code-rename')",
                                timeout=60_000)
         page.get_by_role("tab", name="Accounting").click()
@@ -570,8 +595,6 @@ def test_browser_url_settings_preset_ab_and_upload(url):
 def test_a_dropped_connection_frees_its_session(url, monkeypatch):
     """A visitor whose connection drops (a closed tab) is released at Gradio's next heartbeat, not an
     hour later when Gradio itself would drop the state."""
-    import time
-
     from gradio_client import Client
 
     from specviz.lab import visitors
@@ -583,7 +606,5 @@ def test_a_dropped_connection_frees_its_session(url, monkeypatch):
     held = [r() for r in visitors._open[client.session_hash]]
     assert held and held[0].session is not None
     client.close()
-    deadline = time.time() + 20
-    while client.session_hash in visitors._open and time.time() < deadline:
-        time.sleep(0.5)
-    assert client.session_hash not in visitors._open and held[0].session is None
+    wait_until(lambda: client.session_hash not in visitors._open, 20, "the dropped visitor's release", every_s=0.5)
+    assert held[0].session is None

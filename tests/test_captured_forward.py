@@ -117,7 +117,7 @@ def test_every_method_is_lossless_on_the_static_path_and_a_pickled_cache_carries
     for method in ("pld", "racer", "respec", "reader", "unified"):
         session = Session(tiny, method, budget=16).start(prompt)
         session.step()
-        session.cache = pickle.loads(pickle.dumps(session.cache))  # as a session's state travels (runtime.portable)
+        session.cache = pickle.loads(pickle.dumps(session.cache))  # as a session's state travels (runtime.state_pickle)
         assert session.cache.owner is None
         session.run(24)
         assert session.output_ids == reference.output_ids, method
@@ -151,7 +151,7 @@ def test_the_switches_refuse_what_cannot_run_here(tiny, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["bench", "--suite", "assets/heldout.jsonl", "--methods", "ar", "--graphs", "maybe"])
     assert stopped.value.code == 2 and "invalid choice: 'maybe'" in capsys.readouterr().err
-    assert main(["overhead", "--suite", "assets/heldout.jsonl", "--method", "racer", "--model", tiny.name,
+    assert main(["dev", "overhead", "--suite", "assets/heldout.jsonl", "--method", "racer", "--model", tiny.name,
                  "--graphs", "both"]) == 2
     assert "--graphs both compares CUDA graphs with the eager forward: it needs a CUDA device" in capsys.readouterr().err
 

@@ -1,7 +1,10 @@
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parent.parent
 
@@ -106,3 +109,52 @@ def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path, capsys):
         assert main(["sweep", "--suite", str(suite), *args, "--max-new-tokens", "4"]) == 2
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err, err
+
+
+USER_COMMANDS = {"generate", "bench", "sweep", "calibrate", "datastore", "train-head", "draft-quality", "static-tree",
+                 "space-bundle", "params"}
+DEV_COMMANDS = {"overhead", "predict", "memory", "page-faults", "profile", "random-model", "long-context", "state-cost",
+                "space-figures", "app-load", "record-traces"}
+
+
+def subcommands(parser) -> dict:
+    """A parser's subcommands by name."""
+    [action] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
+
+
+def test_every_command_is_a_module_that_registers_itself(capsys):
+    from specviz.cli import build_parser, main
+    from specviz.commands import COMMANDS
+    from specviz.commands.dev import DEV_COMMANDS as dev_modules
+
+    for module in (*COMMANDS, *dev_modules):
+        assert callable(getattr(module, "register", None)) and callable(getattr(module, "run", None)), module
+    # every module in the two folders is registered (common_args is the commands' shared helpers)
+    folder = ROOT / "specviz" / "commands"
+    stems = lambda modules: {m.__name__.rsplit(".", 1)[-1] for m in modules}  # noqa: E731
+    assert {f.stem for f in folder.glob("*.py")} - {"__init__", "common_args"} == stems(COMMANDS)
+    assert {f.stem for f in (folder / "dev").glob("*.py")} - {"__init__"} == stems(dev_modules)
+    top = subcommands(build_parser())
+    assert set(top) == USER_COMMANDS | {"dev"}
+    dev = subcommands(top["dev"])
+    assert set(dev) == DEV_COMMANDS
+    # each name runs its own module's run; the maintenance commands are no longer at the top
+    ran = [top[name].get_default("func") for name in USER_COMMANDS] + [dev[name].get_default("func") for name in dev]
+    assert sorted(f.__module__ for f in ran) == sorted(m.__name__ for m in (*COMMANDS, *dev_modules))
+    assert top["params"].get_default("func").__module__ == "specviz.commands.params"
+    assert dev["random-model"].get_default("func").__module__ == "specviz.commands.dev.random_model"
+    with pytest.raises(SystemExit) as stopped:
+        main(["dev", "--help"])
+    out = capsys.readouterr().out
+    assert stopped.value.code == 0 and all(name in out for name in DEV_COMMANDS), out
+    with pytest.raises(SystemExit) as stopped:
+        main(["overhead", "--help"])
+    assert stopped.value.code == 2 and "invalid choice: 'overhead'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main(["dev", "static-tree", "--help"])
+    assert stopped.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main(["dev", "app-load", "--help"])
+    assert stopped.value.code == 0 and "--part" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from specviz.runtime.eagle_files import EagleLayout
 from specviz.runtime.eagle_head import EagleHead
 from specviz.runtime.feature_tap import eagle3_tap
 from specviz.runtime.loading import load_model
-from specviz.runtime.shared import resolve_draft
+from specviz.runtime.shared_resources import resolve_draft
 
 PROMPTS = [[{"role": "user", "content": "Name three colours and say why you like them."}],
            [{"role": "user", "content": "def add(a, b):\n    return a + b\n\nRename add to plus."}]]
@@ -155,11 +155,12 @@ def test_official_layouts_load_and_every_method_with_a_model_drafter_is_lossless
 def test_a_static_tree_drafts_with_an_eagle_head(target, heads):
     """The static tree of rank paths (issue 47's check) runs with a published head as with the trained one."""
     from specviz.engine.static_check import check_tree
+    from specviz.engine.suite import SuiteItem
     from specviz.tree.static_tree import StaticTree
 
     head = resolve_draft(target, f"eagle:{heads['eagle3']}", lambda name: None)
     tree = StaticTree([(0,), (1,), (0, 0), (0, 1), (0, 0, 0)], [0.5, 0.2, 0.3, 0.1, 0.2])
-    suite = [{"id": "p", "category": "chat", "messages": PROMPTS[0], "max_new_tokens": 16}]
+    suite = [SuiteItem.of(PROMPTS[0], id="p", category="chat", max_new_tokens=16)]
     checked = check_tree(target, head, tree, suite, 16)
     assert checked.lossless and checked.steps > 0
     from specviz.engine.rank_acceptance import measure_ranks

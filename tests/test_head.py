@@ -26,7 +26,7 @@ from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, Miss
                                         target_identity, target_shape)
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
-from specviz.runtime.shared import head_for, resolve_draft
+from specviz.runtime.shared_resources import head_for, resolve_draft
 from specviz.training.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
                                       usable_request)
 from specviz.training.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask
@@ -34,7 +34,7 @@ from specviz.tree.draft_tree import ROOT, DraftTree
 
 from test_sampling import chi_square_p
 
-SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
+SUITE = {i.id: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
 TINY_CONFIG = TrainConfig(draft_vocab=384, intermediate=64, unroll=2, epochs=1, seq_len=80, batch=4,
                           docs_chars=4000, code_chars=2000, generate_per_prompt=0, questions=0, requests_per_prompt=0,
                           bf16=False)
@@ -95,7 +95,7 @@ def test_features_are_what_the_head_reads_and_leave_the_logits_alone(lm):
 # ---- the drafter ------------------------------------------------------------------------------------------
 def test_head_tree_grows_by_path_chance_within_the_draft_vocabulary_and_budget(lm, head):
     session = Session(lm, "unified", {"model_stage": "on", "head_breadth": 3, "head_expand": 2, "head_depth": 4},
-                      budget=20, draft=head).start(SUITE["open-poem"]["messages"])
+                      budget=20, draft=head).start(SUITE["open-poem"].messages)
     drafter = session.method.stages[0].inner
     assert isinstance(drafter, HeadDrafter)
     drafter.min_path_chance = 0.0
@@ -116,7 +116,7 @@ def test_head_cache_holds_the_target_features_of_the_committed_context(lm, head)
     """After steps that accepted other sources' drafts and steps where the head did not draft, the head's
     entries are those of one fresh feed of the committed context with the target's features."""
     session = Session(lm, "unified", {"model_stage": "on", "head_depth": 3}, budget=24,
-                      draft=head).start(SUITE["code-rename"]["messages"])
+                      draft=head).start(SUITE["code-rename"].messages)
     gated = session.method.stages[0]
     for i in range(6):
         gated.chooser.mode = "off" if i in (2, 3) else "on"  # two steps without the head
@@ -140,7 +140,7 @@ def test_head_cache_holds_the_target_features_of_the_committed_context(lm, head)
     ("unified", {"model_stage": "on"}), ("reader", {}), ("respec", {"fallback": "model"})])
 @pytest.mark.parametrize("item", ["code-rename", "open-story", "math-apples"])
 def test_every_method_that_drafts_with_the_head_is_lossless(lm, head, method, params, item):
-    prompt = SUITE[item]["messages"]
+    prompt = SUITE[item].messages
     reference = Session(lm, "ar").start(prompt)
     reference.run(32)
     session = Session(lm, method, params, budget=16, draft=head).start(prompt)
@@ -155,7 +155,7 @@ def test_every_method_that_drafts_with_the_head_is_lossless(lm, head, method, pa
 
 
 def test_rollback_leaves_the_head_drafter_as_it_was(lm, head, monkeypatch):
-    session = Session(lm, "unified", {"model_stage": "on"}, budget=16, draft=head).start(SUITE["open-advice"]["messages"])
+    session = Session(lm, "unified", {"model_stage": "on"}, budget=16, draft=head).start(SUITE["open-advice"].messages)
     session.run(6)
     drafter = session.method.stages[0].inner
     before = (drafter.upto, drafter.known, drafter.cache.get_seq_length())
@@ -170,7 +170,7 @@ def test_rollback_leaves_the_head_drafter_as_it_was(lm, head, monkeypatch):
     assert (drafter.upto, drafter.known, drafter.cache.get_seq_length()) == before
     assert torch.equal(drafter.pending, pending)
     session.run(12)
-    reference = Session(lm, "ar").start(SUITE["open-advice"]["messages"])
+    reference = Session(lm, "ar").start(SUITE["open-advice"].messages)
     reference.run(12)
     assert session.output_ids == reference.output_ids
 
@@ -179,7 +179,7 @@ def test_rollback_leaves_the_head_drafter_as_it_was(lm, head, monkeypatch):
     ("unified", {"model_stage": "on"}), ("reader", {}), ("respec", {"fallback": "model"})])
 def test_sampled_runs_with_the_head_emit_the_seeds_draws(lm, head, method, params):
     """Sampled, every method drafting with the head emits ar's tokens for the seed (seeds that repeat)."""
-    prompt = SUITE["open-story"]["messages"]
+    prompt = SUITE["open-story"].messages
     sampling = SamplingSettings(temperature=0.8, top_p=0.95, seed=5)
     reference = Session(lm, "ar", sampling=sampling).start(prompt)
     reference.run(24)
@@ -194,7 +194,7 @@ def test_sampled_head_drafts_are_q_draws_with_the_seeds_noise_and_keep_the_targe
     many seeds the lossless rule's first two tokens on the head's trees follow the target's distribution."""
     settings = SamplingSettings(temperature=1.0)
     session = Session(lm, "unified", {"model_stage": "on", "head_breadth": 3, "head_expand": 2, "head_depth": 2},
-                      budget=12, draft=head, sampling=settings).start(SUITE["open-poem"]["messages"])
+                      budget=12, draft=head, sampling=settings).start(SUITE["open-poem"].messages)
     drafter = session.method.stages[0].inner
     drafter.min_path_chance = 0.0
     context = session.context
@@ -236,7 +236,7 @@ def test_the_planner_plans_sampled_head_trees_under_the_seeded_rule_and_the_stan
     """Seeded (the default), any cut is safe: budget=auto plans the head's sampled trees and the output is
     still ar's for the seed. Standard: the head offers q's top-k (no draws, so the planner cuts those too),
     and the session's coins are seeded (the same seed and tree repeat their tokens)."""
-    prompt = SUITE["open-story"]["messages"]
+    prompt = SUITE["open-story"].messages
     sampling = SamplingSettings(temperature=0.8, top_p=0.95, seed=3)
     reference = Session(lm, "ar", sampling=sampling).start(prompt)
     reference.run(16)
@@ -358,7 +358,7 @@ def test_a_head_for_another_vocabulary_is_refused(tiny_models, tiny_head_file):
     ("unified", {"model_stage": "on"}), ("reader", {}), ("respec", {"fallback": "model"})])
 def test_without_a_usable_head_the_copy_logit_tree_drafts_and_the_method_says_why(lm, method, params):
     missing = MissingHead("The draft head file 'x' is corrupt: train it with `python -m specviz train-head`.")
-    prompt = SUITE["code-guard"]["messages"]
+    prompt = SUITE["code-guard"].messages
     reference = Session(lm, "ar").start(prompt)
     reference.run(24)
     session = Session(lm, method, params, budget=16, draft=missing).start(prompt)
@@ -386,7 +386,7 @@ def test_the_head_is_the_default_draft_model_once_trained(tiny, tiny_head_file, 
 
 
 def test_rapid_with_the_head_drafts_with_the_target_weights_and_says_so(lm, head):
-    session = Session(lm, "rapid", {"gamma": 4}, budget=8, draft=head).start(SUITE["open-poem"]["messages"])
+    session = Session(lm, "rapid", {"gamma": 4}, budget=8, draft=head).start(SUITE["open-poem"].messages)
     session.run(8)
     assert any("draft head" in w for w in session.method.warnings)
 
@@ -397,9 +397,9 @@ def test_the_suite_guard_drops_benchmark_text_and_keeps_the_shipped_text():
     shipped = shipped_answers() + python_reference(50_000) + python_code(20_000)
     kept, dropped = guarded(shipped, guard)
     assert dropped == 0 and len(kept) == len(shipped) > 150
-    suite_text = SUITE["sum-lighthouse"]["messages"][-1]["content"]
+    suite_text = SUITE["sum-lighthouse"].messages[-1]["content"]
     heldout = load_suite(Path(__file__).parent.parent / "assets" / "heldout.jsonl")
-    document = (Path(__file__).parent.parent / "assets" / heldout[-1]["document"]).read_text()
+    document = (Path(__file__).parent.parent / "assets" / heldout[-1].document).read_text()
     leaky = [replace(shipped[0], answer=shipped[0].answer + " " + suite_text[100:220]),
              replace(shipped[1], answer=document[500:700])]
     assert guarded(leaky, guard) == ([], 2)
@@ -454,6 +454,8 @@ def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkey
     from types import SimpleNamespace
 
     from specviz.lab import head_training
+    from specviz.lab.head_training import HeadState
+    from specviz.runtime import shared_resources
 
     started = []
 
@@ -472,12 +474,23 @@ def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkey
     target = SimpleNamespace(name="some-target")
     monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "off")
     off = head_training.start_if_missing(target)
-    assert off.state == "off" and "train-head" in off.message and started == []
+    assert off.state is HeadState.OFF and "train-head" in off.message and started == []
     monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "on")
     first = head_training.start_if_missing(target)
     again = head_training.start_if_missing(target)
     assert len(started) == 1
     assert started[0][1:] == ["-m", "specviz", "train-head", "--model", "some-target", "--device", "cpu"]
-    assert first.state == again.state == "training" and "being trained in the background" in first.message
+    assert first.state is again.state is HeadState.TRAINING and first.training
+    assert "being trained in the background" in first.message
     draft_head.head_path(target).write_bytes(b"")  # the child wrote the head
-    assert head_training.status(target).state == "ready"
+    assert head_training.status(target).state is HeadState.READY
+    # the page asks by the model's name: nothing until a copy of it is loaded (in any run mode), then its status
+    assert head_training.status_for_model("some-target") is None
+    key = ("model", "some-target", "fp32")
+    shared_resources.shared(key, lambda: target)
+    try:
+        assert shared_resources.loaded_model(" some-target ") is target
+        assert head_training.status_for_model("some-target").state is HeadState.READY
+    finally:
+        shared_resources.release(key)
+    assert head_training.status_for_model("some-target") is None

@@ -6,14 +6,12 @@ property-based test mutates the shipped ones)."""
 
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-import app  # noqa: E402
+from app_page import counters_of, launched, named, page_for  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.lab import visitors  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
@@ -24,42 +22,42 @@ from test_app import free_port, settings  # noqa: E402
 
 TRACES = Path(__file__).parent.parent / "assets" / "traces"
 SHIPPED = TRACES / "pld-code-rename.json"
-MESSAGE = 1 + app.VIEW_WIDGETS.index("message")
+PUBLIC = Policy.for_public()
 
 
 @pytest.fixture(scope="module")
 def public_url(lm):
     """The app as a public Space runs it: the public policy, the live-session limit, a bounded queue."""
-    kept = app.POLICY
-    app.POLICY = Policy.for_public()
-    LIVE.limit, LIVE.token_limit = app.POLICY.max_live_sessions, app.POLICY.max_live_tokens
-    demo = app.build_app().queue(max_size=app.POLICY.max_queue)
+    LIVE.limit, LIVE.token_limit = PUBLIC.max_live_sessions, PUBLIC.max_live_tokens
+    page = page_for(PUBLIC)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                max_file_size=app.POLICY.max_upload_bytes, **app.LAUNCH_OPTIONS)
+    launched(page, port, max_size=PUBLIC.max_queue, max_file_size=PUBLIC.max_upload_bytes)
     yield f"http://127.0.0.1:{port}/"
-    demo.close()
-    app.POLICY, LIVE.limit, LIVE.token_limit = kept, None, None
-
-
-def message_of(outputs) -> str:
-    return outputs[MESSAGE - 1]  # gradio_client leaves the state out of the outputs
+    page.blocks.close()
+    LIVE.limit, LIVE.token_limit = None, None
 
 
 def public_settings(**changes) -> dict:
     """/step's named parameters with the public list's first model (its dropdown refuses a blank one)."""
-    return {**settings(max_new_tokens=8, model=app.POLICY.default_model), **changes}
+    return {**settings(max_new_tokens=8, model=PUBLIC.default_model), **changes}
 
 
-def step(client, **changes):
-    return client.predict(**public_settings(**changes), api_name="/step")
+def step(client, **changes) -> dict:
+    """/step's answer, by field name."""
+    return named(client.predict(**public_settings(**changes), api_name="/step"))
+
+
+def steps_of(client) -> int:
+    """The live run's steps so far, from /counters (0 before there is one)."""
+    counters = counters_of(client)
+    return counters["figures"]["steps"] if counters is not None else 0
 
 
 def honest_step_is_answered(client) -> None:
     started = time.monotonic()
     client.predict(api_name="/reset")
     outputs = step(client)
-    assert "steps** 1" in outputs[2], outputs[2]
+    assert steps_of(client) == 1, outputs["message"]
     assert time.monotonic() - started < 60
 
 
@@ -91,7 +89,8 @@ def test_hostile_uploads_are_refused_at_once(public_url, tmp_path):
     from gradio_client import Client, handle_file
 
     client = Client(public_url, verbose=False)
-    step(client)
+    shown = step(client)["counters"]  # the session's own run, as the page shows it
+    assert steps_of(client) == 1
     deep = "[" * 50_000 + "]" * 50_000
     shipped = json.loads(SHIPPED.read_text())
     markup = copy.deepcopy(shipped)
@@ -110,14 +109,15 @@ def test_hostile_uploads_are_refused_at_once(public_url, tmp_path):
              ("empty-object.json", {}, "not a specviz trace")]
     for name, data, expected in cases:
         started = time.monotonic()
-        outputs = client.predict(handle_file(write_json(tmp_path, name, data)), api_name="/upload_trace")
-        assert expected in message_of(outputs), (name, message_of(outputs))
+        outputs = named(client.predict(handle_file(write_json(tmp_path, name, data)), api_name="/upload_trace"))
+        assert expected in outputs["message"], (name, outputs["message"])
         assert time.monotonic() - started < 10, name
-        assert "steps** 1" in outputs[2], name  # the session's own run is still shown
+        assert outputs["counters"] == shown, name  # the session's own run is still shown
+    assert steps_of(client) == 1  # and still there
     # origins are free text: the trace loads, and its markup is shown as text, never as markup
-    outputs = client.predict(handle_file(write_json(tmp_path, "origins.json", origins)), api_name="/upload_trace")
-    assert "Replaying" in message_of(outputs)
-    assert "<script>" not in outputs[1] and "onerror" not in outputs[0]
+    outputs = named(client.predict(handle_file(write_json(tmp_path, "origins.json", origins)), api_name="/upload_trace"))
+    assert "Replaying" in outputs["message"]
+    assert "<script>" not in outputs["text_html"] and "onerror" not in outputs["tree"]
     honest_step_is_answered(client)
 
 
@@ -126,7 +126,9 @@ def test_bad_numbers_and_types_get_one_clear_sentence(public_url):
     from gradio_client.exceptions import AppError
 
     client = Client(public_url, verbose=False)
-    kept = step(client)[2]
+    shown = step(client)["counters"]
+    kept = counters_of(client)
+    assert kept["figures"]["steps"] == 1
     cases = [(dict(max_new_tokens="nan"), "generates 1 to 512"), (dict(max_new_tokens="1e400"), "generates 1 to 512"),
              (dict(max_new_tokens=-3), "generates 1 to 512"), (dict(max_new_tokens=10_000), "generates 1 to 512"),
              (dict(seed="inf"), "seed must be"), (dict(seed="1e400"), "seed must be"),
@@ -143,9 +145,10 @@ def test_bad_numbers_and_types_get_one_clear_sentence(public_url):
         except AppError as error:  # Gradio's own check of a widget's range or type: clear too
             assert "Traceback" not in str(error) and str(error), changes
             continue
-        message = message_of(outputs)
+        message = outputs["message"]
         assert expected in message, (changes, message)
-        assert outputs[2] == kept, changes  # the session and its counters are as they were
+        # the session and its counters are as they were, and shown as they were
+        assert counters_of(client) == kept and outputs["counters"] == shown, changes
         assert "<img" not in message
     honest_step_is_answered(client)
 
@@ -171,8 +174,7 @@ def test_no_server_path_reaches_a_visitor(public_url):
 
     client = Client(public_url, verbose=False)
     # an allowed model this machine cannot fetch (tests are offline): the loader's error names cache folders
-    outputs = step(client, model="HuggingFaceTB/SmolLM2-360M-Instruct")
-    message = message_of(outputs)
+    message = step(client, model="HuggingFaceTB/SmolLM2-360M-Instruct")["message"]
     assert message.startswith("⚠️") and str(Path.home()) not in message and "/tmp/" not in message, message
     text = "No datastore at '/root/.cache/specviz/datastore/x.npz'; see /work/main/app.py and tokens/s"
     assert "/root" not in hide_server_paths(text) and "/work/main" not in hide_server_paths(text)
@@ -182,33 +184,33 @@ def test_no_server_path_reaches_a_visitor(public_url):
 
 def test_limits_cannot_be_walked_around(lm):
     """The Play timer's handler, the sweep's run count and a suite item's own length all meet the limits."""
-    kept = app.POLICY
-    app.POLICY = Policy.for_public()
+    page = page_for(PUBLIC)
+    shown_message = page.stage.message
     try:
         lab = Lab()
         lab.playing = True
-        out = app.on_tick(lab, 100_000, **{k: v for k, v in settings().items() if k != "max_new_tokens"})
-        assert "generates 1 to 512" in out[MESSAGE] and lab.session is None
+        out = page.stage.on_tick(lab, 100_000, **{k: v for k, v in settings().items() if k != "max_new_tokens"})
+        assert "generates 1 to 512" in out[shown_message] and lab.session is None
         # 2 budgets on the page prompt: ar's and each point's warm-up, ar, each point: 6 runs
-        *_, message = app.on_sweep(None, "budget=4,8", "", "page prompt", "", 8, "speedup", 8,
-                                   progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                     if k != "max_new_tokens"})
+        *_, message = page.sweep.on_sweep(None, "budget=4,8", "", "page prompt", "", 8, "speedup", 8,
+                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
+                                                                            if k != "max_new_tokens"})
         assert "Sweep done" in message, message
         # 12 points on one prompt were 12 runs to the old count; with warm-ups and ar: 1 + 12 + 1 + 12 = 26
-        *_, message = app.on_sweep(None, "budget=1,2,3,4,5,6,7,8,9,10,11,12", "", "page prompt", "", 8, "speedup", 8,
-                                   progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                     if k != "max_new_tokens"})
+        *_, message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8,9,10,11,12", "", "page prompt", "", 8, "speedup", 8,
+                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
+                                                                            if k != "max_new_tokens"})
         assert "at most 24 runs" in message and "asks for 26" in message, message
-        *_, message = app.on_sweep(None, "budget=4", "", "page prompt", "", "inf", "speedup", 8,
-                                   progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                     if k != "max_new_tokens"})
+        *_, message = page.sweep.on_sweep(None, "budget=4", "", "page prompt", "", "inf", "speedup", 8,
+                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
+                                                                            if k != "max_new_tokens"})
         assert "new tokens per run must be" in message, message
-        out = app.on_play(lab, 0.0)
-        assert "pace" in out[MESSAGE]
-        out = app.on_go(lab, "nan")
-        assert "delta must be" in out[MESSAGE]
+        out = page.stage.on_play(lab, 0.0)
+        assert "pace" in out[shown_message]
+        out = page.stage.on_go(lab, "nan")
+        assert "delta must be" in out[shown_message]
     finally:
-        app.POLICY = kept
+        page.blocks.close()
 
 
 def test_a_share_link_cannot_turn_on_what_public_mode_keeps_off():
@@ -295,8 +297,9 @@ def test_downloads_live_in_the_sessions_folder_and_go_with_it(lm):
     lab.apply("", "Count: one two three", "pld", 4, {})
     lab.step(4)
     visitors.register(Visit.session_hash, lab)
-    first = Path(app.on_download_trace(Visit(), lab))
-    second = Path(app.on_download_svg(Visit(), lab))
+    details = page_for().details
+    first = Path(details.on_download_trace(Visit(), lab))
+    second = Path(details.on_download_svg(Visit(), lab))
     assert first.parent == second.parent == visitors.files_folder(Visit.session_hash)
     visitors.keep_within(first.parent, 1)  # over the cap: only the newest stays
     assert not first.exists() and second.exists()

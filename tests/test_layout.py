@@ -14,7 +14,7 @@ PACKAGE = ROOT / "specviz"
 
 # bottom to top: a package may import only itself and packages before it in this list
 LAYERS = ["errors", "params", "runtime", "tree", "records", "accept", "index", "drafters", "methods",
-          "engine", "training", "render", "lab", "panels", "benches", "deploy", "cli"]
+          "engine", "training", "render", "lab", "panels", "benches", "deploy", "commands", "cli"]
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -58,8 +58,8 @@ def package_of(module: str) -> str:
 
 def test_the_walk_sees_imports_inside_functions():
     graph = import_graph()
-    # specviz.runtime.shared loads models inside its functions only
-    assert graph.has_edge("specviz.runtime.shared", "specviz.runtime.loading")
+    # specviz.runtime.shared_resources loads models inside its functions only
+    assert graph.has_edge("specviz.runtime.shared_resources", "specviz.runtime.loading")
     assert graph.number_of_edges() > 150
 
 
@@ -99,3 +99,24 @@ def test_every_package_imports_only_the_layers_below_it():
         if LAYERS.index(pb) > LAYERS.index(pa):
             upward.append(f"{a} -> {b}")
     assert upward == [], "imports that run up the layers: " + "; ".join(upward)
+
+
+def test_the_app_only_composes_panels_and_nothing_imports_it():
+    """app.py sits on top of the house: it imports the panels' page and what launching needs, never the other
+    way round (no module of specviz/ or tests/ imports `app`), and the page's modules live in specviz/panels."""
+    app = ROOT / "app.py"
+    known = {module_name(f, ROOT) for f in PACKAGE.rglob("*.py")}
+    imported = imported_modules(app, known)
+    named = {node.module for node in ast.walk(ast.parse(app.read_text())) if isinstance(node, ast.ImportFrom)
+             and (node.module or "").startswith("specviz.")}
+    assert not named - known - {m.rsplit(".", 1)[0] for m in known}, f"app.py imports what is not there: {named}"
+    assert "specviz.panels.page" in imported
+    assert {package_of(m) for m in imported} <= {"panels", "lab", "methods", "runtime"}, sorted(imported)
+    importers = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if "app" in names:
+                importers.append(str(path.relative_to(ROOT)))
+    assert importers == [], f"modules that import app.py: {importers}"

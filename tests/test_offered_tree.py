@@ -10,11 +10,11 @@ from specviz.records.offered import NOT_RANKED
 from specviz.records.trace import Trace
 from specviz.lab.lab import Lab
 
-CODE = next(item for item in load_suite("assets/suite.jsonl") if item["id"] == "code-rename")
+CODE = next(item for item in load_suite("assets/suite.jsonl") if item.id == "code-rename")
 
 
 def test_each_auto_step_records_what_the_planner_cut(lm, tmp_path):
-    session = Session(lm, "unified").start(CODE["messages"])
+    session = Session(lm, "unified").start(CODE.messages)
     session.run(24)
     cut_steps = [r for r in session.records if r.cut_nodes]
     assert cut_steps, "the planner cut nothing in 24 tokens of copied code"
@@ -56,8 +56,10 @@ def test_ar_is_stepped_between_the_runs_steps(lm):
     baseline = lab.baseline_so_far()
     assert baseline is not None and baseline.output_ids == lab.session.output_ids  # greedy: the same tokens
     assert len(baseline.records) == len(lab.session.output_ids)                    # ar: one token a step
-    counters = lab.counters_markdown()
-    assert "stepped between this run's steps" in counters and "identical to greedy ar" in counters
+    versus = lab.counters().versus_ar
+    assert versus.paired and versus.identical
+    # and the counters line says so (lab.counters.counters_markdown renders the typed counters)
+    assert "stepped between this run's steps" in lab.counters_markdown()
 
 
 def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm):
@@ -85,21 +87,22 @@ def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same
     the ar run stepped beside each (same seed) emits them too (accept.position_noise)."""
     from urllib.parse import parse_qsl
 
-    import app
+    from app_page import CONTEXT
     from specviz.lab.share_link import query_from_settings, settings_from_query
 
     query = query_from_settings("racer", "auto", 24, 0.8, 1.0, 11, {}, "code-edit: code-rename")
-    settings, notes = settings_from_query(dict(parse_qsl(query[1:])), app.EXAMPLES)
+    settings, notes = settings_from_query(dict(parse_qsl(query[1:])), CONTEXT.examples)
     assert not notes and settings["seed"] == 11
     outputs = []
     for _ in range(2):
         lab = Lab()
-        lab.apply(model="", prompt=app.EXAMPLES[settings["example"]], method=settings["method"],
+        lab.apply(model="", prompt=CONTEXT.examples[settings["example"]], method=settings["method"],
                   budget=settings["budget"], params={}, temperature=settings["temperature"],
                   top_p=settings["top_p"], seed=settings["seed"])
         for _ in lab.run(settings["max_new_tokens"]):
             pass
         outputs.append(list(lab.session.output_ids))
         assert lab.baseline_so_far().output_ids == lab.session.output_ids
-        assert "identical to ar sampled at temperature 0.8, seed 11" in lab.counters_markdown()
+        counters = lab.counters()
+        assert counters.versus_ar.identical and (counters.temperature, counters.seed) == (0.8, 11)
     assert outputs[0] == outputs[1] and len(outputs[0]) == 24

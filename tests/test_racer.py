@@ -125,8 +125,8 @@ def test_logits_stage_grows_the_tree_as_merging_its_own_proposal_would():
 
 
 def test_retrieval_first_then_logits_share_the_budget(lm):
-    suite = {i["id"]: i for i in load_suite("assets/suite.jsonl")}
-    session = Session(lm, "racer", budget=24).start(suite["code-rename"]["messages"])
+    suite = {i.id: i for i in load_suite("assets/suite.jsonl")}
+    session = Session(lm, "racer", budget=24).start(suite["code-rename"].messages)
     session.run(40)
     splits = [r.split for r in session.records]
     assert all(list(s) == ["retrieval", "logits"] for s in splits)

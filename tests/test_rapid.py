@@ -105,7 +105,7 @@ def test_compression_sets_the_retrieval_length_from_the_document(lm):
 
 
 def test_rapid_drafts_with_the_layer_skip_drafter(lm):
-    from specviz.runtime.shared import shared_draft
+    from specviz.runtime.shared_resources import shared_draft
 
     prompt = long_context_prompt(FERRY[:3000], FERRY_QUESTIONS[0]["question"])
     reference = Session(lm, "ar").start(prompt)

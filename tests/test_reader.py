@@ -17,12 +17,12 @@ from specviz.index.ngram_trie import NgramTrie
 from specviz.index.suffix_array import SuffixArray, build_suffix_array
 from specviz.records.notes import ModelStageNote, SearchNote
 from specviz.runtime.layer_skip import self_skip_model
-from specviz.runtime.shared import shared_draft
+from specviz.runtime.shared_resources import shared_draft
 from specviz.engine.self_repetition import self_repetition
 from specviz.tree.draft_tree import DraftTree
 
 ASSETS = Path(__file__).parent.parent / "assets"
-SUITE = [i for i in load_suite(ASSETS / "suite.jsonl") if i["category"] != "long-context"]  # see test_rapid
+SUITE = [i for i in load_suite(ASSETS / "suite.jsonl") if i.category != "long-context"]  # see test_rapid
 FLAT_COST = CostModel(sizes=[1, 2, 64, 128], ms=[50.0, 55.0, 120.0, 200.0], context_len=512, model="test",
                       device="cpu", dtype="float32", threads=2)
 
@@ -200,19 +200,19 @@ def test_shipped_datastore_holds_the_corpus(lm):
 def ar_outputs(lm):
     outputs = {}
     for item in SUITE:
-        session = Session(lm, "ar").start(item["messages"])
+        session = Session(lm, "ar").start(item.messages)
         session.run(40)
-        outputs[item["id"]] = session.output_ids
+        outputs[item.id] = session.output_ids
     return outputs
 
 
-@pytest.mark.parametrize("item", SUITE, ids=[i["id"] for i in SUITE])
+@pytest.mark.parametrize("item", SUITE, ids=[i.id for i in SUITE])
 def test_unified_is_lossless_on_every_suite_prompt(lm, ar_outputs, item):
     """Fixed budget 48 and the model stage on: every step verifies all sources at once."""
     session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=48,
-                      draft=shared_draft(lm, "self-skip:6")).start(item["messages"])
+                      draft=shared_draft(lm, "self-skip:6")).start(item.messages)
     session.run(40)
-    assert session.output_ids == ar_outputs[item["id"]]
+    assert session.output_ids == ar_outputs[item.id]
 
 
 
@@ -220,9 +220,9 @@ def test_unified_model_stage_drafts_first_so_no_other_source_starves_it(lm):
     """A step that runs the model stage has paid for its draft forwards: its tree drafts first, so neither
     the automaton (which can fill a budget alone on copied text) nor the warm copy-logit table takes its
     room, and the deepening below it follows."""
-    item = next(i for i in SUITE if i["id"] == "sum-lighthouse")
+    item = next(i for i in SUITE if i.id == "sum-lighthouse")
     session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=12,
-                      draft=shared_draft(lm, "self-skip:6")).start(item["messages"])
+                      draft=shared_draft(lm, "self-skip:6")).start(item.messages)
     session.run(16)
     assert all(list(r.split) == ["model", "retrieval", "search", "deepen", "logits"] for r in session.records)
     assert all(r.split["model"].offered == 12 and r.allocation["model"] > 0 for r in session.records)
@@ -233,26 +233,26 @@ def test_unified_model_stage_drafts_first_so_no_other_source_starves_it(lm):
 
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "code-rename", "conv-trip", "open-story", "math-train"])
 def test_reader_is_lossless_with_both_draft_models(lm, ar_outputs, item_id):
-    item = next(i for i in SUITE if i["id"] == item_id)
+    item = next(i for i in SUITE if i.id == item_id)
     for draft in (None, shared_draft(lm, "self-skip:8")):
-        session = Session(lm, "reader", budget=32, draft=draft).start(item["messages"])
+        session = Session(lm, "reader", budget=32, draft=draft).start(item.messages)
         session.run(40)
         assert session.output_ids == ar_outputs[item_id]
 
 
 @pytest.mark.parametrize("method", ["reader", "unified"])
 def test_auto_budget_reader_and_unified_are_lossless(lm, ar_outputs, method):
-    item = next(i for i in SUITE if i["id"] == "qa-cheese")
+    item = next(i for i in SUITE if i.id == "qa-cheese")
     session = Session(lm, method, budget="auto", cost_model=FLAT_COST,
-                      draft=shared_draft(lm, "self-skip:8")).start(item["messages"])
+                      draft=shared_draft(lm, "self-skip:8")).start(item.messages)
     session.run(40)
     assert session.output_ids == ar_outputs["qa-cheese"]
     assert all(r.plan is not None and r.plan.cut is not None for r in session.records)
 
 
 def test_widening_and_deepening_branches_carry_their_sources(lm):
-    item = next(i for i in SUITE if i["id"] == "sum-lighthouse")
-    session = Session(lm, "reader", {"d_search": 10, "d_deep": 5}, budget=64).start(item["messages"])
+    item = next(i for i in SUITE if i.id == "sum-lighthouse")
+    session = Session(lm, "reader", {"d_search": 10, "d_deep": 5}, budget=64).start(item.messages)
     session.run(30)
     sources = {s for r in session.records for n in r.nodes for s in n.sources}
     assert {"model", "search", "deepen"} <= sources

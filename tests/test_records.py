@@ -23,7 +23,7 @@ from specviz.records.notes import (
 from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceShare
 from specviz.records.status import NodeStatus
-from specviz.records.step import NodeRecord, StepRecord
+from specviz.records.step import CommitOrigin, NodeRecord, StepRecord, StepTimings
 from specviz.records.trace import FORMAT_VERSION, Trace
 from specviz.render import step_panels
 from specviz.render.tree_svg import tree_html
@@ -173,6 +173,13 @@ def test_a_trace_of_this_version_round_trips_exactly(tmp_path):
     assert data["format_version"] == FORMAT_VERSION == 4
     assert [n["status"] for n in step["nodes"]] == ["root", "accepted", "relaxed", "rejected", "unreached"]
     assert step["nodes"][1]["mark"] == "transferred"
+    # origins and timings are typed in the record, and the JSON keeps their old text and keys
+    assert step["accepted_origins"] == ["model~transferred", "retrieval~relaxed", "bonus"]
+    assert step["timings_ms"] == {"draft": 1.0, "verify": 30.0, "forward": 28.0, "update": 0.4, "total": 31.4}
+    origins = loaded.steps[0].accepted_origins
+    assert origins[0] == CommitOrigin(("model",), "transferred") and origins[2].bonus and not origins[1].bonus
+    assert loaded.steps[0].timings_ms == StepTimings(draft=1.0, verify=30.0, forward=28.0, update=0.4, total=31.4)
+    assert str(CommitOrigin.parse("logits+retrieval~relaxed")) == "logits+retrieval~relaxed"
     assert [n["kind"] for n in step["drafter_notes"]] == ["model_stage", "reader_search", "reader_deepen", "respec"]
     assert list(step["sampling"]["charts"]) == ["0", "1"] and step["plan"]["cut"]["kept"] == 4
     assert "notes" not in step and "entropy" not in step

@@ -24,7 +24,7 @@ from specviz.records.trace import Trace
 from specviz.runtime.loading import load_model
 from specviz.tree.draft_tree import ROOT, DraftTree
 
-SUITE = {i["id"]: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
+SUITE = {i.id: i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
 VOCAB = 20
 
 
@@ -169,7 +169,7 @@ def test_positions_cut_by_the_budget_keep_their_score():
 # ---- the draft model ------------------------------------------------------------------------------
 
 def test_self_speculative_drafter_follows_greedy_and_keeps_its_cache(lm):
-    prompt = SUITE["sum-cheese"]["messages"]
+    prompt = SUITE["sum-cheese"].messages
     reference = Session(lm, "ar").start(prompt)
     reference.run(12)
     context = list(reference.prompt_ids)
@@ -197,7 +197,7 @@ def test_self_speculative_drafter_follows_greedy_and_keeps_its_cache(lm):
 def ar_outputs(lm):
     outputs = {}
     for item_id in ("sum-lighthouse", "conv-trip", "open-poem", "math-train", "qa-meeting"):
-        session = Session(lm, "ar").start(SUITE[item_id]["messages"])
+        session = Session(lm, "ar").start(SUITE[item_id].messages)
         session.run(48)
         outputs[item_id] = session.output_ids
     return outputs
@@ -206,7 +206,7 @@ def ar_outputs(lm):
 @pytest.mark.parametrize("fallback,budget", [("model", 16), ("logits", 32), ("auto", "auto")])
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "conv-trip", "open-poem", "math-train"])
 def test_respec_at_tau_zero_is_lossless(lm, ar_outputs, item_id, fallback, budget):
-    session = Session(lm, "respec", {"fallback": fallback}, budget=budget).start(SUITE[item_id]["messages"])
+    session = Session(lm, "respec", {"fallback": fallback}, budget=budget).start(SUITE[item_id].messages)
     session.run(48)
     assert session.output_ids == ar_outputs[item_id]
     used = {r.note(ReSpecNote).drafted_by for r in session.records}
@@ -215,7 +215,7 @@ def test_respec_at_tau_zero_is_lossless(lm, ar_outputs, item_id, fallback, budge
 
 
 def test_respec_trigger_and_candidates_are_recorded(lm, tmp_path):
-    session = Session(lm, "respec", {"fallback": "logits"}, budget=32).start(SUITE["sum-lighthouse"]["messages"])
+    session = Session(lm, "respec", {"fallback": "logits"}, budget=32).start(SUITE["sum-lighthouse"].messages)
     session.run(48)
     notes = [r.note(ReSpecNote) for r in session.records]
     fired = [note.trigger for note in notes if note.trigger.fired]
@@ -230,7 +230,7 @@ def test_respec_trigger_and_candidates_are_recorded(lm, tmp_path):
 
 
 def test_relaxed_acceptance_raises_mat_and_is_marked(lm, ar_outputs):
-    item = SUITE["sum-lighthouse"]["messages"]
+    item = SUITE["sum-lighthouse"].messages
     strict = Session(lm, "respec", {"fallback": "logits"}, budget=32).start(item)
     strict.run(48)
     loose = Session(lm, "respec", {"fallback": "logits", "tau": 5}, budget=32).start(item)
@@ -255,7 +255,7 @@ def test_bad_respec_settings_are_clear_errors(lm, params, message):
 
 def test_any_draft_model_folder_works_and_stays_lossless(lm, ar_outputs, tiny_models):
     draft = load_model(tiny_models["same"])
-    session = Session(lm, "respec", {"fallback": "model"}, budget=8, draft=draft).start(SUITE["qa-meeting"]["messages"])
+    session = Session(lm, "respec", {"fallback": "model"}, budget=8, draft=draft).start(SUITE["qa-meeting"].messages)
     session.run(48)
     assert session.output_ids == ar_outputs["qa-meeting"]
     assert any(r.note(ReSpecNote).drafted_by == "model" for r in session.records)

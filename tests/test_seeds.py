@@ -88,7 +88,7 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 from specviz.engine.run import run_method
 from specviz.engine.suite import long_context_prompt
-from specviz.runtime.shared import shared_model
+from specviz.runtime.shared_resources import shared_model
 from specviz.accept.sampling import SamplingSettings
 lm = shared_model(None)
 prompt = "Rename the variable x to count in: x = 0\\nfor item in items:\\n    x += item\\nprint(x)"

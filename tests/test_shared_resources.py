@@ -2,7 +2,7 @@
 
 import threading
 
-from specviz.runtime import shared as resources
+from specviz.runtime import shared_resources as resources
 
 
 def test_loading_one_resource_never_blocks_another():

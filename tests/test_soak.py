@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from app_page import counters_of, named
 from test_app import free_port, settings as page_settings
 from test_hostile import chain_trace, self_parent_trace
 
@@ -77,9 +78,11 @@ def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismat
                 client.predict(**settings(prompt=prompt, method=method, max_new_tokens=16), api_name="/step")
             elif kind == "run":
                 client.predict(api_name="/reset")
-                out = client.predict(**settings(prompt=prompt, method=method, max_new_tokens=24), api_name="/run")
-                if "identical to greedy ar" not in out[2]:
-                    mismatches.append((method, prompt, out[2][-300:], out[7]))
+                out = named(client.predict(**settings(prompt=prompt, method=method, max_new_tokens=24),
+                                           api_name="/run"))
+                versus = (counters_of(client) or {}).get("versus_ar")
+                if not (versus and versus["identical"]):
+                    mismatches.append((method, prompt, out["counters"][-300:], out["message"]))
             elif kind == "ab":
                 client.predict(side_a="", side_b="method=pld", **settings(prompt=prompt, method=method,
                                                                           max_new_tokens=12), api_name="/ab_run")

@@ -13,17 +13,19 @@ import torch
 from zerogpu_standin import forked
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-import app  # noqa: E402
+from app_page import page_for  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.methods import METHODS  # noqa: E402
-from specviz.runtime import portable, shared  # noqa: E402
+from specviz.runtime import shared_resources, state_pickle  # noqa: E402
 from specviz.lab import model_calls  # noqa: E402
 from specviz.lab.compare import Compare  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
-from specviz.lab.lab_state import CarriedStates, ModelCall, SweepRequest  # noqa: E402
+from specviz.lab.lab_state import CallAction, CarriedStates, ModelCall, SweepRequest  # noqa: E402
 from specviz.lab.public_policy import Policy  # noqa: E402
 from specviz.lab.recording import shipped_traces  # noqa: E402
 from specviz.accept.sampling import SamplingSettings  # noqa: E402
+from specviz.engine.suite import SuiteItem  # noqa: E402
+from specviz.engine.sweep_grid import SweepProgress, SweepReport  # noqa: E402
 
 PROMPT = ("Rename the variable count to total in this function and show the whole function:\n"
           "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count")
@@ -90,12 +92,13 @@ def ab_walk() -> list:
 
 def sweep_walk(lm) -> list:
     request = SweepRequest(model="", mode="", draft_model="", method="racer",
-                           prompts=({"id": "p", "category": "prompt", "prompt": PROMPT},),
+                           prompts=(SuiteItem.of(PROMPT, id="p"),),
                            axes=(("budget", ["4", "8"]),), max_new_tokens=N, params=(), budget=8,
                            sampling=SamplingSettings())
-    results = list(model_calls.call(ModelCall("sweep", (), N, sweep=request), []))
-    report = results[-1][2][1]
-    return [(r["budget"], r["new_tokens"], r["steps"], r["differing"]) for r in report["rows"]]
+    results = list(model_calls.call(ModelCall(CallAction.SWEEP, (), N, sweep=request), []))
+    report = results[-1][2]
+    assert isinstance(report, SweepReport) and all(isinstance(r[2], SweepProgress) for r in results[:-1])
+    return [(r.values, r.new_tokens, r.steps, r.differing) for r in report.rows]
 
 
 def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
@@ -155,9 +158,9 @@ def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp
     lab.step(N)
     drafted = lab.session.method.stages[0].inner.head
     assert isinstance(drafted, DraftHead) and drafted.path == path
-    blob = portable.dumps(lab.state)  # refuses a torch module that is not a shared resource: the head is a key
-    shared.forget("head")  # as in a fresh worker: the head is loaded again from its key
-    back = portable.loads(blob)
+    blob = state_pickle.dumps(lab.state)  # refuses a torch module that is not a shared resource: the head is a key
+    shared_resources.forget("head")  # as in a fresh worker: the head is loaded again from its key
+    back = state_pickle.loads(blob)
     again = back.session.method.stages[0].inner.head
     assert again is not drafted and again.path == path and again.lm is lm
     assert torch.equal(again.network.fc.weight, drafted.network.fc.weight)
@@ -183,8 +186,8 @@ def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
 
     def stale(call, carried):  # the state as another version of the app wrote it
         with monkeypatch.context() as patch:
-            patch.setattr(portable, "FORMAT", portable.FORMAT + 1)
-            blob = portable.dumps(carried.states)
+            patch.setattr(state_pickle, "FORMAT", state_pickle.FORMAT + 1)
+            blob = state_pickle.dumps(carried.states)
         yield from model_calls.run_model(call, CarriedStates._from_blob(blob, "cpu"))
 
     model_calls.use(stale)
@@ -193,73 +196,76 @@ def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
     assert trail(lab.session) == kept
 
 
-def call_handler(handler, lab=None, **settings):
+PUBLIC = Policy.for_public()
+
+
+def call_handler(page, lab=None, **settings):
+    """/step's handler on a built page, called as Gradio calls it: the lab and the message it answers with."""
     values = {"max_new_tokens": 8, "model": "", "draft_model": "", "mode": "", "prompt": PROMPT, "method": "pld",
               "auto_budget": False, "budget": 8, "temperature": 0.0, "top_p": 1.0, "seed": 0, **settings}
-    out = handler(None, lab, **values)
-    return out[0], out[1 + app.VIEW_WIDGETS.index("message")]
+    out = page.stage.on_step(None, lab, **values)
+    return out[page.out.lab], out[page.stage.message]
 
 
 def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
-    monkeypatch.setattr(app, "POLICY", Policy.for_public())
-    lab, message = call_handler(app.on_step)
+    page = page_for(PUBLIC)
+    lab, message = call_handler(page)
     assert message == "" and len(lab.session.output_ids) > 0
     kept = trail(lab.session)
     existing, missing = str(tmp_path), str(tmp_path / "no-such-folder")
     answers = []
     for model in (existing, missing, "/etc", "someone/unlisted-model"):
-        lab, message = call_handler(app.on_step, lab, model=model)
+        lab, message = call_handler(page, lab, model=model)
         answers.append(message)
-        assert "runs only the models on its list" in message and app.POLICY.models[0] in message
+        assert "runs only the models on its list" in message and PUBLIC.models[0] in message
         assert trail(lab.session) == kept
     assert answers[0].replace(existing, "") == answers[1].replace(missing, "")  # nothing about the server's files
     assert str(tmp_path) not in answers[0] and "exist" not in answers[0]
-    _, message = call_handler(app.on_step, lab, method="reader", draft_model=existing)
+    _, message = call_handler(page, lab, method="reader", draft_model=existing)
     assert "drafts only with" in message
-    _, message = call_handler(app.on_step, lab, method="reader", draft_model=f"head:{existing}")
+    _, message = call_handler(page, lab, method="reader", draft_model=f"head:{existing}")
     assert "drafts only with" in message and existing not in message  # a head file of one's own is a path
-    _, message = call_handler(app.on_step, lab, mode="compile")
+    _, message = call_handler(page, lab, mode="compile")
     assert "compile" in message
-    _, message = call_handler(app.on_step, lab, max_new_tokens=app.POLICY.max_new_tokens + 1)
-    assert f"generates 1 to {app.POLICY.max_new_tokens} new tokens" in message
+    _, message = call_handler(page, lab, max_new_tokens=PUBLIC.max_new_tokens + 1)
+    assert f"generates 1 to {PUBLIC.max_new_tokens} new tokens" in message
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (app.POLICY.max_upload_bytes + 1))
-    out = app.on_upload(lab, str(big))
-    assert "at most 4 MB" in out[1 + app.VIEW_WIDGETS.index("message")]
-    *_, sweep_message = app.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt", "", 8,
-                                     "speedup", 8, progress=lambda *a, **k: None, prompt=PROMPT, method="racer",
-                                     model="", draft_model="", mode="", auto_budget=False, budget=8,
-                                     temperature=0.0, top_p=1.0, seed=0)
+    big.write_bytes(b" " * (PUBLIC.max_upload_bytes + 1))
+    out = page.replay.on_upload(lab, str(big))
+    assert "at most 4 MB" in out[page.stage.message]
+    *_, sweep_message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt",
+                                            "", 8, "speedup", 8, progress=lambda *a, **k: None, prompt=PROMPT,
+                                            method="racer", model="", draft_model="", mode="", auto_budget=False,
+                                            budget=8, temperature=0.0, top_p=1.0, seed=0)
     assert "at most 24 runs" in sweep_message
     assert trail(lab.session) == kept
 
 
 def test_outside_public_mode_a_folder_still_loads(lm, tiny_models, monkeypatch):
-    monkeypatch.setattr(app, "POLICY", Policy.private())
-    lab, message = call_handler(app.on_step, model=tiny_models["same"], method="ar")
+    lab, message = call_handler(page_for(Policy.private()), model=tiny_models["same"], method="ar")
     assert message == "" and lab.session.lm.name == tiny_models["same"]
 
 
 def test_model_slots_release_the_least_recently_used(lm, tiny_models):
     def release_tiny():
-        for key in shared.loaded("model"):
+        for key in shared_resources.loaded("model"):
             if key[1] in tiny_models.values():
-                shared.release(key)
+                shared_resources.release(key)
 
     release_tiny()
-    assert shared.shared_model(None) is lm  # the default, most recently used: it stays
-    shared.set_model_slots(2)
+    assert shared_resources.shared_model(None) is lm  # the default, most recently used: it stays
+    shared_resources.set_model_slots(2)
     try:
-        same = shared.shared_model(tiny_models["same"])  # the other models loaded earlier go
-        shared.shared_model(None)
-        shared.shared_model(tiny_models["other"])  # "same" is now the least recently used
-        names = {key[1] for key in shared.loaded("model")}
-        assert names == {shared.model_key(None), tiny_models["other"]}, names
-        shared.shared_model(None)
-        assert shared.shared_model(tiny_models["same"]) is not same  # loaded again when asked for ("other" goes)
-        assert shared.shared_model(None) is lm
+        same = shared_resources.shared_model(tiny_models["same"])  # the other models loaded earlier go
+        shared_resources.shared_model(None)
+        shared_resources.shared_model(tiny_models["other"])  # "same" is now the least recently used
+        names = {key[1] for key in shared_resources.loaded("model")}
+        assert names == {shared_resources.model_key(None), tiny_models["other"]}, names
+        shared_resources.shared_model(None)
+        assert shared_resources.shared_model(tiny_models["same"]) is not same  # loaded again ("other" goes)
+        assert shared_resources.shared_model(None) is lm
     finally:
-        shared.set_model_slots(None)
+        shared_resources.set_model_slots(None)
         release_tiny()
 
 
@@ -284,8 +290,7 @@ def test_threads_follow_the_cgroup_quota(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("public", [False, True])
 def test_every_endpoint_has_a_name_and_named_parameters(monkeypatch, public):
-    monkeypatch.setattr(app, "POLICY", Policy.for_public() if public else Policy.private())
-    info = app.build_app().get_api_info()
+    info = page_for(Policy.for_public() if public else Policy.private()).blocks.get_api_info()
     names = set(info["named_endpoints"])
     assert not info.get("unnamed_endpoints")
     for plumbing in ("/on_sweep_metric", "/param_visibility", "/eta_state", "/eta_state_1", "/on_first_view",
@@ -364,10 +369,10 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
     fixed cost), the others go through spaces.GPU; a call over both is refused; SPECVIZ_CPU_MODELS changes it."""
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(model_calls, "zero_gpu", lambda: True)
-    on = lambda model: model_calls.on_cpu(ModelCall("step", (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
+    on = lambda model: model_calls.on_cpu(ModelCall(CallAction.STEP, (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
     assert on("") and on("smollm2-135m-instruct") and not on("HuggingFaceTB/SmolLM2-360M-Instruct")
     with pytest.raises(SpecvizError, match="run in different places"):
-        model_calls.on_cpu(ModelCall("step", (Lab.settings_of("", PROMPT, "pld", 8, {}),
+        model_calls.on_cpu(ModelCall(CallAction.STEP, (Lab.settings_of("", PROMPT, "pld", 8, {}),
                                       Lab.settings_of("HuggingFaceTB/SmolLM2-1.7B-Instruct", PROMPT, "pld", 8, {}))))
     monkeypatch.setenv("SPECVIZ_CPU_MODELS", "none")
     assert not on("")
@@ -380,7 +385,7 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
         assert len(lab.session.records) == 1
     finally:
         model_calls.use(None)
-    step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in (("step", 1), ("run", 128)))
+    step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in ((CallAction.STEP, 1), (CallAction.RUN, 128)))
     assert model_calls.call_seconds(step) == 2 and model_calls.call_seconds(run) == 15  # a Step is one step, not 15 s
 
 
@@ -408,11 +413,17 @@ def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_ru
 def test_no_fork_while_this_process_computes():
     """ui.fork_guard: a GPU call's start waits for CPU work under way; CPU work waits while a fork is under way."""
     import threading
-    import time
+
+    from browser_waits import wait_until
 
     from specviz.lab.fork_guard import ForkGuard
 
     guard, order = ForkGuard(), []
+
+    def stopped(thread: threading.Thread):
+        """The thread waits in the guard (its condition's waiter, CPython's threading.Condition._waiters), or
+        went through it, which the order then shows."""
+        return lambda: len(guard._condition._waiters) > 0 or not thread.is_alive()
 
     def fork():
         with guard.forking():
@@ -421,31 +432,31 @@ def test_no_fork_while_this_process_computes():
     with guard.computing():
         forker = threading.Thread(target=fork)
         forker.start()
-        time.sleep(0.2)
+        wait_until(stopped(forker), 10, "the fork to reach the guard")
         order.append("computed")
     forker.join(5)
     assert order == ["computed", "fork"]
     with guard.forking():
         computer = threading.Thread(target=lambda: guard.computing().__enter__() or order.append("computing"))
         computer.start()
-        time.sleep(0.2)
+        wait_until(stopped(computer), 10, "the CPU work to reach the guard")
         order.append("forked")
     computer.join(5)
     assert order[-2:] == ["forked", "computing"]
 
 
 def test_a_forked_child_gets_free_locks_where_another_thread_held_them():
-    """runtime.shared's registry lock, held by another thread at the fork (a model loading as ZeroGPU forks a
+    """runtime.shared_resources's registry lock, held by another thread at the fork (a model loading as ZeroGPU forks a
     worker), is free in the child (os.register_at_fork), so the child's first shared() does not wait forever."""
     import os
     import threading
 
-    from specviz.runtime import shared
+    from specviz.runtime import shared_resources
 
     held, release = threading.Event(), threading.Event()
 
     def holder():
-        with shared._registry_lock:
+        with shared_resources._registry_lock:
             held.set()
             release.wait(10)
 
@@ -454,7 +465,7 @@ def test_a_forked_child_gets_free_locks_where_another_thread_held_them():
     held.wait(5)
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if shared._registry_lock.acquire(timeout=5) else 1)
+        os._exit(0 if shared_resources._registry_lock.acquire(timeout=5) else 1)
     release.set()
     thread.join(5)
     _, status = os.waitpid(pid, 0)

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))
+from app_page import counters_of, named  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.runtime.draft_head import head_file_name  # noqa: E402
 from specviz.runtime.loading import DEFAULT_MODEL, GGUF_FILE  # noqa: E402
@@ -114,14 +115,16 @@ def _starts_as_a_space_and_steps(python: str, space: Path, tmp_path: Path, insta
             out = client.predict(max_new_tokens=8, prompt="Say hello twice.", method=method, auto_budget=False,
                                  budget=8, api_name="/step")
             step_s.append(time.perf_counter() - begun)
-            assert "steps** 1" in out[2], (method, out[7])
-            ran = client.predict(max_new_tokens=8, prompt="Say hello twice.", method=method, auto_budget=False,
-                                 budget=8, api_name="/run")
-            assert "**tokens** 8 " in ran[2] and "⚠️" not in str(ran[7]), (method, ran[7])  # on to the limit
+            assert counters_of(client)["figures"]["steps"] == 1, (method, named(out)["message"])
+            ran = named(client.predict(max_new_tokens=8, prompt="Say hello twice.", method=method, auto_budget=False,
+                                       budget=8, api_name="/run"))
+            assert counters_of(client)["figures"]["new_tokens"] == 8 and "⚠️" not in str(ran["message"]), \
+                (method, ran["message"])  # on to the limit
         # the shipped head drafts (no note that it is missing, no training started)
         out = client.predict(max_new_tokens=8, prompt="Say hello twice.", method="unified", draft_model="head",
                              model_stage="on", auto_budget=False, budget=8, api_name="/step")
-        assert "Draft head unavailable" not in str(out) and "steps** 1" in out[2], out[7]
+        assert "Draft head unavailable" not in str(out) and counters_of(client)["figures"]["steps"] == 1, \
+            named(out)["message"]
         # a path for the model: the dropdown of the allow-list refuses it before the app sees it, naming the list
         with pytest.raises(Exception, match="not in the list of choices") as refused:
             client.predict(max_new_tokens=8, prompt="Say hello.", method="pld", model="/etc", api_name="/step")

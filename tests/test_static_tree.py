@@ -19,6 +19,7 @@ from specviz.engine import costmodel
 from specviz.engine.run import run_method
 from specviz.engine.session import Session
 from specviz.engine.static_check import StaticTreeProbe, check_tree
+from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.draft_head import DraftHead, HeadNetwork, HeadRecord, target_identity, target_shape
@@ -113,8 +114,8 @@ def tiny(tiny_models):
     return load_model(tiny_models["same"])
 
 
-SUITE = [{"id": "a", "category": "x", "messages": [{"role": "user", "content": "the cat sat on the mat"}]},
-         {"id": "b", "category": "x", "messages": [{"role": "user", "content": "a dog ran on the road"}]}]
+SUITE = [SuiteItem.of([{"role": "user", "content": "the cat sat on the mat"}], id="a", category="x"),
+         SuiteItem.of([{"role": "user", "content": "a dog ran on the road"}], id="b", category="x")]
 
 
 def test_the_target_drafting_for_itself_follows_rank_zero_at_every_level(tiny):
@@ -162,7 +163,7 @@ def test_the_command_prints_the_engines_text_and_refuses_bad_input(tiny, tmp_pat
                                 device="cpu", dtype="fp32", threads=1)
     monkeypatch.setattr(costmodel, "load_or_calibrate", lambda lm: curve)
     suite = tmp_path / "suite.jsonl"
-    suite.write_text("\n".join(json.dumps(item) for item in SUITE))
+    suite.write_text("\n".join(json.dumps(item.to_dict()) for item in SUITE))
     common = ["static-tree", "--model", tiny.name, "--drafter", "self", "--suite", str(suite), "--depth", "2",
               "--max-new-tokens", "8"]
     report = tmp_path / "report.json"

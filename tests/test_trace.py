@@ -87,7 +87,7 @@ def test_shipped_traces_cover_every_method_and_replay_without_a_model():
     script = (
         "import sys; sys.path.insert(0, '.')\n"
         "import app\n"
-        "from specviz.runtime import shared as resources\n"
+        "from specviz.runtime import shared_resources as resources\n"
         "from specviz.lab.lab import Lab\n"
         "for name, path in app.TRACES.items():\n"
         "    lab = Lab(); lab.load_trace(path, name)\n"

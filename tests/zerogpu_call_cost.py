@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from zerogpu_standin import forked  # noqa: E402
 from specviz.lab import model_calls  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
-from specviz.lab.lab_state import ModelCall  # noqa: E402
+from specviz.lab.lab_state import CallAction, ModelCall  # noqa: E402
 
 PROMPT = "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n        count += x\n    return count"
 
@@ -28,7 +28,7 @@ def timed(action, tokens: int) -> float:
     lab.apply("", PROMPT, "unified", "auto", {})
     lab.step(tokens + 64)  # the session exists; what is timed is one more call
     started = time.perf_counter()
-    if action == "step":
+    if action is CallAction.STEP:
         lab.step(tokens + 64)  # one step (its limit far off)
     else:
         for _ in lab.run(len(lab.session.output_ids) + tokens, every_s=60):
@@ -44,7 +44,7 @@ def main() -> None:
     torch.set_num_threads(1)  # forks need one compute thread (zerogpu_standin); both sides run alike
     entry = forked(model_calls.run_model)
     results = {}
-    for action, tokens in (("step", 1), ("run", args.run_tokens)):
+    for action, tokens in ((CallAction.STEP, 1), (CallAction.RUN, args.run_tokens)):
         here, there = [], []
         for _ in range(args.repeats):
             model_calls.use(None)
@@ -54,9 +54,9 @@ def main() -> None:
         model_calls.use(None)
         settings = Lab.settings_of("", PROMPT, "unified", "auto", {})
         declared = model_calls.call_seconds(ModelCall(action, (settings,), tokens))
-        results[action] = (statistics.median(here), statistics.median(there), declared)
-        print(f"{action} ({tokens} token{'s' if tokens > 1 else ''}): in this process {results[action][0]:.3f} s, "
-              f"through a forked call {results[action][1]:.3f} s (+{results[action][1] - results[action][0]:.3f} s); "
+        results[action.value] = here_s, there_s, _ = statistics.median(here), statistics.median(there), declared
+        print(f"{action.value} ({tokens} token{'s' if tokens > 1 else ''}): in this process {here_s:.3f} s, "
+              f"through a forked call {there_s:.3f} s (+{there_s - here_s:.3f} s); "
               f"declared to ZeroGPU {declared} s", flush=True)
 
 

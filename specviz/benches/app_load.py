@@ -152,26 +152,28 @@ def run_memory(server: Server, steps: int = 5000, sessions: int = 200, prompt: s
 def time_replay(path: Path) -> dict:
     """Seconds to load a trace and show its last step, and to walk every step of it as Play does (each
     step's full page: tree, text so far, counters, panels), in this process, with no model."""
-    import app  # the page's own output mapping
-
     from specviz.lab.lab import Lab
+    from specviz.lab.public_policy import Policy
+    from specviz.panels.page import build_page
+    from specviz.panels.page_context import PageContext
 
+    page = build_page(PageContext.of(Policy.private()))  # the page's own output mapping
     lab = Lab()
     started = time.perf_counter()
     lab.load_trace(path)
-    app._shown(lab)
+    page.out.shown(lab)
     loaded = time.perf_counter() - started
     lab.go_to(0)
     walk_started = time.perf_counter()
     lab.play()
     while True:
-        app._shown(lab)
+        page.out.shown(lab)
         if not lab.tick(10**9):
             break
     walked = time.perf_counter() - walk_started
     steps = len(lab.replay.steps)
     started = time.perf_counter()
-    app.on_accounting(lab)
+    page.accounting.on_accounting(lab)
     plots = time.perf_counter() - started
     return {"steps": steps, "bytes": path.stat().st_size, "load_and_show_s": round(loaded, 3),
             "walk_all_steps_s": round(walked, 2), "ms_per_step_view": round(1000 * walked / steps, 1),

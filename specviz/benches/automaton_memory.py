@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from specviz.runtime.loading import LoadedModel
 from specviz.engine.run import run_method
+from specviz.engine.suite import SuiteItem
 from specviz.methods import get_method
 from specviz.benches.suite_bench import params_for
 
 
-def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, params: dict | None = None,
+def automaton_memory(lm: LoadedModel, suite: list[SuiteItem], generated_tokens: int, params: dict | None = None,
                      per_prompt: int = 256) -> dict:
     """RACER's automaton after `generated_tokens` tokens of real output: racer generates on the suite's
     prompts in turn (up to per_prompt tokens each) until that many tokens exist; one automaton with
@@ -25,7 +26,7 @@ def automaton_memory(lm: LoadedModel, suite: list[dict], generated_tokens: int, 
     streams, generated = [], 0
     while generated < generated_tokens:
         for item in suite:
-            run = run_method(lm, "racer", item["messages"], params=own,
+            run = run_method(lm, "racer", item.messages, params=own,
                              max_new_tokens=min(per_prompt, generated_tokens - generated))
             streams.append(run.prompt_ids + run.output_ids)
             generated += run.new_tokens

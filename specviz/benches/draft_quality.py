@@ -27,6 +27,7 @@ from specviz.runtime.eagle_head import EagleHead, drafts_from_features
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
 from specviz.engine.run import run_method
+from specviz.engine.suite import SuiteItem
 from specviz.tree.draft_tree import ROOT
 
 
@@ -91,13 +92,13 @@ def head_chain_acceptance(lm, head: DraftHead | EagleHead, prompt_ids: list[int]
     return accepted, level_ms
 
 
-def measure(lm, drafters: dict, suite: list[dict], depth: int = 6, max_new_tokens: int = 32) -> dict:
+def measure_draft_quality(lm, drafters: dict, suite: list[SuiteItem], depth: int = 6, max_new_tokens: int = 32) -> dict:
     """drafters: label -> LoadedModel (the target itself for the full self-draft, its self-skip:K...) or
     DraftHead (the trained head) or EagleHead (a published one)."""
     per_label = {label: ([], []) for label in drafters}
     for item in suite:
-        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-        limit = int(item.get("max_new_tokens", max_new_tokens))
+        prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)
+        limit = item.limit(max_new_tokens)
         reference = run_method(lm, "ar", prompt_ids=prompt_ids, max_new_tokens=limit)
         for label, model in drafters.items():
             if drafts_from_features(model):
@@ -138,3 +139,5 @@ def format_report(report: dict) -> str:
         lines.append(f"{'':<{width}} {'':>8} {'':>6} {'':>8}  " + " ".join(f"{x:>6.3f}" for x in r["alpha_by_depth"])
                      + "   (alpha at d given d - 1)")
     return "\n".join(lines)
+
+

@@ -19,11 +19,13 @@ from pathlib import Path
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.run import RunResult, run_method
+from specviz.engine.suite import SuiteItem
 from specviz.index.chunk_retrieval import retrieve
+from specviz.methods import AUTO_BUDGET, Budget
 
 
-def long_items(suite: list[dict]) -> list[dict]:
-    return [item for item in suite if item["category"] == "long-context"]
+def long_items(suite: list[SuiteItem]) -> list[SuiteItem]:
+    return [item for item in suite if item.category == "long-context"]
 
 
 def _normalise(text: str) -> str:
@@ -35,12 +37,13 @@ def exact_match(output: str, reference: str) -> bool:
 
 
 def _run(lm, method, item, params, sampling, max_new_tokens, draft=None) -> RunResult:
-    return run_method(lm, method, item["messages"], params=params, budget="auto" if method == "ar" else 64,
+    return run_method(lm, method, item.messages, params=params, budget=AUTO_BUDGET if method == "ar" else Budget(64),
                       sampling=sampling, max_new_tokens=max_new_tokens, draft=draft)
 
 
-def run_grid(lm, items, budgets=(512, 1024), repeats=3, max_new_tokens=48, temperature=0.0, gamma=10,
-             draft=None, log=print) -> list[dict]:
+def rapid_budget_rows(lm, items: list[SuiteItem], budgets=(512, 1024), repeats=3, max_new_tokens=48,
+                      temperature=0.0, gamma=10, draft=None, log=print) -> list[dict]:
+    """Per long-context item: a row for ar and one for rapid at each retrieval budget (interleaved, repeated)."""
     rows = []
     for item in items:
         configs = [("ar", {})] + [("rapid", {"retrieval_budget": b, "gamma": gamma}) for b in budgets]
@@ -59,7 +62,7 @@ def run_grid(lm, items, budgets=(512, 1024), repeats=3, max_new_tokens=48, tempe
             steady_tps = statistics.median(steady(r) for r in group)
             drafted = sum(r.drafted for r in group)
             context = len(group[0].prompt_ids)
-            rows.append({"id": item["id"], "context": context, "method": method,
+            rows.append({"id": item.id, "context": context, "method": method,
                          "budget": params.get("retrieval_budget"), "decode_tokens_per_s": round(tps, 2),
                          "speedup": round(tps / ar_tps, 3), "steady_tokens_per_s": round(steady_tps, 2),
                          "steady_speedup": round(steady_tps / ar_steady, 3),
@@ -68,7 +71,7 @@ def run_grid(lm, items, budgets=(512, 1024), repeats=3, max_new_tokens=48, tempe
                          "mat": round(sum(r.new_tokens for r in group) / sum(r.steps for r in group), 2),
                          "lossless": all(r.output_ids == runs[0][k].output_ids for k, r in enumerate(group))
                          if temperature == 0 else None})
-            log(f"{item['id']} ({context} tok) {method} {params.get('retrieval_budget') or ''}: "
+            log(f"{item.id} ({context} tok) {method} {params.get('retrieval_budget') or ''}: "
                 f"{tps:.2f} tok/s, x{tps / ar_tps:.2f}, acc {rows[-1]['acceptance_rate']}")
     return rows
 
@@ -82,7 +85,7 @@ def run_eta(lm, items, etas=(0.0, 5.0, 10.0, 20.0), seeds=2, temperature=0.8, ma
             for seed in range(seeds):
                 run = _run(lm, "rapid", item, {"eta": eta, "gamma": gamma, "retrieval_budget": budget},
                            SamplingSettings(temperature, 1.0, seed), max_new_tokens, draft)
-                matches.append(exact_match(run.text, item["reference"]))
+                matches.append(exact_match(run.text, item.reference))
                 runs.append(run)
         drafted = sum(r.drafted for r in runs)
         rows.append({"eta": eta, "runs": len(runs), "exact_match": round(sum(matches) / len(runs), 3),
@@ -132,7 +135,7 @@ def run_retrieval(lm, documents_dir: Path, chunk_tokens=512, budgets=(512, 1024)
             "rss_growth_mb": round(rss_after - rss_before, 1), "rankers": summary}
 
 
-def format_grid(rows: list[dict]) -> str:
+def format_budget_rows(rows: list[dict]) -> str:
     lines = [f"{'item':<18} {'context':>7} {'method':<6} {'budget':>6} {'dec tok/s':>9} {'vs ar':>6} "
              f"{'steady':>7} {'vs ar':>6} {'ms/step':>7} {'acc':>5} {'MAT':>5} lossless"]
     for r in rows:

@@ -1,4 +1,4 @@
-"""Public mode's memory budget, from measured parts (`python -m specviz space-figures` prints it): each allowed
+"""Public mode's memory budget, from measured parts (`python -m specviz dev space-figures` prints it): each allowed
 model's resident bytes, one live session at the prompt cap, and the sessions the limit lets live at once."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.benches.space_figures import FAMILY, PROMPT, rss_bytes
 from specviz.lab.lab import Lab
+from specviz.methods import AUTO_BUDGET
 from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
                                MAX_PROMPT_TOKENS)
 
@@ -31,7 +32,7 @@ def memory_budget(lm, model_bytes: int, per_param: float) -> dict:
     give_back_freed_memory()  # the heap keeps what steps free (runtime.memory_release): measure without it
     before = rss_bytes()
     lab = Lab()
-    lab.apply("", text, "unified", "auto", {})
+    lab.apply("", text, "unified", AUTO_BUDGET, {})
     lab.step(4)
     session_tokens = len(lab.session.context)
     with_heap = rss_bytes() - before

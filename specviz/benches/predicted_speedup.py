@@ -8,22 +8,23 @@ from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, check
 from specviz.engine.run import warm_up
 from specviz.engine.session import Session
+from specviz.engine.suite import SuiteItem
 from specviz.runtime.loading import LoadedModel
 
 
-def predicted_against_measured(lm: LoadedModel, suite: list[dict], method: str, max_new_tokens: int,
+def predicted_against_measured(lm: LoadedModel, suite: list[SuiteItem], method: str, max_new_tokens: int,
                                params: dict | None = None, draft=None) -> dict:
     """Per prompt and over the suite (all steps pooled): predicted and measured speedup, and the factors."""
-    warm_up(lm, method, suite[0]["messages"], params=params, draft=draft)
+    warm_up(lm, method, suite[0].messages, params=params, draft=draft)
     rows, pooled_records, pooled_ar = [], [], []
     for item in suite:
-        limit = item.get("max_new_tokens", max_new_tokens)
-        session = Session(lm, method, params, draft=draft).start(item["messages"])
+        limit = item.limit(max_new_tokens)
+        session = Session(lm, method, params, draft=draft).start(item.messages)
         paired = PairedBaseline(session)
         while not session.finished and len(session.output_ids) < limit:
             session.step(limit)
             paired.keep_up()
-        rows.append({"id": item["id"], "category": item.get("category", ""),
+        rows.append({"id": item.id, "category": item.category,
                      **_row(check(session.records, ar_ms_per_token(paired.ar.records)))})
         pooled_records += session.records
         pooled_ar += paired.ar.records

@@ -9,7 +9,7 @@ from typing import Callable
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
-from specviz.runtime.shared import shared_draft
+from specviz.runtime.shared_resources import shared_draft
 from specviz.engine.session import Session
 from specviz.methods import METHODS
 from specviz.engine.suite import load_suite
@@ -28,14 +28,14 @@ def record_traces(lm: LoadedModel, out: Path = ASSETS / "traces", max_new_tokens
     from specviz.index import datastore
 
     datastore.ensure(lm)  # built once per tokenizer: a recording must not time that build as a step
-    suite = {item["id"]: item for item in load_suite(ASSETS / "suite.jsonl")}
+    suite = {item.id: item for item in load_suite(ASSETS / "suite.jsonl")}
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for method, prompt_id, temperature, params in RECORDINGS:
         item = suite[prompt_id]
         draft = shared_draft(lm, "") if METHODS[method].uses_draft_model else None
-        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-        text = PromptText.of(item["prompt"]) if "prompt" in item else None
+        prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)
+        text = None if item.is_chat else PromptText.of(item.prompt)
         for tokens in (4, max_new_tokens):  # a short warm-up run first: one-time costs are no step's
             session = Session(lm, method, params, sampling=SamplingSettings(temperature), draft=draft)
             session.start_ids(prompt_ids, text)
@@ -45,7 +45,7 @@ def record_traces(lm: LoadedModel, out: Path = ASSETS / "traces", max_new_tokens
         path = out / f"{method}-{prompt_id}{suffix}.json"
         session.trace().save(path)
         stats = session.stats()
-        log(f"{path.name}: {stats['steps']} steps, {stats['new_tokens']} tokens, MAT {stats['mean_accepted']:.2f}, "
+        log(f"{path.name}: {stats.steps} steps, {stats.new_tokens} tokens, MAT {stats.mean_accepted:.2f}, "
             f"{path.stat().st_size / 1024:.0f} KB")
         paths.append(path)
     return paths

@@ -1,6 +1,6 @@
-"""`python -m specviz state-cost`: what carrying a session's state through a ZeroGPU call costs. A session of a
+"""`python -m specviz dev state-cost`: what carrying a session's state through a ZeroGPU call costs. A session of a
 method is started on a prompt of each context length and stepped; its state is then pickled as a call's argument
-is (ui.lab_state.CarriedStates: runtime.portable, shared resources by key) and read back, several times: bytes
+is (ui.lab_state.CarriedStates: runtime.state_pickle, shared resources by key) and read back, several times: bytes
 and median milliseconds of each direction."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import statistics
 import time
 
 
-def measure(lm, contexts=(500, 4000), method: str = "unified", repeats: int = 5, steps: int = 4) -> list[dict]:
+def measure_state_cost(lm, contexts=(500, 4000), method: str = "unified", repeats: int = 5, steps: int = 4) -> list[dict]:
     from specviz.lab.lab import Lab
     from specviz.lab.lab_state import CarriedStates
 
@@ -40,3 +40,5 @@ def measure(lm, contexts=(500, 4000), method: str = "unified", repeats: int = 5,
         rows.append({"method": method, "context_tokens": len(lab.session.context), "bytes": len(blob),
                      "dump_ms": round(statistics.median(dump_ms), 1), "load_ms": round(statistics.median(load_ms), 1)})
     return rows
+
+

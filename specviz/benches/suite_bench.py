@@ -7,8 +7,9 @@ from typing import Callable
 
 from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
 from specviz.engine.run import RunResult, run_method, warm_up
+from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
-from specviz.methods import METHODS, PEER_METHODS, get_method
+from specviz.methods import AUTO_BUDGET, METHODS, PEER_METHODS, Budget, get_method
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
 from specviz.accept.sampling import SamplingSettings
@@ -65,20 +66,23 @@ def compare(lm: LoadedModel, prompt_ids: list[int], reference: RunResult, run: R
                     tie_threshold(lm.dtype), run.lossless_declared).verdict
 
 
-def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_tokens: int = 128,
-              params: dict | None = None, budget="auto", repeats: int = 1, draft: LoadedModel | None = None,
+def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_new_tokens: int = 128,
+              params: dict | None = None, budget: Budget | int | str = AUTO_BUDGET, repeats: int = 1,
+              draft: LoadedModel | None = None,
               log: Callable[[str], None] = lambda s: None, sampling: SamplingSettings = SamplingSettings(),
               regimes: list[str] | None = None, warm: bool = True) -> dict:
     """regimes: CUDA graphs 'on' and 'off' (runtime.captured_forward.install) taking turns within every repeat of
-    every prompt, each with its own `ar`; the report then holds one summary per regime under 'regimes'."""
+    every prompt, each with its own `ar`; the report then holds one summary per regime under 'regimes'. budget: a
+    Budget, or its text form (the CLI's "auto" or number of nodes)."""
+    budget = Budget.parse(budget)
     if regimes:
         return _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, draft, log, sampling, regimes)
     methods = check_methods(methods)
     params = params or {}
     check_params(methods, params)
-    encoded = [(item, encode(lm.tokenizer, item["messages"], lm.max_context)) for item in suite]
+    encoded = [(item, encode(lm.tokenizer, item.messages, lm.max_context)) for item in suite]
     for method in methods if warm else ():
-        warm_up(lm, method, PromptText.of(suite[0]["messages"]), prompt_ids=encoded[0][1],
+        warm_up(lm, method, PromptText.of(suite[0].messages), prompt_ids=encoded[0][1],
                 params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
     from specviz.index.datastore import shared_datastore
     from specviz.engine.self_repetition import self_repetition
@@ -90,9 +94,9 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
         log(f"self-repetition with the datastore not measured: {error}")
     rows = []
     for item, prompt_ids in encoded:
-        limit = int(item.get("max_new_tokens", max_new_tokens))
+        limit = item.limit(max_new_tokens)
         runs: dict[str, list[RunResult]] = {m: [] for m in methods}
-        prompt = PromptText.of(item["messages"])
+        prompt = PromptText.of(item.messages)
         for repeat in range(repeats):
             for method in methods:  # interleaved: A B C A B C ...
                 seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
@@ -104,7 +108,7 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
                       round(self_repetition(prompt_ids, reference.output_ids, datastore), 3) if datastore else None)
         for method in methods:
             first = runs[method][0]
-            rows.append({"id": item["id"], "category": item["category"], "method": method,
+            rows.append({"id": item.id, "category": item.category, "method": method,
                          "new_tokens": first.new_tokens, "steps": first.steps,
                          "wall_s": statistics.median(r.wall_s for r in runs[method]),
                          "lossless": all(r.output_ids == reference.output_ids for r in runs[method]),
@@ -114,7 +118,7 @@ def run_bench(lm: LoadedModel, suite: list[dict], methods: list[str], max_new_to
                          "drafted": first.drafted, "accepted_drafts": first.accepted_drafts,
                          "self_repetition": repetition[0], "self_repetition_ds": repetition[1],
                          **(planner_figures(first) if first.records is not None else {})})
-        log(f"{item['id']}: " + "  ".join(
+        log(f"{item.id}: " + "  ".join(
             f"{r['method']} {r['new_tokens'] / r['wall_s']:.1f} tok/s" for r in rows[-len(methods):]))
     return summarise(rows, methods)
 
@@ -141,7 +145,7 @@ def _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, dr
     for regime, parts in reports.items():
         rows = []
         for item in suite:  # the median wall time of each prompt's repeats, as run_bench takes it
-            mine = [r for part in parts for r in part["prompts"] if r["id"] == item["id"]]
+            mine = [r for part in parts for r in part["prompts"] if r["id"] == item.id]
             for method in methods:
                 runs = [r for r in mine if r["method"] == method]
                 row = dict(runs[0])

@@ -20,7 +20,7 @@ from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.shipped import COPY_LOGITS, shipped_file
-from specviz.runtime.shared import register_loader, resolve, shared
+from specviz.runtime.shared_resources import register_loader, resolve, shared
 from specviz.drafters.copy_logit_table import CopyLogitTable, FrozenRows
 from specviz.errors import SpecvizError
 from specviz.index.datastore import CORPUS, read_corpus, tokenizer_name, _slug

@@ -29,7 +29,7 @@ _since_explore: dict[str, int] = {}            # setting key -> auto choices sin
 _measured_lock = threading.RLock()  # samples (read under it) is asked for inside it
 
 
-def _fresh_lock_in_a_fork() -> None:  # runtime.shared says why
+def _fresh_lock_in_a_fork() -> None:  # runtime.shared_resources says why
     global _measured_lock
     _measured_lock = threading.RLock()
 

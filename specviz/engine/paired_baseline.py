@@ -47,5 +47,5 @@ class PairedBaseline:
             return whole
         records, ids = whole.records[:n], whole.output_ids[:n]
         return replace(whole, output_ids=ids, steps=n, margins=whole.margins[:n], records=records,
-                       decode_s=sum(r.timings_ms["total"] for r in records) / 1000, finish_reason="length",
+                       decode_s=sum(r.timings_ms.total for r in records) / 1000, finish_reason="length",
                        text=self.ar.lm.tokenizer.decode(ids, skip_special_tokens=True))

@@ -48,7 +48,7 @@ def check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCh
     ar_priced = sum(r.plan.verify_ms[0] for r in priced) / len(priced) if priced else 0.0
     measured_over = priced or records
     tokens = sum(len(r.accepted_tokens) for r in measured_over)
-    taken = sum(r.timings_ms["total"] for r in measured_over)
+    taken = sum(r.timings_ms.total for r in measured_over)
     predicted = expected / priced_ms * ar_priced if priced and priced_ms else None
     measured = tokens / taken * ar_ms_per_token if ar_ms_per_token and taken else None
     return SpeedupCheck(predicted, measured, expected, tokens, priced_ms, taken, ar_priced, ar_ms_per_token, len(priced))
@@ -57,4 +57,4 @@ def check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCh
 def ar_ms_per_token(ar_records: list[StepRecord]) -> float | None:
     """ar's decode milliseconds per token from its step records (prefill excluded, as a step's is)."""
     tokens = sum(len(r.accepted_tokens) for r in ar_records)
-    return sum(r.timings_ms["total"] for r in ar_records) / tokens if tokens else None
+    return sum(r.timings_ms.total for r in ar_records) / tokens if tokens else None

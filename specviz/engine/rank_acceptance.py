@@ -25,6 +25,8 @@ import torch
 from specviz.drafters.head import HeadDrafter
 from specviz.drafters.static_shape import token_ranks
 from specviz.engine.run import run_method
+from specviz.engine.suite import SuiteItem
+from specviz.methods import Budget
 from specviz.runtime.block_forward import causal_features, chain_forward
 from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.eagle_head import EagleHead, drafts_from_features
@@ -83,17 +85,17 @@ def head_rank_sequences(lm: LoadedModel, head: DraftHead | EagleHead, prompt_ids
     return sequences, times
 
 
-def measure_ranks(lm: LoadedModel, drafter, label: str, suite: list[dict], depth: int, max_rank: int,
+def measure_ranks(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], depth: int, max_rank: int,
                   max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None) -> RankMeasurement:
     """drafter: a DraftHead or EagleHead, or a LoadedModel drafting (the target itself for `self`, self-skip:K, another).
     progress(done, total, label) after each prompt."""
     sequences, times = [], []
     for done, item in enumerate(suite):
         if progress is not None:
-            progress(done, len(suite), f"prompt {done + 1} of {len(suite)}: {item.get('id', '')}")
-        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-        limit = int(item.get("max_new_tokens", max_new_tokens))
-        continuation = run_method(lm, "ar", prompt_ids=prompt_ids, budget=1, max_new_tokens=limit).output_ids
+            progress(done, len(suite), f"prompt {done + 1} of {len(suite)}: {item.id}")
+        prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)
+        limit = item.limit(max_new_tokens)
+        continuation = run_method(lm, "ar", prompt_ids=prompt_ids, budget=Budget(1), max_new_tokens=limit).output_ids
         if len(continuation) < depth:
             continue
         if drafts_from_features(drafter):

@@ -9,9 +9,9 @@ from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine import costmodel
-from specviz.engine.session import Session, headline_figures
+from specviz.engine.session import RunFigures, Session
 from specviz.errors import SpecvizError
-from specviz.methods import PEER_METHODS, get_method
+from specviz.methods import AUTO_BUDGET, PEER_METHODS, Budget, get_method
 from specviz.records.trace import StepRecord, Trace
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
@@ -76,28 +76,29 @@ class RunResult:
 
     @property
     def first_step_s(self) -> float:
-        return self.records[0].timings_ms["total"] / 1000 if self.records else 0.0
+        return self.records[0].timings_ms.total / 1000 if self.records else 0.0
 
     @property
     def first_step_tokens(self) -> int:
         return len(self.records[0].accepted_tokens) if self.records else 0
 
-    def figures(self) -> dict:
+    def figures(self) -> RunFigures:
         """new_tokens, steps, mean_accepted, wall_s, tokens_per_s, rounded as Session.stats gives them."""
-        return headline_figures(self.new_tokens, self.steps, self.wall_s)
+        return RunFigures.of(self.new_tokens, self.steps, self.wall_s)
 
 
 # ---- running ---------------------------------------------------------------------------------------
 def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
-               prompt_ids: list[int] | None = None, params: dict | None = None, budget="auto",
-               sampling: SamplingSettings = SamplingSettings(), max_new_tokens: int,
-               draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None,
+               prompt_ids: list[int] | None = None, params: dict | None = None,
+               budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
+               max_new_tokens: int, draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None,
                should_stop: Callable[[], bool] | None = None, on_step: Callable[[StepRecord], None] | None = None,
                trace: bool = False) -> RunResult:
     """Run `method` on a prompt until max_new_tokens output tokens, EOS, the context limit or should_stop().
     prompt: the text or chat (encoded here unless prompt_ids are given; a method that builds its own context
-    from it, RAPID, reads it); prompt_ids: the encoded prompt. draft: the draft model, for a method that
-    uses one (the others ignore it). trace: also keep the run's trace (RunResult.trace)."""
+    from it, RAPID, reads it); prompt_ids: the encoded prompt. budget: a Budget, or its text form ("auto", a
+    number of nodes). draft: the draft model, for a method that uses one (the others ignore it). trace: also keep
+    the run's trace (RunResult.trace)."""
     if method in PEER_METHODS:
         return _peer_run(lm, method, _prompt_ids(lm, prompt, prompt_ids), params, sampling, max_new_tokens, draft)
     session = _started_session(lm, method, prompt, prompt_ids=prompt_ids, params=params, budget=budget,
@@ -110,8 +111,9 @@ def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptTe
 
 
 def warm_up(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
-            prompt_ids: list[int] | None = None, params: dict | None = None, budget="auto",
-            sampling: SamplingSettings = SamplingSettings(), draft: LoadedModel | None = None) -> None:
+            prompt_ids: list[int] | None = None, params: dict | None = None,
+            budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
+            draft: LoadedModel | None = None) -> None:
     """An untimed short run (WARMUP_STEPS steps), so that first-call costs land on no measured prompt:
     kernels, the datastore, the warm copy-logit table, and the first tries of a measured choice (unified's
     draft model stage, ReSpec's fallback), which the process's later sessions of the same setting share."""
@@ -126,9 +128,9 @@ def warm_up(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText 
 
 
 def _started_session(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
-                     prompt_ids: list[int] | None = None, params: dict | None = None, budget="auto",
-                     sampling: SamplingSettings = SamplingSettings(), draft: LoadedModel | None = None,
-                     cost_model: costmodel.CostModel | None = None) -> Session:
+                     prompt_ids: list[int] | None = None, params: dict | None = None,
+                     budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
+                     draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None) -> Session:
     """A session of one of our methods, prefilled with the prompt (see run_method)."""
     own_draft = draft if get_method(method).uses_draft_model else None
     session = Session(lm, method, params, budget=budget, sampling=sampling, cost_model=cost_model, draft=own_draft)

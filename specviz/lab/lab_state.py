@@ -1,16 +1,18 @@
 """The model side of a browser session, apart from what the page shows: a typed, picklable state (LabState: the
 live Session with its KV cache, drafters, planner and sampler, the greedy reference, the ar baselines) and the
-actions that run the model on it (`perform`). The page side (ui.lab.Lab: replay, timeline, messages) never runs
-the model: it sends a ModelCall with the states it holds through one function (ui.gpu.run_model), which may run
-in this process or, on ZeroGPU, in a forked worker that gets the states pickled (runtime.portable: the shared
-models, datastore and warm tables by key) and sends them back the same way. Either way a call gives the same
-result: everything a step depends on is in the state or in the shared read-only resources."""
+actions that run the model on it (`step_sessions`). The page side (lab.lab.Lab: replay, timeline, messages)
+never runs the model: it sends a ModelCall with the states it holds through one function
+(lab.model_calls.run_model), which may run in this process or, on ZeroGPU, in a forked worker that gets the states
+pickled (runtime.state_pickle: the shared models, datastore and warm tables by key) and sends them back the same
+way. Either way a call gives the same result: everything a step depends on is in the state or in the shared
+read-only resources."""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
@@ -19,10 +21,11 @@ from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError, quoted
-from specviz.runtime import portable
+from specviz.methods import Budget
+from specviz.runtime import state_pickle
 from specviz.runtime.modes import parse_mode, settled_here
 from specviz.runtime.prompts import PromptText, encode, validate_messages
-from specviz.runtime.shared import shared_draft, shared_model
+from specviz.runtime.shared_resources import shared_draft, shared_model
 from specviz.engine.suite import long_context_prompt
 
 
@@ -31,7 +34,7 @@ class Settings:
     model: str
     prompt: str
     method: str
-    budget: int | str
+    budget: Budget
     params: tuple           # sorted (name, value) pairs of the method's own parameters
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
     mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
@@ -56,16 +59,16 @@ class LabState:
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """A sweep's grid, checked by the caller (tools.sweep.parse_axes, the public limits)."""
+    """A sweep's grid, checked by the caller (lab.sweep.Sweep: engine.sweep_grid.parse_axes, the public limits)."""
     model: str
     mode: str
     draft_model: str
     method: str
-    prompts: tuple            # suite items ({"id", "category", "prompt" | "messages"})
-    axes: tuple               # parse_axes's output
+    prompts: tuple            # engine.suite.SuiteItem per prompt
+    axes: tuple               # parse_axes's output: (name, (value text, ...)) per axis
     max_new_tokens: int
     params: tuple             # sorted (name, value) pairs of the method's own parameters
-    budget: int | str
+    budget: Budget
     sampling: SamplingSettings
 
 
@@ -74,23 +77,40 @@ class StaticTreeRequest:
     """A static-tree study (engine.static_study), checked by the caller (the public limits)."""
     model: str
     mode: str
-    drafter: str              # a draft model spec (runtime.shared.resolve_draft): "" = the default
-    prompts: tuple            # suite items ({"id", "category", "messages"})
+    drafter: str              # a draft model spec (runtime.shared_resources.resolve_draft): "" = the default
+    prompts: tuple            # engine.suite.SuiteItem per prompt
     depth: int
     max_rank: int
     max_new_tokens: int
 
 
+class CallAction(Enum):
+    """What a ModelCall does. The values are the names callers used before the Enum (ModelCall still takes them)."""
+    STEP = "step"                    # one step on each state
+    RUN = "run"                      # steps until the token limit or the end, reporting every every_s
+    WARM = "warm"                    # start the session and take one step
+    SWEEP = "sweep"                  # a sweep's grid (ModelCall.sweep), on no state
+    STATIC_TREE = "static-tree"      # a static-tree study (ModelCall.static_tree), on no state
+
+    @property
+    def reports(self) -> bool:
+        """Whether the call runs a study that reports progress and a report (no session state)."""
+        return self in (CallAction.SWEEP, CallAction.STATIC_TREE)
+
+
 @dataclass(frozen=True)
 class ModelCall:
     """One action that runs the model, on one state per entry of settings (a Lab: one; A/B: two; a sweep: none)."""
-    action: str                      # "step", "run", "warm" (start the session and take one step), "sweep" or
-                                     # "static-tree"
+    action: CallAction               # a CallAction, or its value ("step", "sweep", ...: read into one here)
     settings: tuple[Settings, ...]
     max_new_tokens: int = 1
     every_s: float = 0.25            # a run reports back at most this often
     sweep: SweepRequest | None = None
     static_tree: StaticTreeRequest | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.action, CallAction):  # the string form callers built before CallAction
+            object.__setattr__(self, "action", CallAction(self.action))
 
 
 @dataclass
@@ -100,13 +120,13 @@ class ModelReply:
     states: "CarriedStates | None"
     messages: tuple[str, ...] = ()
     error: str | None = None
-    result: object = None    # a sweep's or static-tree study's progress ("progress", done, total, label) or its
-                             # report ("report", dict | StaticTreeStudy)
+    result: object = None    # a sweep's events (engine.sweep_grid: SweepProgress, then SweepReport), or a
+                             # static-tree study's ("progress", done, total, label), then ("report", StaticTreeStudy)
 
 
 class CarriedStates:
     """LabStates as a call's argument or result. In this process the objects pass as they are; pickled (a
-    ZeroGPU worker), they travel as runtime.portable bytes, read back on first use, tensors on `device`.
+    ZeroGPU worker), they travel as runtime.state_pickle bytes, read back on first use, tensors on `device`.
     A state that cannot be read (written by another version) raises SpecvizError when used, not when
     unpickled, so that the call can answer with a message."""
 
@@ -114,7 +134,7 @@ class CarriedStates:
         self._states, self._blob, self.device = states, None, device
 
     def __reduce__(self):
-        return (CarriedStates._from_blob, (portable.dumps(self.states), self.device))
+        return (CarriedStates._from_blob, (state_pickle.dumps(self.states), self.device))
 
     @classmethod
     def _from_blob(cls, blob: bytes, device: str) -> "CarriedStates":
@@ -126,8 +146,8 @@ class CarriedStates:
     def states(self) -> list[LabState]:
         if self._states is None:
             try:
-                self._states = portable.loads(self._blob, self.device)
-            except portable.StateFormatError as error:
+                self._states = state_pickle.loads(self._blob, self.device)
+            except state_pickle.StateFormatError as error:
                 raise SpecvizError(f"This session's state could not be read back ({error}): the app was probably "
                                    "updated between two of your actions. Press Reset to start again.") from None
             self._blob = None
@@ -269,14 +289,15 @@ def update_diff(state: LabState) -> None:
     state.diff = token_diff(state.reference.output_ids, session.output_ids)
 
 
-def _settle(state: LabState) -> None:
-    """What the page reads after a call, computed while the model is at hand."""
+def _update_diff_and_cost_curve(state: LabState) -> None:
+    """What the page reads after a call, computed while the model is at hand: the diff against greedy decoding,
+    and (budget auto) the verify cost curve loaded for the accounting tab."""
     update_diff(state)
-    if state.session is not None and state.session.budget == "auto":
+    if state.session is not None and state.session.budget.auto:
         state.session.cost_model  # noqa: B018 (loaded once per process: the accounting tab's curve)
 
 
-def perform(call: ModelCall, states: list[LabState]):
+def step_sessions(call: ModelCall, states: list[LabState]):
     """Generator: the call's action on the states, yielding one message per state whenever there is something
     to show (a step: once; a run: at most every call.every_s, and at the end). Bad input raises SpecvizError
     with every state as it was."""
@@ -288,14 +309,14 @@ def perform(call: ModelCall, states: list[LabState]):
             messages[i] = start_session(state, settings)
         except SpecvizError as error:
             raise SpecvizError(f"Side {'AB'[i]}: {error}" if len(states) > 1 else str(error)) from None
-    if call.action in ("step", "warm"):
+    if call.action in (CallAction.STEP, CallAction.WARM):
         for i, state in enumerate(states):
             messages[i] = step_once(state, call.max_new_tokens, paired=len(states) == 1)
-            _settle(state)
+            _update_diff_and_cost_curve(state)
         yield tuple(messages)
         return
-    if call.action != "run":
-        raise ValueError(f"unknown model action {call.action!r}")
+    if call.action is not CallAction.RUN:
+        raise ValueError(f"{call.action} is no action on session states")
     last = time.perf_counter()
     paired = len(states) == 1  # a Lab's run (A/B sides compare with each other, not with ar)
     updates, ar_first = 0, False
@@ -310,7 +331,7 @@ def perform(call: ModelCall, states: list[LabState]):
         ar_first = False
         if time.perf_counter() - last >= call.every_s:
             for state in states:
-                _settle(state)
+                _update_diff_and_cost_curve(state)
             yield tuple(messages)
             updates += 1
             ar_first = updates % 2 == 1
@@ -319,7 +340,7 @@ def perform(call: ModelCall, states: list[LabState]):
         messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."
         state.session.report_finish()
         measure_baseline(state)
-        _settle(state)
+        _update_diff_and_cost_curve(state)
     yield tuple(messages)
 
 
@@ -350,14 +371,14 @@ def _reporting(work: Callable[[Callable], object]):
 
 
 def perform_sweep(request: SweepRequest):
-    """Generator: a sweep's progress as ("progress", done, total, label), then ("report", report)."""
+    """Generator: a sweep's events, a SweepProgress after each timed run, then the SweepReport
+    (engine.sweep_grid.run_grid)."""
     from specviz.engine.sweep_grid import run_grid
 
     lm = shared_model(request.model, request.mode)
     draft = shared_draft(lm, request.draft_model, request.mode)
-    yield from _reporting(lambda progress: run_grid(
-        lm, list(request.prompts), request.method, list(request.axes), request.max_new_tokens, dict(request.params),
-        request.budget, draft, request.sampling, progress=progress))
+    yield from run_grid(lm, list(request.prompts), request.method, list(request.axes), request.max_new_tokens,
+                        dict(request.params), request.budget, draft, request.sampling)
 
 
 def perform_static_tree(request: StaticTreeRequest):
@@ -371,7 +392,7 @@ def perform_static_tree(request: StaticTreeRequest):
     drafter = shared_draft(lm, request.drafter, request.mode) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")
-    # blank is the head when the target has one, else the target itself (runtime.shared.resolve_draft)
+    # blank is the head when the target has one, else the target itself (runtime.shared_resources.resolve_draft)
     label = request.drafter or ("head" if drafts_from_features(drafter) else "self")
     yield from _reporting(lambda progress: study_static_trees(
         lm, drafter, label, list(request.prompts), request.depth, request.max_rank, request.max_new_tokens, progress))

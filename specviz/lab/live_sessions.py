@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
-from specviz.runtime.shared import on_model_released
+from specviz.runtime.shared_resources import on_model_released
 
 ROOM_MESSAGE = ("⚠️ This session was released to make room for other visitors (this Space keeps {limit} running "
                 "at once). Press Step to start again.")

@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 from specviz.errors import SpecvizError
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
 from specviz.lab.fork_guard import GUARD
-from specviz.lab.lab_state import (CarriedStates, LabState, ModelCall, ModelReply, perform, perform_static_tree,
-                                  perform_sweep)
+from specviz.lab.lab_state import (CallAction, CarriedStates, LabState, ModelCall, ModelReply, perform_static_tree,
+                                  perform_sweep, step_sessions)
 
 try:  # ZeroGPU: `spaces` before torch touches CUDA (app.py imports it first of all; here for other entry points)
     import spaces
@@ -48,15 +48,15 @@ def zero_gpu() -> bool:
 def _tokens(call: ModelCall) -> int:
     """Tokens a call generates at most: a Run's (and its baseline's) on each state, a sweep's runs (its points
     and the ar references on each prompt), one step's."""
-    if call.action == "static-tree":  # ar on each prompt, then the drafter along it: about a level a token
+    if call.action is CallAction.STATIC_TREE:  # ar on each prompt, then the drafter along it: about a level a token
         request = call.static_tree
         return 2 * len(request.prompts) * request.max_new_tokens
-    if call.action == "sweep":
+    if call.action is CallAction.SWEEP:
         points = 1
         for _, values in call.sweep.axes:
             points *= len(values)
         return (points + 2) * len(call.sweep.prompts) * call.sweep.max_new_tokens
-    per_state = 2 * call.max_new_tokens if call.action == "run" else 1
+    per_state = 2 * call.max_new_tokens if call.action is CallAction.RUN else 1
     return per_state * max(1, len(call.settings))
 
 
@@ -71,10 +71,10 @@ def check_duration(call: ModelCall) -> None:
     if seconds <= MAX_CALL_S:
         return
     fits = int((MAX_CALL_S - CALL_BASE_S) / SECONDS_PER_TOKEN)
-    if call.action == "static-tree":
+    if call.action is CallAction.STATIC_TREE:
         raise SpecvizError(f"This study runs about {_tokens(call)} forwards, about {seconds} s of GPU time, and a call "
                            f"may take at most {MAX_CALL_S} s here: fewer prompts or tokens per prompt.")
-    if call.action == "sweep":
+    if call.action is CallAction.SWEEP:
         raise SpecvizError(f"This sweep generates up to {_tokens(call)} tokens, about {seconds} s of GPU time, and a "
                            f"call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
                            "tokens in all, the ar references included).")
@@ -88,13 +88,14 @@ def run_model(call: ModelCall, carried: CarriedStates) -> Iterator[ModelReply]:
     """THE function that runs the model. Generator: the call's replies, each with the states as they are then
     (on the CPU once pickled); bad input ends it with one reply that carries the message and no states."""
     try:
-        if call.action in ("sweep", "static-tree"):
-            results = perform_sweep(call.sweep) if call.action == "sweep" else perform_static_tree(call.static_tree)
+        if call.action.reports:
+            results = (perform_sweep(call.sweep) if call.action is CallAction.SWEEP
+                       else perform_static_tree(call.static_tree))
             for result in results:
                 yield ModelReply(None, result=result)
             return
         states = carried.states
-        for messages in perform(call, states):
+        for messages in step_sessions(call, states):
             yield ModelReply(CarriedStates(states, "cpu"), messages)
     except SpecvizError as error:
         yield ModelReply(None, error=str(error))
@@ -196,8 +197,8 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
 
 
 def reported(call_: ModelCall, progress: Callable[[int, int, str], None]) -> object:
-    """Run a call that reports (a sweep, a static-tree study): progress(done, total, label) on each progress reply;
-    its report."""
+    """Run a static-tree study's call: progress(done, total, label) on each progress reply; its report. (A sweep's
+    replies are typed events: lab.sweep.Sweep reads them with engine.sweep_grid.last_report.)"""
     report = None
     for _, _, (kind, *result) in call(call_, []):
         if kind == "progress":

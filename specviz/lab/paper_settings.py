@@ -11,14 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specviz.methods import METHODS
+from specviz.methods.budget import AUTO_TEXT
 
-AUTO = "auto"
-RUN_SETTINGS = ("budget", "temperature", "top_p")  # settings a click sets besides the method's parameters
+AUTO = AUTO_TEXT  # a budget as the page's widgets take it (app.py reads values["budget"] == "auto")
+PAPER_RUN_SETTINGS = ("budget", "temperature", "top_p")  # settings a click sets besides the method's parameters
 
 
 @dataclass(frozen=True)
 class Change:
-    name: str          # a method parameter, or one of RUN_SETTINGS
+    name: str          # a method parameter, or one of PAPER_RUN_SETTINGS
     paper: object      # the paper's value
     ours: object       # our default
     where: str         # the section (or code) the paper's value comes from
@@ -46,7 +47,7 @@ class PaperSettings:
 
     def params(self, which: str) -> dict[str, object]:
         """values(which) without the run settings: the method's own parameters."""
-        return {k: v for k, v in self.values(which).items() if k not in RUN_SETTINGS}
+        return {k: v for k, v in self.values(which).items() if k not in PAPER_RUN_SETTINGS}
 
 
 _BUDGET_WHY = ("the planner keeps, every step, the nodes whose chance pays for their verify cost on this "
@@ -151,7 +152,7 @@ def widget_values(method: str, which: str, defaults: dict[str, object]) -> dict[
     values.update({name: value for name, value in defaults.items() if name in own})
     settings = paper_settings(method)
     if settings is not None:
-        values.update({k: v for k, v in settings.values(which).items() if k in own or k in RUN_SETTINGS})
+        values.update({k: v for k, v in settings.values(which).items() if k in own or k in PAPER_RUN_SETTINGS})
     return values
 
 

@@ -2,7 +2,7 @@
 
 On when SPACE_ID is set (a Hugging Face Space) or with `app.py --public`. The model and the draft model come
 from an allow-list (the Space owner's SPECVIZ_ALLOWED_MODELS, comma-separated; default SmolLM2 135M and 360M),
-never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded (runtime.shared releases the
+never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded (runtime.shared_resources releases the
 least recently used); compile modes are not offered; new tokens, sweep size and upload size have limits. A refusal
 names what is allowed and nothing about the server: the same sentence whether a path exists there or not.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
-from specviz.runtime.shared import SELF_DRAFT
+from specviz.runtime.shared_resources import SELF_DRAFT
 
 DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
 # on ZeroGPU (SPACES_ZERO_GPU set) a larger target fits: every training-free method runs on it

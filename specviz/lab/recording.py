@@ -31,12 +31,11 @@ class Recording:
 
     @classmethod
     def of_session(cls, session) -> "Recording":
-        curve = session._cost_model
         return cls(records=session.records, token_text=session.token_text, method=session.name,
                    params=dict(session.params), lossless=session.lossless, temperature=session.temperature,
                    prefill_ms=session.prefill_s * 1000, prompt_ids=session.prompt_ids,
                    label=f"live run of {session.name} on {session.lm.name} ({session.lm.mode})",
-                   cost_curve={"sizes": list(curve.sizes), "ms": list(curve.ms)} if curve is not None else None)
+                   cost_curve=session.cost_curve)
 
     @classmethod
     def of_trace(cls, trace: Trace, name: str = "trace") -> "Recording":
@@ -52,7 +51,7 @@ class Recording:
 
     def ms_until(self, at: int) -> float:
         """Wall-clock milliseconds of the prefill and steps 0..at."""
-        return self.prefill_ms + sum(r.timings_ms["total"] for r in self.records[:at + 1])
+        return self.prefill_ms + sum(r.timings_ms.total for r in self.records[:at + 1])
 
     def step_of_token(self, index: int) -> tuple[int, int | None] | None:
         """(step, node id) that committed output token `index`; node None for a step's bonus token."""

@@ -3,15 +3,19 @@ Anything a URL says that we cannot use is named in a note and left at its defaul
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError, quoted
-from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS, parse_budget
+from specviz.methods import DEFAULT_METHOD, METHODS, Budget
 
 RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
 MAX_PROMPT_CHARS = 20_000
 MAX_NOTES = 8
+
+if TYPE_CHECKING:
+    from specviz.lab.visitor_request import VisitorRequest
 
 
 def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tuple[dict, list[str]]:
@@ -30,8 +34,7 @@ def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tupl
             continue
         try:
             if key == "budget":
-                budget = parse_budget(raw)
-                settings["budget"] = budget if budget == "auto" else min(int(budget), BUDGET_MAX)
+                settings["budget"] = Budget.parse(raw).setting  # the widgets' form: "auto" or the number
             elif key == "max_new_tokens":
                 value = int(raw)
                 if not 1 <= value <= 1024:
@@ -60,10 +63,10 @@ def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tupl
     return settings, notes
 
 
-def query_from_settings(method: str, budget, max_new_tokens, temperature, top_p, seed, params: dict,
-                        example: str | None = None) -> str:
+def query_from_settings(method: str, budget: Budget | int | str, max_new_tokens, temperature, top_p, seed,
+                        params: dict, example: str | None = None) -> str:
     """The query string that restores these settings (parameters at their default are left out)."""
-    query = {"method": method, "budget": budget, "max_new_tokens": int(max_new_tokens)}
+    query = {"method": method, "budget": str(Budget.parse(budget)), "max_new_tokens": int(max_new_tokens)}
     if float(temperature):
         query.update(temperature=float(temperature), top_p=float(top_p), seed=int(seed))
     spec = METHODS.get(method)
@@ -74,3 +77,12 @@ def query_from_settings(method: str, budget, max_new_tokens, temperature, top_p,
     if example:
         query["example"] = example.split(": ", 1)[-1]
     return "?" + urlencode(query)
+
+
+def link_for(request: "VisitorRequest", examples: dict[str, str]) -> tuple[str, bool]:
+    """The query string of a checked request (the page's settings and token limit), and whether its prompt is
+    one of the examples (a link names an example; any other prompt is left out of it)."""
+    chosen, sampling = request.settings, request.settings.sampling
+    example = next((label for label, text in examples.items() if text == chosen.prompt), None)
+    return (query_from_settings(chosen.method, chosen.budget, request.max_new_tokens, sampling.temperature,
+                                sampling.top_p, sampling.seed, dict(chosen.params), example), example is not None)

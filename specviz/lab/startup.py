@@ -47,7 +47,7 @@ STATUS = Startup()
 def place_models(names: list[str], mode: str = "") -> None:
     """ZeroGPU: load the allowed models on the main thread, where spaces intercepts the move to cuda (a model placed
     on the Space's CPUs loads there: runtime.placement)."""
-    from specviz.runtime.shared import shared_model
+    from specviz.runtime.shared_resources import shared_model
 
     for name in names:
         shared_model(name, mode)
@@ -60,7 +60,7 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
     from specviz.engine import costmodel
     from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
     from specviz.index import datastore
-    from specviz.runtime.shared import shared_model
+    from specviz.runtime.shared_resources import shared_model
     from specviz.lab import head_training
 
     status.current = "loading the model"
@@ -72,7 +72,7 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
     datastore.shared_datastore(lm)
     status.mark("datastore ready")
     training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
-    status.mark(f"draft head {training.state}")
+    status.mark(f"draft head {training.state.value}")
     print(f"specviz: {training.message}", flush=True)
     # these run the model: on ZeroGPU only inside a GPU call (the step below pays them), unless the model is
     # placed on the Space's CPUs (runtime.placement)
@@ -92,13 +92,14 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
 def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
     """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
     from specviz.lab.lab import Lab
+    from specviz.methods import AUTO_BUDGET
 
     try:
         with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (ui.fork_guard)
             lm = _prepare(model, zero_gpu, status)
         status.current = "taking one tree step"
         lab = Lab()
-        lab.apply(model, prompt, method, "auto", {})
+        lab.apply(model, prompt, method, AUTO_BUDGET, {})
         lab.step(2)
         del lab
         status.mark("first tree step taken")

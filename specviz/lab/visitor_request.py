@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError
-from specviz.methods import BUDGET_MAX, METHODS, get_method
-from specviz.runtime.shared import mode_key, model_key
+from specviz.methods import AUTO_BUDGET, BUDGET_MAX, METHODS, Budget, get_method
+from specviz.methods.budget import AUTO_TEXT
+from specviz.runtime.shared_resources import mode_key, model_key
 from specviz.lab.lab_state import Settings, parse_prompt
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, flag, scalar, text_value, whole_number
 from specviz.lab.public_policy import Policy
@@ -30,39 +31,19 @@ SIDE_SETTINGS = ("method", "budget", "temperature", "top_p", "seed", "draft_mode
 MAX_NAME_CHARS = 200
 
 
-@dataclass(frozen=True)
-class Budget:
-    """Draft nodes a step may verify: a fixed number (1..BUDGET_MAX), or auto (nodes None: the planner chooses
-    by measured time)."""
-    nodes: int | None = None
+def visitor_budget(value) -> Budget:
+    """A visitor's budget: a Budget, "auto" (any case) or a whole number of nodes (1..BUDGET_MAX), refused with the
+    range as the page's other numbers are."""
+    if isinstance(value, Budget):
+        return value
+    if isinstance(value, str) and value.strip().lower() == AUTO_TEXT:
+        return AUTO_BUDGET
+    return Budget(whole_number("budget", value, 1, BUDGET_MAX))
 
-    AUTO_TEXT = "auto"
 
-    @classmethod
-    def of(cls, value) -> "Budget":
-        """"auto" (any case) or a whole number of nodes."""
-        if isinstance(value, Budget):
-            return value
-        if isinstance(value, str) and value.strip().lower() == cls.AUTO_TEXT:
-            return cls(None)
-        return cls(whole_number("budget", value, 1, BUDGET_MAX))
-
-    @classmethod
-    def from_widgets(cls, auto, nodes) -> "Budget":
-        """The page's Auto checkbox and its budget slider (read only when Auto is off)."""
-        return cls(None) if flag("auto_budget", auto) else cls.of(nodes)
-
-    @property
-    def auto(self) -> bool:
-        return self.nodes is None
-
-    @property
-    def setting(self) -> int | str:
-        """The engine's form: the number of nodes, or "auto"."""
-        return self.AUTO_TEXT if self.nodes is None else self.nodes
-
-    def __str__(self) -> str:
-        return str(self.setting)
+def budget_from_widgets(auto, nodes) -> Budget:
+    """The page's Auto checkbox and its budget slider (read only when Auto is off)."""
+    return AUTO_BUDGET if flag("auto_budget", auto) else visitor_budget(nodes)
 
 
 def checked_settings(model: str, prompt: str, method: str, budget, params: Mapping, draft_model: str = "",
@@ -83,7 +64,7 @@ def checked_settings(model: str, prompt: str, method: str, budget, params: Mappi
     resolved = policy.check_params(spec.name, spec.resolve_params(own))
     spec.check_sampling(resolved, sampling)
     parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
-    return Settings(model_key(model), prompt, spec.name, Budget.of(budget).setting, tuple(sorted(resolved.items())),
+    return Settings(model_key(model), prompt, spec.name, visitor_budget(budget), tuple(sorted(resolved.items())),
                     draft_name, mode_key(mode), sampling, policy.max_prompt_tokens)
 
 
@@ -99,14 +80,14 @@ class VisitorRequest:
 
     @property
     def budget(self) -> Budget:
-        return Budget.of(self.settings.budget)
+        return self.settings.budget
 
     @classmethod
     def from_inputs(cls, values: Mapping, max_new_tokens, policy: Policy) -> "VisitorRequest":
         """The page's widgets (or an API call's named parameters) by SETTING_NAMES and parameter names."""
         if not isinstance(values, Mapping):
             raise SpecvizError("settings must be an object of NAME: VALUE.")
-        budget = Budget.from_widgets(values.get("auto_budget", False), values.get("budget"))
+        budget = budget_from_widgets(values.get("auto_budget", False), values.get("budget"))
         page_params = {p.name: scalar(p.name, values[p.name]) for p in PARAMS if p.name in values}
         settings = checked_settings(values.get("model"), values.get("prompt"), values.get("method"), budget,
                                     page_params, values.get("draft_model"), values.get("mode"),

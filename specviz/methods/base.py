@@ -20,8 +20,6 @@ from specviz.runtime.prompts import PromptText
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 
-BUDGET_MAX = 256          # largest fixed tree (draft nodes) a user may ask for
-AUTO_MAX_NODES = 64       # budget=auto chooses among at most this many nodes (RACER's capacity)
 
 
 class Method:
@@ -146,11 +144,4 @@ class Method:
     def rollback(self, saved: list) -> None:
         for drafter, state in zip(self.stages, saved):
             drafter.rollback(state)
-
-
-def parse_budget(budget) -> int | str:
-    """'auto' or a whole number of draft nodes in 1..BUDGET_MAX."""
-    if isinstance(budget, str) and budget.strip().lower() == "auto":
-        return "auto"
-    return Param("budget", 16, 1, BUDGET_MAX, int).coerce(budget)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.engine.static_study import StaticTreeStudy
+from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError, quoted
-from specviz.runtime.prompts import as_messages
 from specviz.tree.static_tree_export import FORMATS, export
 from specviz.lab import model_calls
 from specviz.lab import visitors
@@ -31,7 +31,7 @@ class StaticTreeTab:
     """Built inside build_app's Tabs; `settings_inputs` are the page's settings widgets by name (as the sweep
     takes them), whose model, run mode, draft model and prompt the study uses."""
 
-    def __init__(self, policy: Policy, suites: dict[str, list[dict]], settings_inputs: dict, max_new_tokens):
+    def __init__(self, policy: Policy, suites: dict[str, list[SuiteItem]], settings_inputs: dict, max_new_tokens):
         self.policy, self.suites = policy, suites
         with gr.Tab("Static tree", id="tab-static-tree"):
             gr.Markdown("The **static** draft tree a serving engine takes (vLLM's `speculative_token_tree`, "
@@ -108,10 +108,9 @@ class StaticTreeTab:
         return (*self._shown(visit, study, n, fmt), gr.update())  # the study's message stays
 
     # ---- helpers ----------------------------------------------------------------------------------------
-    def _prompts(self, scope, page_prompt: str) -> list[dict]:
+    def _prompts(self, scope, page_prompt: str) -> list[SuiteItem]:
         if scope == "page prompt":
-            return [{"id": "page prompt", "category": "prompt",
-                     "messages": as_messages(Lab.checked_prompt(page_prompt))}]
+            return [SuiteItem.of(Lab.checked_prompt(page_prompt), id="page prompt")]
         suite = self.suites.get(scope) if isinstance(scope, str) else None
         if suite is None:
             raise SpecvizError(f"Measure on one of: {', '.join(SCOPES)}; got {quoted(scope)}.")
@@ -119,7 +118,7 @@ class StaticTreeTab:
         if limit is not None and len(suite) > limit:
             raise SpecvizError(f"This Space measures on at most {limit} prompts; {scope} has {len(suite)}.")
         # the study's token count rules: an item's own limit gives way
-        return [{k: v for k, v in item.items() if k != "max_new_tokens"} for item in suite]
+        return [item.without_limit() for item in suite]
 
     def _shown(self, visit, study: StaticTreeStudy, n: int, fmt: str):
         tree = study.tree(n)

@@ -46,23 +46,90 @@ class NodeRecord:
         return cls(**{**data, "status": NodeStatus(data["status"]), "mark": None if mark is None else NodeStatus(mark)})
 
 
+@dataclass(frozen=True)
+class StepTimings:
+    """Where one step's time went, in milliseconds (a trace's "timings_ms" object, with these keys)."""
+    draft: float = 0.0      # ms: the drafters and the planner's cut
+    verify: float = 0.0     # ms: the target's tree forward and the acceptance rule
+    forward: float = 0.0    # ms: the tree forward alone (inside verify)
+    update: float = 0.0     # ms: committing (cache, drafters' updates, the step record)
+    total: float = 0.0      # ms: the whole step (draft + verify + update)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepTimings":
+        """A trace's timings_ms object: a key it lacks (an old or hand-written trace) reads as 0 ms, one this
+        version does not know is left out."""
+        if not isinstance(data, dict):
+            raise TypeError(f"timings_ms is not an object: {type(data).__name__}")
+        return cls(**{key: data[key] for key in _TIMING_KEYS if key in data})
+
+    def __getitem__(self, key: str) -> float:
+        """timings["total"] as the dict this record replaced was read (engine.sweep_grid still reads it so)."""
+        if key not in _TIMING_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+_TIMING_KEYS = ("draft", "verify", "forward", "update", "total")
+
+
+@dataclass(frozen=True)
+class CommitOrigin:
+    """How one committed token came: the sources whose draft node the target accepted (sorted) and the rule that
+    bent acceptance for it, or the step's bonus token (the target's own, no sources). A trace stores it as text:
+    the sources joined by "+", then "~" and the mark ("logits+retrieval~relaxed"), or "bonus"."""
+    sources: tuple[str, ...] = ()   # empty: the bonus token
+    mark: str | None = None         # a bent rule's status (relaxed, transferred); a foreign trace's text as it is
+
+    @property
+    def bonus(self) -> bool:
+        return not self.sources
+
+    @classmethod
+    def parse(cls, text: str) -> "CommitOrigin":
+        """The trace's text form back (any text reads, and str() gives it back unchanged)."""
+        if text == BONUS:
+            return cls()
+        joined, tilde, mark = text.partition("~")
+        return cls(tuple(joined.split("+")), mark if tilde else None)
+
+    def __str__(self) -> str:
+        if self.bonus:
+            return BONUS
+        return "+".join(self.sources) + (f"~{self.mark}" if self.mark is not None else "")
+
+
+BONUS = "bonus"   # a bonus token's origin as text
+BONUS_ORIGIN = CommitOrigin()
+
+
 @dataclass
 class StepRecord:
     step: int
     prefix_len: int                      # committed tokens (prompt + generated) before this step
     budget: int                          # draft nodes allowed this step
-    budget_mode: str                     # "fixed" or "auto"
+    budget_mode: str                     # "fixed" or "auto" (methods.budget.Budget.mode: the trace's words)
     nodes: list[NodeRecord]
     accepted_tokens: list[int]           # committed this step: accepted drafts then the bonus token
-    accepted_origins: list[str]          # per committed token: its sources joined by "+", or "bonus"
+    accepted_origins: list[CommitOrigin]  # per committed token: how it came (its text form is read too)
     allocation: dict[str, int]           # draft nodes per source
-    timings_ms: dict[str, float]         # draft, verify, forward (inside verify), update, total
+    timings_ms: StepTimings              # draft, verify, forward (inside verify), update, total (a dict is read too)
     split: SourceSplit | None = None     # per source: offered, proposed, shared (None: no draft stage)
     plan: PlanDecision | None = None     # what the planner expected (None: a version-1 trace that had no plan)
     sampling: SamplingCharts | None = None  # temperature > 0: p (q, p_hat) at the visited positions
     drafter_notes: tuple[DrafterNote, ...] = ()  # what each drafter said about its step, in stage order
     cut_nodes: CutNodes | None = None    # what the sources offered and the planner cut (None: nothing cut, or
     #                                      a trace older than format version 4)
+
+    def __post_init__(self):
+        # the text and dict forms the trace stores (and records built by hand) read into the typed ones
+        if not isinstance(self.timings_ms, StepTimings):
+            self.timings_ms = StepTimings.from_dict(self.timings_ms)
+        if not isinstance(self.accepted_origins, list):
+            raise TypeError(f"accepted_origins is not a list: {type(self.accepted_origins).__name__}")
+        if any(not isinstance(o, CommitOrigin) for o in self.accepted_origins):
+            self.accepted_origins = [o if isinstance(o, CommitOrigin) else CommitOrigin.parse(o)
+                                     for o in self.accepted_origins]
 
     @property
     def num_accepted_drafts(self) -> int:
@@ -77,8 +144,9 @@ class StepRecord:
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["accepted_origins"] = [str(origin) for origin in self.accepted_origins]  # the trace's text form
         data["drafter_notes"] = [note.to_dict() for note in self.drafter_notes]  # each with its kind
-        return finite(data)
+        return json_ready(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> "StepRecord":
@@ -93,13 +161,13 @@ class StepRecord:
         return cls(**values)
 
 
-def finite(value):
-    """JSON has no NaN: store a missing float as None so that a save/load round trip is exact (tuples
-    become lists, as JSON would make them)."""
+def json_ready(value):
+    """value as JSON writes it back unchanged: JSON has no NaN, so a float that is not finite is stored as None
+    (a save/load round trip is exact), and tuples become lists, as JSON would make them."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
+        return [json_ready(v) for v in value]
     return value

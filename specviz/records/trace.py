@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specviz.errors import SpecvizError, quoted
 from specviz.records.legacy import step_from_v2
-from specviz.records.step import StepRecord, finite
+from specviz.records.step import StepRecord, json_ready
 from specviz.records.trace_check import check_raw, check_trace
 
 # 1: the first traces (no version field). 2: format_version, the token texts, the decoded prompt, the
@@ -46,7 +46,7 @@ class Trace:
         return self.token_texts.get(str(token), f"<{token}>")
 
     def to_dict(self) -> dict:
-        data = finite(asdict(replace(self, steps=[])))
+        data = json_ready(asdict(replace(self, steps=[])))
         data["steps"] = [step.to_dict() for step in self.steps]
         return data
 

@@ -131,8 +131,9 @@ def _fits(value, hint, where: str) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT
     if hint is float:
-        # None and inf too: a trace stores a float that was not finite as null (records.step.finite), and a record
-        # may read a null back as inf (a key-less trigger's h_min); the raw check refused NaN and inf in the file
+        # None and inf too: a trace stores a float that was not finite as null (records.step.json_ready), and a
+        # record may read a null back as inf (a key-less trigger's h_min); the raw check refused NaN and inf in
+        # the file
         return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                                  and not math.isnan(value))
     if hint is str:  # the decoded prompt's bound here; a node's or a token's text is held to MAX_TEXT below

@@ -4,6 +4,8 @@ tree pays. Everything is built from step records only, so it works on a live run
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -48,9 +50,7 @@ def _share(part: float, whole: float) -> float:
 
 def _step_times(record: StepRecord) -> dict[str, float]:
     t = record.timings_ms
-    forward = t.get("forward", 0.0)
-    return {"draft": t.get("draft", 0.0), "forward": forward, "accept": max(0.0, t.get("verify", 0.0) - forward),
-            "update": t.get("update", 0.0)}
+    return {"draft": t.draft, "forward": t.forward, "accept": max(0.0, t.verify - t.forward), "update": t.update}
 
 
 # ---- the numbers ----------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def run_accounting(records: list[StepRecord]) -> dict:
         accepted_per_step.append(record.num_accepted_drafts)
         for part, ms in _step_times(record).items():
             time_ms[part] += ms
-        time_ms["total"] += record.timings_ms.get("total", 0.0)
+        time_ms["total"] += record.timings_ms.total
     per_source = {name: {**row, "rate": row["accepted"] / row["verified"] if row["verified"] else None}
                   for name, row in counts.items() if any(row.values())}
     wasted = [v - a for v, a in zip(verified_per_step, accepted_per_step)]
@@ -192,7 +192,15 @@ def time_split_figure(records: list[StepRecord]) -> go.Figure:
 
 
 # ---- two runs side by side ------------------------------------------------------------------------------
-def lanes_figure(lanes: list[tuple[str, float, list[StepRecord]]]) -> go.Figure:
+@dataclass(frozen=True)
+class Lane:
+    """One run on the wall-clock view."""
+    label: str                   # what ran ("racer", "ar", "ar (shipped trace)")
+    prefill_ms: float            # ms: the prefill before its first step
+    records: list[StepRecord]    # its steps in order, laid end to end by their timings_ms.total
+
+
+def lanes_figure(lanes: list[Lane]) -> go.Figure:
     """Wall-clock lanes on one time axis (ms): per lane its prefill, then one segment per step as wide as
     the step took, labelled with the tokens it committed; tokens and ms at each lane's end; the title has
     lane 0's speedup over lane 1 in tokens per ms."""
@@ -200,7 +208,8 @@ def lanes_figure(lanes: list[tuple[str, float, list[StepRecord]]]) -> go.Figure:
     if not lanes:
         return _empty("Wall clock: no run yet", height=300)
     totals = []
-    for i, (label, prefill_ms, records) in enumerate(lanes):
+    for i, lane in enumerate(lanes):
+        label, prefill_ms, records = lane.label, lane.prefill_ms, lane.records
         dark, light = LANE_SHADES[i % len(LANE_SHADES)]
         figure.add_trace(go.Bar(
             x=[prefill_ms], base=[0.0], y=[i], orientation="h", marker_color=PREFILL_COLOUR, showlegend=False,
@@ -209,7 +218,7 @@ def lanes_figure(lanes: list[tuple[str, float, list[StepRecord]]]) -> go.Figure:
         starts, widths, texts, hovers = [], [], [], []
         clock, tokens = prefill_ms, 0
         for record in records:
-            width = record.timings_ms.get("total", 0.0)
+            width = record.timings_ms.total
             committed = len(record.accepted_tokens)
             tokens += committed
             starts.append(clock)
@@ -232,14 +241,14 @@ def lanes_figure(lanes: list[tuple[str, float, list[StepRecord]]]) -> go.Figure:
     if len(totals) >= 2 and all(t[0] > 0 and t[1] > 0 for t in totals[:2]):
         (tokens0, ms0, decode0), (tokens1, ms1, decode1) = totals[:2]
         speedup = (tokens0 / ms0) / (tokens1 / ms1)
-        title = f"Wall clock: {lanes[0][0]} is {speedup:.2f}× {lanes[1][0]} in tokens/ms"
+        title = f"Wall clock: {lanes[0].label} is {speedup:.2f}× {lanes[1].label} in tokens/ms"
         if decode0 > 0 and decode1 > 0:
             title += f" (decoding alone {(tokens0 / decode0) / (tokens1 / decode1):.2f}×)"
     longest = max(t[1] for t in totals)
     _layout(figure, title, height=max(240, min(360, 150 + 70 * len(lanes))), barmode="overlay", bargap=0.35,
             uniformtext=dict(minsize=10, mode="hide"))
     figure.update_xaxes(title_text="ms", range=[0, 1.3 * longest if longest > 0 else 1])
-    figure.update_yaxes(tickvals=list(range(len(lanes))), ticktext=[lane[0] for lane in lanes],
+    figure.update_yaxes(tickvals=list(range(len(lanes))), ticktext=[lane.label for lane in lanes],
                         autorange="reversed", showgrid=False)
     return figure
 

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from specviz.tree import sources
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
 from specviz.records.status import BENT_STATUSES, NodeStatus
-from specviz.records.step import StepRecord
+from specviz.records.step import CommitOrigin, StepRecord
 from specviz.render.markdown_text import md_code, md_text
 from specviz.render.tree_view import COMMIT_AT, visible_token
 
@@ -28,17 +28,17 @@ def colour_of(name: str) -> str:
     return sources.colour(name) if sources.is_source(name) else MARK_COLOURS[name]
 
 
-def origin_class(origin: str) -> str:
+def origin_class(origin: CommitOrigin) -> str:
     """CSS class of a committed token: bonus, relaxed (a retrieved token the relaxed rule accepted),
     transferred (a draft RAPID's p_hat accepted where p would have refused it), its source, or several."""
-    if origin == "bonus":
+    if origin.bonus:
         return "bonus"
-    for mark in BENT_STATUSES:
-        if origin.endswith(f"~{mark}"):
-            return mark
-    if "+" in origin:
+    if origin.mark in BENT_STATUSES:
+        return str(NodeStatus(origin.mark))
+    if len(origin.sources) > 1:
         return "several"
-    return origin if re.fullmatch(r"[\w-]+", origin) else "other"  # a class name: a trace's text never more
+    source = origin.sources[0]
+    return source if re.fullmatch(r"[\w-]+", source) else "other"  # a class name: a trace's text never more
 
 
 def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorded: bool = False,
@@ -104,7 +104,7 @@ def budget_split_markdown(record: StepRecord | None) -> str:
     split = record.split or {}
     accepted = {}
     for origin in record.accepted_origins:
-        for source in origin.split("~")[0].split("+"):
+        for source in origin.sources:
             accepted[source] = accepted.get(source, 0) + 1
     rows = ["| source | offered | proposed | shared | kept | accepted |", "|---|---|---|---|---|---|"]
     for source, share in split.items():

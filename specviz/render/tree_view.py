@@ -125,7 +125,7 @@ def shown_tree(record: StepRecord, token_text: Callable[[int], str], offered: bo
 
 def _bonus(record: StepRecord) -> tuple[int, int] | None:
     """(bonus token, the node it follows) when the step committed a bonus token."""
-    if not record.accepted_origins or record.accepted_origins[-1] != "bonus":
+    if not record.accepted_origins or not record.accepted_origins[-1].bonus:
         return None
     path = [n for n in record.nodes if n.status in ACCEPTED_STATUSES]
     deepest = max(path, key=lambda n: n.depth, default=None)

@@ -21,7 +21,7 @@ decoder (runtime.lean_forward, runtime.native where it runs) takes the fc output
 The file is safetensors with a JSON header (`HeadRecord`): the format and its version, the target it was
 trained for (name, shape, a probe of its weights), a digest of its vocabulary, the head's shape and how
 it was trained. `load_head` refuses, with a sentence for the user (`SpecvizError`), a file that is
-corrupt, of a newer format, or trained for another target or vocabulary; `runtime.shared.head_for` says so in a
+corrupt, of a newer format, or trained for another target or vocabulary; `runtime.shared_resources.head_for` says so in a
 `MissingHead` that the methods show while they draft with the copy-logit tree instead.
 """
 
@@ -216,7 +216,7 @@ class HeadNetwork(torch.nn.Module):
 
 # ---- the runtime object --------------------------------------------------------------------------------
 class DraftHead:
-    """A trained head bound to its target: read-only, shared by every session (runtime.shared). forward()
+    """A trained head bound to its target: read-only, shared by every session (runtime.shared_resources). forward()
     runs one block of head positions; the drafter (drafters.head) keeps the KV cache and the tree."""
 
     def __init__(self, lm: LoadedModel, network: HeadNetwork, record: HeadRecord, path: Path | None = None):

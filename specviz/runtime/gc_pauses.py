@@ -17,7 +17,7 @@ import threading
 _lock = threading.Lock()
 
 
-def _fresh_lock_in_a_fork() -> None:  # runtime.shared says why
+def _fresh_lock_in_a_fork() -> None:  # runtime.shared_resources says why
     global _lock
     _lock = threading.Lock()
 

@@ -34,7 +34,7 @@ class LoadedModel:
     compiled: bool = False  # whether the decoder layers run through torch.compile (runtime.modes)
     decoder: "LeanDecoder | None" = None  # the lean forward (runtime.lean_forward); None: transformers' forward
     notes: list[str] = field(default_factory=list)  # what was asked for and could not be had here
-    shared_key: tuple | None = None  # its key among the process's shared resources (runtime.shared), if it is one
+    shared_key: tuple | None = None  # its key among the process's shared resources (runtime.shared_resources), if it is one
     linear_forced: bool = False  # the kernel was asked for (--linear, SPECVIZ_LINEAR, compile): no other is measured
     linear_choice: LinearChoice | None = None  # the kernel per tree size, as measured here (runtime.linear_paths)
     verifier: "CapturedVerifier | None" = None  # static-cache verify forward (CUDA graphs); None: the dynamic cache
@@ -96,7 +96,7 @@ class LoadedModel:
         return "; ".join(self.linear_choice.explain()) + " (measured on this processor)"
 
     def shared_parts(self) -> dict:
-        """What sessions may hold of this model directly: written by key in a session state (runtime.portable)."""
+        """What sessions may hold of this model directly: written by key in a session state (runtime.state_pickle)."""
         return {"model": self.model, "tokenizer": self.tokenizer, "decoder": self.decoder}
 
     @property

@@ -3,7 +3,7 @@ every call that runs the model may run in a freshly forked worker, arguments pic
 back, and no CUDA tensor surviving between calls.
 
 `dumps(state)` pickles the state with every shared read-only resource it refers to (a model, its tokenizer and
-module, the datastore, a warm copy-logit table: runtime.shared) written as its key, not its contents, and every
+module, the datastore, a warm copy-logit table: runtime.shared_resources) written as its key, not its contents, and every
 tensor copied to the CPU; `loads(blob, device)` reads it back, each key resolved in this process (loaded there
 if need be) and each tensor placed on the device. The state's own objects (KV caches, drafters, planner, the
 sampler's generator) travel whole; object identity inside one state is kept (a generator two drafters share
@@ -19,7 +19,7 @@ import pickle
 
 import torch
 
-from specviz.runtime import shared
+from specviz.runtime import shared_resources
 
 FORMAT = 1
 
@@ -35,7 +35,7 @@ def _by_value_refused(obj) -> bool:
 class _Writer(pickle.Pickler):
     def __init__(self, file):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.keys = shared.keys_by_id()
+        self.keys = shared_resources.keys_by_id()
         self.tensors: list[torch.Tensor] = []
         self.tensor_ids: dict[int, int] = {}
 
@@ -51,7 +51,7 @@ class _Writer(pickle.Pickler):
             return ("tensor", index)
         if _by_value_refused(obj):
             raise TypeError(f"a {type(obj).__name__} that is no registered shared resource is part of a session "
-                            "state (runtime.shared): it would be copied into every call")
+                            "state (runtime.shared_resources): it would be copied into every call")
         return None
 
 
@@ -63,7 +63,7 @@ class _Reader(pickle.Unpickler):
     def persistent_load(self, pid):
         kind, value = pid
         if kind == "shared":
-            return shared.resolve_key(value)
+            return shared_resources.resolve_key(value)
         if kind == "tensor":
             return self.tensors[value]
         raise pickle.UnpicklingError(f"unknown reference {kind!r}")

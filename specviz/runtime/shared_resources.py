@@ -6,7 +6,7 @@ nobody else does (a 20 s model load never blocks sessions that use another model
 
 Every resource has a key that names it in any process of this installation: ("model", name, mode), ("datastore",
 path), ... A kind registers how to load a key of its kind (`register_loader`), so that `resolve(key)` finds or loads
-it anywhere; runtime.portable writes a session's state with its resources as these keys, and a fresh process (a
+it anywhere; runtime.state_pickle writes a session's state with its resources as these keys, and a fresh process (a
 ZeroGPU worker) resolves them again. A resource may name read-only parts of itself that sessions hold directly
 (`shared_parts()`: a model's module and tokenizer), which travel by key too.
 
@@ -80,7 +80,7 @@ def resolve(key: tuple):
 
 def keys_by_id() -> dict[int, tuple]:
     """id -> key of every loaded resource and of each of its parts ((*key, '.part') for a part), for a writer
-    that meets many objects (runtime.portable); valid while those objects are alive."""
+    that meets many objects (runtime.state_pickle); valid while those objects are alive."""
     keys = {}
     for key, value in list(_values.items()):
         parts = getattr(value, "shared_parts", None)
@@ -101,6 +101,17 @@ def resolve_key(key: tuple):
 def loaded(kind: str) -> list[tuple]:
     """Keys of the resources of one kind loaded so far."""
     return [key for key in list(_values) if key[0] == kind]
+
+
+def loaded_model(name: str | None):
+    """The model `name` names (model_key's reading: blank is the default) where a copy of it is loaded, in any run
+    mode (the most recently used copy first), else None. Loads nothing and leaves the slots' order as it is."""
+    wanted = model_key(name)
+    with _registry_lock:
+        used = list(reversed(_model_use))
+    keys = [key for key in used if key[0] == "model" and key[1] == wanted]
+    keys += [key for key in loaded("model") if key[1] == wanted and key not in keys]
+    return next((value for key in keys if (value := _values.get(key)) is not None), None)
 
 
 def set_model_slots(slots: int | None) -> None:
@@ -202,7 +213,7 @@ def _head(model: tuple, file: str, stamp: int):
 def head_for_path(lm, path: str = ""):
     """The head of a file for lm, loaded once per process and target: a shared resource keyed by the
     target's key, the file and its modification time (a retrained head is read again), so that a session
-    state holding it travels as that key (runtime.portable) and another process loads the same file."""
+    state holding it travels as that key (runtime.state_pickle) and another process loads the same file."""
     from pathlib import Path
 
     from specviz.runtime.draft_head import head_path, load_head

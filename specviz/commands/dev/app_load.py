@@ -1,0 +1,86 @@
+"""`dev app-load`: the app under load (concurrent visitors through gradio_client), over time (its memory),
+a trace's replay time, and its start-up on the cache the environment names."""
+
+from __future__ import annotations
+
+from specviz.commands.common_args import emit, load_target, log_line, model_args
+from specviz.errors import SpecvizError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("app-load", help="the app under load (concurrent visitors) and over time "
+                                   "(memory)")
+    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup"], default="concurrency")
+    parser.add_argument("--trace", default=None, help="--part replay: the trace to replay")
+    parser.add_argument("--suite", default="assets/heldout.jsonl")
+    parser.add_argument("--visitors", type=int, default=8)
+    parser.add_argument("--method", default="racer")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=2, help="the app's model-event concurrency")
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--ttl", type=int, default=1800, help="the app's session time to live, seconds")
+    parser.add_argument("--json", default=None, metavar="OUT")
+    model_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> dict:
+    from specviz.benches import app_load
+
+    # the served app's settings; SPECVIZ_CACHE (a new folder: a cold start), CXX, ... come from the environment
+    env = {"SPECVIZ_MODEL_CONCURRENCY": str(args.concurrency), "SPECVIZ_SESSION_TTL": str(args.ttl)}
+    if args.part == "replay":
+        from pathlib import Path
+
+        if not args.trace:
+            raise SpecvizError("--part replay needs --trace FILE (e.g. one written by generate --trace).")
+        report = app_load.time_replay(Path(args.trace))
+        return emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
+    if args.part == "startup":
+        report = app_load.measure_startup(env)
+        return emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
+    if args.part == "concurrency":
+        return concurrency(args, env)
+    return memory(args, env)
+
+
+def concurrency(args, env: dict) -> dict:
+    """Visitors at once, each answer compared with greedy decoding and its own ar run."""
+    import statistics
+
+    from specviz.benches import app_load
+    from specviz.engine.suite import load_suite
+
+    items = [i for i in load_suite(args.suite) if i.category != "long-context"][:args.visitors]
+    prompts = [i.text for i in items]
+    expected = app_load.greedy_texts(load_target(args), prompts, args.max_new_tokens)
+    server = app_load.Server(env)
+    try:
+        rows = app_load.run_concurrency(server.url, prompts, expected, args.method, args.max_new_tokens)
+    finally:
+        server.close()
+    waits = [r["waited_s"] for r in rows]
+    table = "\n".join(f"visitor {n}: latency {r['latency_s']} s, own compute {r['compute_s']} s, waited "
+                      f"{r['waited_s']} s, {r['tokens']} tokens, same as greedy {r['same_as_greedy']}, "
+                      f"identical to its ar run {r['identical_to_ar']}" for n, r in enumerate(rows, 1))
+    table += (f"\nmodel concurrency {args.concurrency}: all answered {len(rows)}/{len(prompts)}, waited median "
+              f"{statistics.median(waits):.2f} s, max {max(waits):.2f} s, last answer at "
+              f"{max(r['latency_s'] for r in rows):.2f} s")
+    return emit(table, {"concurrency": args.concurrency, "rows": rows}, args.json)
+
+
+def memory(args, env: dict) -> dict:
+    """The server's resident memory while stepping and after abandoned sessions expire."""
+    from specviz.benches import app_load
+
+    server = app_load.Server(env)
+    try:
+        report = app_load.run_memory(server, args.steps, args.sessions, ttl_s=args.ttl, log=log_line)
+    finally:
+        server.close()
+    table = (f"RSS at start {report['start_mb']} MB; stepping: "
+             + ", ".join(f"{n} steps {mb} MB" for n, mb in report["steps"])
+             + "; abandoned sessions: " + ", ".join(f"{n} {mb} MB" for n, mb in report["sessions"])
+             + f"; once their connections were noticed closed {report['after_mb']} MB")
+    return emit(table, report, args.json)

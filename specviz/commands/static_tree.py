@@ -1,0 +1,125 @@
+"""`static-tree`: the static draft tree a drafter's measured acceptance by rank justifies, printed in a serving
+engine's format; the table of chances, the expected curves and the checks go to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from specviz.commands.common_args import load_model, load_target, model_args, positive, whole
+from specviz.errors import SpecvizError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("static-tree", help="the static draft tree a drafter's measured acceptance by "
+                                   "rank justifies, in a serving engine's format")
+    parser.add_argument("--drafter", default="head", help="head, self, self-skip:K, eagle:PATH or a model id/folder")
+    parser.add_argument("--suite", default="assets/suite.jsonl", help="where acceptance by rank is measured")
+    parser.add_argument("--check", default=None, metavar="SUITE", help="also run the drafter with the static trees "
+                        "of --check-tokens in greedy sessions on this suite (e.g. assets/heldout.jsonl): measured "
+                        "against predicted accepted tokens, and lossless against ar")
+    parser.add_argument("--check-tokens", default="4,16,64", help="comma-separated tree sizes for --check")
+    parser.add_argument("--skip-category", default="long-context", help="comma-separated suite categories to leave "
+                        "out")
+    parser.add_argument("--tokens", default="best", help="draft tokens N (1..256), or best: the N of the largest "
+                        "expected speedup on this machine's cost curve")
+    parser.add_argument("--format", default="vllm", help="vllm, sglang, trtllm, medusa, json or graphml")
+    parser.add_argument("--depth", type=int, default=6, help="deepest level measured")
+    parser.add_argument("--max-rank", type=int, default=8, help="ranks measured at each level")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the whole report here: every path's "
+                        "count and chance, the expected curves, the checks and the vLLM tree of each checked N")
+    model_args(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from specviz.engine.static_study import study_static_trees
+    from specviz.engine.suite import load_suite
+    from specviz.runtime.draft_head import MissingHead
+    from specviz.runtime.shared_resources import resolve_draft
+    from specviz.tree.static_tree import best_tree
+    from specviz.tree.static_tree_export import FORMATS, export
+
+    # every flag is checked and every suite read before the model loads
+    if args.format not in FORMATS:
+        raise SpecvizError(f"Unknown format {args.format!r}: choose one of {', '.join(FORMATS)}.")
+    best = args.tokens.strip().lower() == "best"
+    tokens = None if best else positive("--tokens", whole("--tokens", args.tokens), 256)
+    depth, max_rank = positive("--depth", args.depth, 16), positive("--max-rank", args.max_rank, 64)
+    skipped = {c.strip() for c in args.skip_category.split(",") if c.strip()}
+    suite = [item for item in load_suite(args.suite) if item.category not in skipped]
+    if not suite:
+        raise SpecvizError(f"Every prompt of {args.suite} is in a skipped category.")
+    check_suite = [item for item in load_suite(args.check) if item.category not in skipped] if args.check else []
+    check_tokens = [positive("--check-tokens", whole("--check-tokens", n), 256)
+                    for n in args.check_tokens.split(",") if n.strip()]
+    lm = load_target(args)
+    drafter = resolve_draft(lm, args.drafter, lambda name: load_model(args, name)) or lm
+    if isinstance(drafter, MissingHead):
+        raise SpecvizError(f"--drafter {args.drafter}: {drafter.reason}")
+    found = study_static_trees(lm, drafter, args.drafter, suite, depth, max_rank,
+                               positive("--max-new-tokens", args.max_new_tokens))
+    tree = best_tree(found.acceptance, tokens or found.best_tokens)
+    print_study(args.drafter, found, tree.size)
+    checks = run_checks(args, lm, drafter, found.acceptance, check_suite, check_tokens)
+    if args.json:
+        write_report(args, found, depth, checks)
+    print(export(tree, args.format, found.engine_method,
+                 {"drafter": args.drafter, "positions": found.acceptance.positions,
+                  "expected_speedup": round(found.expected_speedup[tree.size - 1], 3),
+                  "best_tokens_here": found.best_tokens}))
+
+
+def print_study(drafter: str, found, tree_size: int) -> None:
+    """On stderr: the chance of each rank path of the first two levels, and the expected curves at a few N."""
+    acceptance, best = found.acceptance, found.best_tokens
+    curve, speedups = found.expected_accepted, found.expected_speedup
+    print(f"{drafter}: {acceptance.positions} positions of {found.prompts} prompts, one drafter level "
+          f"{found.level_ms:.2f} ms; chance by rank path (count, 95% interval):", file=sys.stderr)
+    for path, count, chance, (low, high) in acceptance.level_table(2):
+        print(f"  {path}: {chance:.3f} ({count}, {low:.3f}-{high:.3f})", file=sys.stderr)
+    for n in sorted({1, 2, 4, 8, 16, 32, 64, best, tree_size} & set(range(1, len(curve) + 1))):
+        print(f"  N = {n:>3}: expected accepted {curve[n - 1]:.3f}, expected speedup {speedups[n - 1]:.2f}x"
+              + (" (best here)" if n == best else ""), file=sys.stderr)
+
+
+def run_checks(args, lm, drafter, acceptance, check_suite: list[dict], check_tokens: list[int]) -> list:
+    """--check: greedy sessions with the tree of each size the measurements support, said on stderr."""
+    from specviz.engine.static_check import check_tree
+    from specviz.tree.static_tree import best_tree
+
+    supported = acceptance.supported()
+    checks = []
+    for n in check_tokens if check_suite else ():
+        if n > len(supported):
+            print(f"  check N = {n}: more than the {len(supported)} tokens the measurements support", file=sys.stderr)
+            continue
+        checked = check_tree(lm, None if drafter is lm else drafter, best_tree(acceptance, n), check_suite,
+                             args.max_new_tokens)
+        checks.append(checked)
+        print(f"  check N = {n:>3} on {args.check}: accepted a step predicted {checked.predicted_accepted:.3f}, "
+              f"measured {checked.measured_accepted:.3f} over {checked.steps} steps, lossless "
+              f"{'yes' if checked.lossless else 'NO'}", file=sys.stderr)
+    return checks
+
+
+def write_report(args, found, depth: int, checks: list) -> None:
+    """--json: every path's count and chance, the expected curves, and each check with its vLLM tree."""
+    from dataclasses import asdict
+
+    from specviz.tree.static_tree import best_tree
+    from specviz.tree.static_tree_export import export
+
+    acceptance = found.acceptance
+    report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
+              "level_ms": found.level_ms, "best_tokens": found.best_tokens,
+              "paths": [{"path": list(p), "count": c, "chance": round(ch, 5), "interval": [round(lo, 5), round(hi, 5)]}
+                        for p, c, ch, (lo, hi) in acceptance.level_table(depth)],
+              "expected_accepted": [round(e, 4) for e in found.expected_accepted],
+              "expected_speedup": [round(s, 4) for s in found.expected_speedup],
+              "checks": [{**asdict(c), "vllm": json.loads(export(best_tree(acceptance, c.tokens), "vllm",
+                                                                 found.engine_method))}
+                         for c in checks]}
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=1)

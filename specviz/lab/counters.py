@@ -1,0 +1,69 @@
+"""The counters line of the Lab tab: what it says of the live run (LabCounters: steps, tokens, MAT, tokens/s,
+the speedup over ar, the last step's timings) and the Markdown it is drawn as."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specviz.accept.sampling import ACCEPTANCE_PROMISES, SEEDED
+from specviz.engine.divergence import Divergence
+from specviz.engine.session import RunFigures
+from specviz.records.step import StepTimings
+
+
+@dataclass(frozen=True)
+class VersusAr:
+    """The run against plain ar on the same prompt, in the same mode and sampling."""
+    ar_tokens_per_s: float             # tok/s: ar's, to 3 places
+    speedup: float                     # x: the run's tokens/s over ar's, to 3 places
+    identical: bool                    # the run's tokens are ar's
+    paired: bool                       # ar was stepped between the run's steps (same load); False: run alone
+    divergence: Divergence | None      # greedy runs: where and why the tokens differ from ar's (None: sampled)
+
+
+@dataclass(frozen=True)
+class LabCounters:
+    """The values the counters line shows of a live run."""
+    mode: str                          # the run mode of the model copy (runtime.modes)
+    figures: RunFigures                # steps, tokens, MAT, wall s, tokens/s so far
+    temperature: float                 # sampling temperature (0: greedy)
+    seed: int                          # the sampling seed
+    lossless: bool                     # what the method promises for its parameters at this temperature
+    acceptance: str                    # the acceptance rule a sampled run uses (accept.sampling: seeded, standard)
+    acceptance_chosen: bool            # the method has an acceptance parameter (the line names the rule)
+    versus_ar: VersusAr | None         # None: ar not measured yet (it is, step by step with the run)
+    last_step: StepTimings | None      # ms: the newest step's draft, verify, forward, update (None: no step yet)
+
+
+def counters_markdown(counters: LabCounters | None, token_text: Callable[[int], str] = str) -> str:
+    """The counters line; token_text names the tokens where a greedy run differs from ar."""
+    if counters is None:
+        return "**steps** 0 · **tokens** 0"
+    c, figures = counters, counters.figures
+    parts = [f"**mode** {c.mode}", f"**steps** {figures.steps}", f"**tokens** {figures.new_tokens}",
+             f"**mean accepted / step** {figures.mean_accepted:.2f}", f"**tokens/s** {figures.tokens_per_s:.1f}"]
+    if c.temperature > 0 and c.acceptance_chosen:
+        parts.append(f"**acceptance** {c.acceptance} ({ACCEPTANCE_PROMISES[c.acceptance]})")
+    versus = c.versus_ar
+    if versus is not None:
+        if c.temperature > 0:  # the seed fixes ar's draws (accept.position_noise): same tokens
+            seeded = f"sampled at temperature {c.temperature:g}, seed {c.seed}"
+            same = (f"identical to ar {seeded}" if versus.identical else
+                    f"{seeded}: eta > 0 moved the tokens from ar's (lossy, see below)" if not c.lossless
+                    else f"{seeded}: the standard rule's own tokens" if c.acceptance != SEEDED
+                    else f"⚠️ {seeded}: the tokens differ from ar's with the same seed")
+        else:
+            same = ("identical to greedy ar" if versus.identical else
+                    versus.divergence.describe(token_text) if versus.divergence is not None
+                    else "differs from greedy ar")
+        how = "stepped between this run's steps, so both ran under the same load" if versus.paired else "run alone"
+        parts.append(f"**speedup vs ar** {versus.speedup:.2f}x (ar in the same mode and sampling, {how}: "
+                     f"{versus.ar_tokens_per_s:.1f} tok/s; {same})")
+    else:
+        parts.append("**speedup vs ar** measured step by step with the run")
+    if c.last_step is not None:
+        t = c.last_step
+        parts.append(f"**last step** draft {t.draft:.1f} ms · verify {t.verify:.1f} ms "
+                     f"(forward {t.forward:.1f}) · update {t.update:.1f} ms")
+    return " · ".join(parts)

@@ -1,0 +1,113 @@
+"""A sweep for a visitor, beside A/B compare: the page's method over one or two axes (engine.sweep_grid) on the
+page's prompt or a suite category, checked against the public policy before any model runs, run through the
+model-call router (lab.model_calls) with its progress as typed events, and its last report kept for the figure,
+the CSV and the table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from specviz.engine.suite import SuiteItem
+from specviz.engine.sweep_grid import (SweepProgress, SweepReport, format_grid, grid_csv, last_report, parse_axes,
+                                       runs_needed)
+from specviz.errors import SpecvizError, quoted
+from specviz.lab.input_values import MAX_TOKENS_PRIVATE, text_value, whole_number
+from specviz.lab.lab import Lab
+from specviz.lab.lab_state import CallAction, ModelCall, SweepRequest
+from specviz.lab.public_policy import Policy
+from specviz.lab.visitor_request import VisitorRequest
+
+SCOPES = ("page prompt", "suite category")
+MAX_AXIS_CHARS = 500   # an axis's text (NAME=V1,V2,...): far more than 64 grid points need
+PAGE_PROMPT_ID = "page prompt"
+
+
+@dataclass
+class Sweep:
+    """One visitor's sweeps: what they may run (the policy; the suite whose categories they may pick) and the
+    last report."""
+    policy: Policy = field(default_factory=Policy.private)
+    suite: tuple[SuiteItem, ...] = ()
+    report: SweepReport | None = None
+
+    @property
+    def categories(self) -> list[str]:
+        """The suite's categories, sorted (the page's dropdown)."""
+        return sorted({item.category for item in self.suite})
+
+    @property
+    def max_tokens(self) -> int:
+        """New tokens per run at most: the policy's sweep limit, else the private limit."""
+        return self.policy.max_sweep_tokens or MAX_TOKENS_PRIVATE
+
+    # ---- checking ----------------------------------------------------------------------------------------
+    def prompts(self, scope, category, page_prompt: str) -> list[SuiteItem]:
+        """The prompts a scope names: the page's prompt (text, chat or long-context JSON), or a suite category's
+        items, each without its own token limit (the sweep's tokens per run rule)."""
+        if scope == "page prompt":
+            return [SuiteItem.of(Lab.checked_prompt(page_prompt), id=PAGE_PROMPT_ID)]
+        if scope != "suite category":
+            raise SpecvizError(f"scope must be 'page prompt' or 'suite category', got {quoted(scope)}.")
+        items = [item.without_limit() for item in self.suite if isinstance(category, str) and item.category == category]
+        if not items:
+            raise SpecvizError(f"No suite prompts in category {quoted(category)}; the categories: "
+                               f"{', '.join(self.categories)}.")
+        return items
+
+    def plan(self, request: VisitorRequest, scope, category, axes, tokens) -> SweepRequest:
+        """The checked request for the model call: request's settings (method, parameters, budget, sampling,
+        model, run mode, draft model), the axes' texts ("NAME=V1,V2,...", blank for none), tokens per run, the
+        prompts of scope, and every run it makes within the policy's limits. SpecvizError, one sentence, for
+        anything refused; nothing has run then."""
+        texts = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+        parsed = parse_axes([text_value(f"axis {n}", text, MAX_AXIS_CHARS) for n, text in enumerate(texts, 1)])
+        tokens = whole_number("new tokens per run", tokens, 1, self.max_tokens)
+        chosen = request.settings
+        prompts = self.prompts(scope, category, chosen.prompt)
+        params = dict(chosen.params)
+        self.policy.check_sweep(runs_needed(chosen.method, parsed, params, chosen.budget, chosen.sampling,
+                                            len(prompts)), tokens)
+        return SweepRequest(model=chosen.model, mode=chosen.mode, draft_model=chosen.draft_model,
+                            method=chosen.method, prompts=tuple(prompts),
+                            axes=tuple((name, tuple(values)) for name, values in parsed), max_new_tokens=tokens,
+                            params=tuple(sorted(params.items())), budget=chosen.budget, sampling=chosen.sampling)
+
+    # ---- running -----------------------------------------------------------------------------------------
+    def run(self, request: VisitorRequest, scope, category, axes, tokens,
+            progress: Callable[[SweepProgress], None] | None = None) -> SweepReport:
+        """plan, then one model call (lab.model_calls): progress(event) after each timed run; the report, kept."""
+        from specviz.lab import model_calls
+
+        planned = self.plan(request, scope, category, axes, tokens)
+        call = ModelCall(CallAction.SWEEP, (), planned.max_new_tokens, sweep=planned)
+        self.report = last_report((result for _, _, result in model_calls.call(call, [])), progress)
+        return self.report
+
+    # ---- showing -----------------------------------------------------------------------------------------
+    def _finished(self) -> SweepReport:
+        if self.report is None:
+            raise SpecvizError("No sweep yet: run one first.")
+        return self.report
+
+    @property
+    def message(self) -> str:
+        report = self._finished()
+        return f"Sweep done: {len(report.points)} points x {report.prompts} prompts."
+
+    def figure(self, metric: str = "speedup"):
+        """The last report's plot of metric (engine.sweep_grid.METRICS)."""
+        from specviz.render.sweep_figures import grid_figure
+
+        return grid_figure(self._finished(), metric)
+
+    def table_markdown(self) -> str:
+        return f"```\n{format_grid(self._finished())}\n```"
+
+    def write_csv(self, folder: Path) -> Path:
+        """The last report's CSV (one line per grid point) written in folder; its path."""
+        report = self._finished()
+        path = Path(folder) / f"specviz-sweep-{report.method}.csv"
+        path.write_text(grid_csv(report))
+        return path

@@ -1,0 +1,58 @@
+"""The widgets that show a Lab (its LabView, field by field) and the session's Lab state: every event that
+changes what the stage shows answers through here, as a dict keyed by component (no positions to keep in step).
+
+The API's outputs come in `components` order: the lab state (not sent to API callers), then LabView's fields in
+their declared order, except the two that set one widget together (steps and shown_step set the timeline)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from specviz.lab.lab import Lab
+from specviz.lab.public_policy import Policy
+from specviz.render.views import LabView
+
+# LabView's fields in order, each a widget, except steps and shown_step: together they set the timeline slider
+WIDGET_FIELDS = tuple("timeline" if name == "steps" else name for name in LabView.names() if name != "shown_step")
+
+
+@dataclass(frozen=True)
+class LabOutputs:
+    lab: gr.State
+    widgets: dict[str, gr.components.Component]   # WIDGET_FIELDS name -> its widget
+    policy: Policy
+
+    def __post_init__(self):
+        missing = set(WIDGET_FIELDS) - set(self.widgets)
+        if missing:
+            raise ValueError(f"no widget for the view's fields: {sorted(missing)}")
+
+    @property
+    def components(self) -> list:
+        """An event's outputs: the lab state, then each widget of WIDGET_FIELDS."""
+        return [self.lab, *(self.widgets[name] for name in WIDGET_FIELDS)]
+
+    def shown(self, lab: Lab) -> dict:
+        """What the page shows for lab.view(), by component: the node list becomes the dropdown's choices,
+        steps and shown_step the timeline slider (a panel with nothing to show is hidden by the page's CSS,
+        from the tree box's flags: the API's values stay plain)."""
+        view = lab.view()
+        values = {name: getattr(view, name) for name in WIDGET_FIELDS if hasattr(view, name)}
+        choices = view.node_choices
+        values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
+        values["timeline"] = gr.update(maximum=max(view.steps - 1, 1), value=view.shown_step or 0,
+                                       interactive=view.steps > 1)
+        values["message"] = self.policy.shown(values["message"])
+        return {self.lab: lab, **{self.widgets[name]: value for name, value in values.items()}}
+
+    def failed(self, lab: Lab | None, error: Exception) -> dict:
+        """Bad input: the message shown, the session (and what it generated) kept as it was."""
+        lab = lab or Lab()
+        lab.fail(error)
+        return self.shown(lab)
+
+    def position(self, name: str) -> int:
+        """Where the field's value comes in an API call's answer (the state is not sent): for API callers' docs."""
+        return WIDGET_FIELDS.index(name)

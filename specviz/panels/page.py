@@ -1,0 +1,79 @@
+"""The page, composed: the settings side panel, the stage, then the tabs (step details, accounting, A/B,
+replay, sweep, static tree), each panel building its widgets and wiring its own events. What a new visitor
+sees first (a shipped trace at its first step) is the widgets' initial value, so a tree is on screen at once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import gradio as gr
+
+from specviz.lab.first_visit import first_view
+from specviz.lab.lab import Lab
+from specviz.panels.accounting_tab import AccountingTab
+from specviz.panels.compare_tab import CompareTab
+from specviz.panels.lab_outputs import LabOutputs
+from specviz.panels.page_context import PageContext
+from specviz.panels.replay_tab import ReplayTab
+from specviz.panels.settings_panel import SettingsPanel
+from specviz.panels.stage import Stage
+from specviz.panels.static_tree_tab import StaticTreeTab
+from specviz.panels.step_details_tab import StepDetailsTab
+from specviz.panels.sweep_tab import SweepTab
+from specviz.render.page_style import PAGE_CSS, PAGE_JS
+
+TITLE = "specviz: speculative decoding with draft trees"
+LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
+# Gradio's cache of files handed to browsers (downloads): swept every 15 minutes of what is over an hour old
+DELETE_CACHE = (900, 3600)
+
+
+@dataclass(frozen=True)
+class Page:
+    blocks: gr.Blocks
+    settings: SettingsPanel
+    stage: Stage
+    details: StepDetailsTab
+    accounting: AccountingTab
+    compare: CompareTab
+    replay: ReplayTab
+    sweep: SweepTab
+    static_tree: StaticTreeTab
+    out: LabOutputs          # the lab state and the widgets that show it
+
+
+def counters_data(lab) -> dict | None:
+    """The counters the stage shows (lab.counters.LabCounters), as data for API callers and tests (no Markdown
+    to parse); None before a live run."""
+    counters = (lab or Lab()).counters()
+    return asdict(counters) if counters is not None else None
+
+
+def build_page(context: PageContext) -> Page:
+    first = first_view(context.traces.get(context.first_trace), context.first_trace, context.examples)
+    with gr.Blocks(title=TITLE, delete_cache=DELETE_CACHE) as demo:
+        lab = gr.State(None, time_to_live=context.session_ttl_s, delete_callback=lambda lab: lab and lab.release())
+        settings = SettingsPanel(context, first.example, first.prompt)
+        stage = Stage(context, first.view)
+        with gr.Tabs(elem_id="details-tabs"):
+            details = StepDetailsTab(context)
+            accounting = AccountingTab()
+            compare = CompareTab(context)
+            replay = ReplayTab(context)
+            sweep = SweepTab(context, settings.by_name, settings.max_new_tokens)
+            static_tree = StaticTreeTab(context.policy, context.suites, settings.by_name, settings.max_new_tokens)
+        counters = gr.JSON(visible=False)
+        gr.Button(visible=False).click(counters_data, lab, counters, api_name="counters")
+
+        out = LabOutputs(lab, {**stage.view_widgets, **details.view_widgets}, context.policy)
+        settings.wire(demo, compare.side_a, compare.side_b, stage.message)
+        first_visit = stage.wire(demo, out, compare.compare, settings.run_inputs,
+                                 after_run=lambda event: accounting.after(event, lab))
+        # the link's settings after the shipped trace (their message must come last)
+        first_visit.then(settings.on_url, lab, [*settings.url_outputs, stage.message], api_name="url_settings",
+                         api_visibility="private")
+        details.wire(lab, settings.run_inputs)
+        accounting.wire(lab)
+        compare.wire(settings.run_inputs)
+        replay.wire(out)
+    return Page(demo, settings, stage, details, accounting, compare, replay, sweep, static_tree, out)

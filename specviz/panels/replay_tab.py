@@ -1,0 +1,59 @@
+"""The Replay tab: a shipped trace or an uploaded one replays with no model loaded; Step or Run returns to the
+live run."""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from specviz.errors import SpecvizError, quoted
+from specviz.lab.lab import Lab
+from specviz.panels.lab_outputs import LabOutputs
+from specviz.panels.page_context import PageContext
+from specviz.records.trace import MAX_TRACE_BYTES
+
+
+class ReplayTab:
+    def __init__(self, context: PageContext):
+        self.context, self.policy, self.traces = context, context.policy, context.traces
+        with gr.Tab("Replay", id="tab-replay"):
+            gr.Markdown("Recorded runs replay with **no model loaded**: pick a shipped trace or upload one "
+                        f"(a specviz trace JSON, at most {MAX_TRACE_BYTES // 2**20} MB). Step or Run returns to "
+                        "your live run.")
+            with gr.Row():
+                self.shipped = gr.Dropdown(list(self.traces), value=context.first_trace, elem_id="shipped-trace",
+                                           label="Shipped traces (assets/traces)")
+                self.replay_btn = gr.Button("Replay", elem_id="replay-btn")
+            self.upload = gr.File(label="Upload a trace", file_types=[".json"], elem_id="upload-trace")
+
+    def wire(self, out: LabOutputs) -> None:
+        self.out = out
+        self.replay_btn.click(self.on_replay_shipped, [out.lab, self.shipped], out.components, api_name="replay")
+        self.upload.upload(self.on_upload, [out.lab, self.upload], out.components, api_name="upload_trace")
+
+    def on_replay_shipped(self, lab, name) -> dict:
+        lab = lab or Lab()
+        try:
+            if not isinstance(name, str) or name not in self.traces:
+                raise SpecvizError(f"No shipped trace named {quoted(name)}; the shipped ones: "
+                                   f"{', '.join(self.traces)}.")
+            lab.load_trace(self.traces[name], name)
+        except SpecvizError as error:
+            return self.out.failed(lab, error)
+        return self.out.shown(lab)
+
+    def on_upload(self, lab, path) -> dict:
+        lab = lab or Lab()
+        if not path:
+            return self.out.shown(lab)
+        try:
+            if not isinstance(path, str):
+                raise SpecvizError("Upload a trace file (JSON).")
+            self.policy.check_upload(os.path.getsize(path))
+            lab.load_trace(path)
+        except OSError:
+            return self.out.failed(lab, SpecvizError("That upload could not be read: upload the trace file again."))
+        except SpecvizError as error:
+            return self.out.failed(lab, error)
+        return self.out.shown(lab)

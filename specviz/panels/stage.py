@@ -1,0 +1,207 @@
+"""The stage: the bar of controls (Step, Run, Stop, Reset, ◀ ▶, Play, Pause, Present), the tree with the
+generated text beside it, the counters, the message and the timeline with its play pace. Its events run the
+visitor's Lab and answer through LabOutputs (built once the step-details widgets exist too)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.errors import SpecvizError
+from specviz.lab import visitors
+from specviz.lab.compare import Compare
+from specviz.lab.first_visit import FIRST_PACE_S, open_first_visit
+from specviz.lab.input_values import number_in, whole_number
+from specviz.lab.lab import Lab
+from specviz.lab.startup import STATUS
+from specviz.lab.visitor_request import VisitorRequest
+from specviz.panels.lab_outputs import LabOutputs
+from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_files import session_of
+from specviz.render.page_style import PRESENT_JS, TITLE_HTML
+from specviz.render.tree_svg import TREE_JS
+from specviz.render.views import LabView
+
+# a click on a token of the generated text sends its index
+TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
+                  "if (token) trigger('click', {token: Number(token.dataset.token)}); });")
+LIVE_STATUS_EVERY_S = 2.0  # the start-up line asks this often until live steps are ready
+
+
+class Stage:
+    def __init__(self, context: PageContext, first: LabView):
+        self.context, self.policy = context, context.policy
+        with gr.Row(elem_id="topbar", equal_height=True):
+            gr.HTML(TITLE_HTML, elem_id="brand", padding=False)
+            self.step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", scale=0, min_width=70)
+            self.run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", scale=0, min_width=70)
+            self.stop_btn = gr.Button("Stop", elem_id="stop-btn", scale=0, min_width=70)
+            self.reset_btn = gr.Button("Reset", elem_id="reset-btn", scale=0, min_width=70)
+            self.prev_btn = gr.Button("◀", elem_id="prev-btn", scale=0, min_width=48)
+            self.next_btn = gr.Button("▶", elem_id="next-btn", scale=0, min_width=48)
+            self.play_btn = gr.Button("▶ Play", elem_id="play-btn", scale=0, min_width=86)
+            self.pause_btn = gr.Button("Pause", elem_id="pause-btn", scale=0, min_width=76)
+            self.present_btn = gr.Button("Present", elem_id="present-btn", scale=0, min_width=90)
+        with gr.Row(elem_id="stage", equal_height=False):
+            with gr.Column(scale=17, elem_id="tree-col", min_width=560):
+                self.tree = gr.HTML(first.tree, elem_id="tree-box", js_on_load=TREE_JS, padding=False)
+            with gr.Column(scale=8, elem_id="text-col", min_width=320):
+                self.caption = gr.Markdown(first.caption, elem_id="step-caption")
+                self.text = gr.HTML(first.text_html, label="Generated text (click a token: its step and node)",
+                                    elem_id="generated", js_on_load=TOKEN_CLICK_JS)
+                self.counters = gr.Markdown(first.counters, elem_id="counters")
+                self.live_status = gr.Markdown(elem_id="live-status")
+        self.message = gr.Markdown(first.message, elem_id="message")
+        with gr.Row(equal_height=True, elem_id="timeline-row"):
+            self.timeline = gr.Slider(0, max(first.steps - 1, 1), value=first.shown_step or 0, step=1,
+                                      label="Timeline: step shown (← / → keys)", elem_id="timeline", scale=4,
+                                      interactive=first.steps > 1)
+            self.pace = gr.Slider(0.2, 5.0, value=FIRST_PACE_S, step=0.1, label="Play pace (s per step)", scale=1,
+                                  elem_id="pace")
+        self.timer = gr.Timer(FIRST_PACE_S, active=False)
+        self.live_timer = gr.Timer(LIVE_STATUS_EVERY_S, active=True)
+
+    @property
+    def view_widgets(self) -> dict:
+        """The LabView fields this panel shows, by name."""
+        return {"tree": self.tree, "text_html": self.text, "counters": self.counters, "message": self.message,
+                "timeline": self.timeline, "caption": self.caption}
+
+    # ---- wiring -----------------------------------------------------------------------------------------
+    def wire(self, demo: gr.Blocks, out: LabOutputs, compare: gr.State, run_inputs: dict, after_run) -> gr.events.Dependency:
+        """The stage's events. after_run(event) chains what follows a finished Run (the accounting's plots);
+        the first visit's event is returned for the link's settings to follow it."""
+        self.out, self._compare_state = out, compare
+        outputs, lab = out.components, out.lab
+        private = dict(api_visibility="private")
+        model_events = self.context.model_events
+        self.step_btn.click(self.on_step, [lab], outputs, inputs_kwargs=run_inputs, api_name="step", **model_events)
+        run_event = self.run_btn.click(self.on_run, [lab], outputs, inputs_kwargs=run_inputs, api_name="run",
+                                       **model_events)
+        after_run(run_event)
+        self.stop_btn.click(self.on_stop, lab, outputs, cancels=[run_event], api_name="stop")
+        self.reset_btn.click(self.on_reset, lab, outputs, api_name="reset")
+        self.prev_btn.click(self.on_go, [lab, gr.Number(-1, visible=False)], outputs, api_name="previous")
+        self.next_btn.click(self.on_go, [lab, gr.Number(1, visible=False)], outputs, api_name="next")
+        self.timeline.release(self.on_go_to, [lab, self.timeline], outputs, api_name="go_to")
+        self.text.click(self.on_token, lab, outputs, **private)
+        self.play_btn.click(self.on_play, [lab, self.pace], [*outputs, self.timer], api_name="play")
+        self.pause_btn.click(self.on_pause, lab, [*outputs, self.timer], api_name="pause")
+        self.timer.tick(self.on_tick, [lab], [*outputs, self.timer], inputs_kwargs=run_inputs, **private,
+                        **model_events)
+        self.present_btn.click(None, js=PRESENT_JS, **private)
+        demo.load(self.on_live_status, None, [self.live_status, self.live_timer], **private)
+        self.live_timer.tick(self.on_live_status, None, [self.live_status, self.live_timer], **private)
+        demo.unload(self.on_close)
+        return demo.load(self.on_first_view, [lab, compare], [*outputs, compare, self.timer], **private)
+
+    def _request(self, settings: dict, max_new_tokens) -> VisitorRequest:
+        """The one door: the page's settings widgets (by name, as the API's named parameters) and the token
+        limit, checked against types, ranges and this app's policy (SpecvizError)."""
+        return VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
+
+    # ---- events: generation -----------------------------------------------------------------------------
+    def on_step(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
+        """One step: a draft tree, verified. Named parameters: max_new_tokens, the settings (model, draft_model,
+        mode, prompt, method, auto_budget, budget, temperature, top_p, seed) and any method parameter by name."""
+        lab = session_of(request, lab or Lab())
+        try:
+            wanted = self._request(settings, max_new_tokens)
+            lab.take(wanted.settings)
+            lab.step(wanted.max_new_tokens)
+        except SpecvizError as error:
+            return self.out.failed(lab, error)
+        return self.out.shown(lab)
+
+    def on_run(self, request: gr.Request, lab, max_new_tokens, **settings):
+        """Steps to max_new_tokens or EOS, shown as they come (the same named parameters as /step)."""
+        lab = session_of(request, lab or Lab())
+        try:
+            wanted = self._request(settings, max_new_tokens)
+            lab.take(wanted.settings)
+            for _ in lab.run(wanted.max_new_tokens):
+                yield self.out.shown(lab)
+        except SpecvizError as error:
+            yield self.out.failed(lab, error)
+
+    def on_stop(self, lab) -> dict:
+        lab = lab or Lab()
+        lab.stop()
+        return self.out.shown(lab)
+
+    def on_reset(self, lab) -> dict:
+        lab = lab or Lab()
+        lab.reset()
+        return self.out.shown(lab)
+
+    # ---- events: timeline, play, linked views -----------------------------------------------------------
+    def on_go(self, lab, delta) -> dict:
+        lab = lab or Lab()
+        try:
+            lab.go(whole_number("delta", delta, -1_000_000, 1_000_000))
+        except SpecvizError as error:
+            return self.out.failed(lab, error)
+        return self.out.shown(lab)
+
+    def on_go_to(self, lab, step) -> dict:
+        lab = lab or Lab()
+        try:
+            lab.go_to(whole_number("step", step, 0, 10_000_000))
+        except SpecvizError as error:
+            return self.out.failed(lab, error)
+        return self.out.shown(lab)
+
+    def on_token(self, lab, evt: gr.EventData) -> dict:
+        lab = lab or Lab()
+        token = getattr(evt, "token", None) if evt is not None else None
+        lab.select_token(token if isinstance(token, int) and not isinstance(token, bool) else None)
+        return self.out.shown(lab)
+
+    def on_play(self, lab, pace) -> dict:
+        lab = lab or Lab()
+        try:  # the pace slider's range: a timer of 0 s would tick as fast as the server answers
+            pace_s = number_in("pace (seconds per step)", pace, 0.2, 5.0)
+        except SpecvizError as error:
+            return {**self.out.failed(lab, error), self.timer: gr.Timer(active=False)}
+        if not lab.play():  # already playing: the timer runs on at its pace
+            return {**self.out.shown(lab), self.timer: gr.Timer(active=True)}
+        return {**self.out.shown(lab), self.timer: gr.Timer(value=pace_s, active=True)}
+
+    def on_pause(self, lab) -> dict:
+        lab = lab or Lab()
+        lab.pause()
+        return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
+
+    def on_tick(self, lab, max_new_tokens, **settings) -> dict:
+        lab = lab or Lab()
+        if not lab.playing:
+            return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
+        try:
+            if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
+                wanted = self._request(settings, max_new_tokens)
+                lab.take(wanted.settings)
+                limit = wanted.max_new_tokens
+            else:
+                limit = self.policy.check_new_tokens(max_new_tokens)
+            going = lab.tick(limit)
+        except SpecvizError as error:
+            return {**self.out.failed(lab, error), self.timer: gr.Timer(active=False)}
+        return {**self.out.shown(lab), self.timer: gr.Timer(active=going)}
+
+    # ---- events: the page's life ------------------------------------------------------------------------
+    def on_first_view(self, lab, compare, request: gr.Request) -> dict:
+        """A new visitor: the shipped trace plays from its first step at once (no model needed) until the
+        visitor touches the page; the session's objects are registered so that closing the tab frees them."""
+        lab, compare = lab or Lab(), compare or Compare()
+        first = self.context.first_trace
+        open_first_visit(lab, self.context.traces.get(first), first)
+        session_of(request, lab, compare)
+        return {**self.out.shown(lab), self._compare_state: compare,
+                self.timer: gr.Timer(value=FIRST_PACE_S, active=lab.autoplay)}
+
+    def on_live_status(self):
+        """The start-up line: live steps warming up, or ready (the timer stops once they are)."""
+        return self.policy.shown(STATUS.markdown()), gr.Timer(active=not (STATUS.ready or STATUS.error))
+
+    @staticmethod
+    def on_close(request: gr.Request):
+        visitors.release(getattr(request, "session_hash", None))

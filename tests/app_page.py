@@ -1,0 +1,36 @@
+"""The page as the tests build it (specviz.panels.page: nothing imports app.py), and the names of an API
+answer's values: gradio_client gives them in the outputs' order, without the session state."""
+
+from __future__ import annotations
+
+from specviz.lab.public_policy import Policy
+from specviz.panels.lab_outputs import WIDGET_FIELDS
+from specviz.panels.page import LAUNCH_OPTIONS, Page, build_page
+from specviz.panels.page_context import PageContext
+
+CONTEXT = PageContext.of(Policy.private())
+
+
+def page_for(policy: Policy | None = None, **context) -> Page:
+    return build_page(PageContext.of(policy or Policy.private(), **context))
+
+
+def launched(page: Page, port: int, max_size: int | None = None, **launch) -> None:
+    page.blocks.queue(max_size=max_size).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                                                **LAUNCH_OPTIONS, **launch)
+
+
+def named(outputs, extra: tuple[str, ...] = ()) -> dict:
+    """A Lab endpoint's answer (/step, /run, /go_to, ...) by the view's field names; `extra` names the outputs an
+    event adds after the view (/play and /pause: ("timer",)). A count that does not match is an error, never a
+    silent shift."""
+    fields = (*WIDGET_FIELDS, *extra)
+    if len(outputs) != len(fields):
+        raise ValueError(f"{len(outputs)} values for the {len(fields)} fields {fields}")
+    return dict(zip(fields, outputs))
+
+
+def counters_of(client) -> dict | None:
+    """The live run's counters as data (/counters: dataclasses.asdict of specviz.lab.counters.LabCounters, with
+    "figures", "mode", "versus_ar", "last_step", ...) in the client's own session; None before a live run."""
+    return client.predict(api_name="/counters")
