@@ -86,16 +86,20 @@ def test_shipped_traces_cover_every_method_and_replay_without_a_model():
     assert {Trace.load(p).method for p in traces.values()} >= set(METHODS)
     script = (
         "import sys; sys.path.insert(0, '.')\n"
-        "import app\n"
-        "from specviz.runtime import shared_resources as resources\n"
         "from specviz.lab.lab import Lab\n"
-        "for name, path in app.TRACES.items():\n"
+        "from specviz.lab.public_policy import Policy\n"
+        "from specviz.panels.page import build_page\n"
+        "from specviz.panels.page_context import PageContext\n"
+        "from specviz.runtime import shared_resources as resources\n"
+        "page = build_page(PageContext.of(Policy.private()))\n"
+        "for name, path in page.replay.traces.items():\n"
         "    lab = Lab(); lab.load_trace(path, name)\n"
-        "    shown = app._shown(lab); plots = app.on_accounting(lab)\n"
-        "    lab.go_to(0); app._shown(lab); lab.select_token(3); app._shown(lab)\n"
-        "    assert 'replay of' in shown[3], shown[3]\n"
+        "    shown = page.out.shown(lab); plots = page.accounting.on_accounting(lab)\n"
+        "    lab.go_to(0); page.out.shown(lab); lab.select_token(3); page.out.shown(lab)\n"
+        "    counters = shown[page.stage.counters]\n"
+        "    assert 'replay of' in counters, counters\n"
         "assert not resources.loaded('model'), resources.loaded('model')\n"
-        "print('replayed', len(app.TRACES))\n")
+        "print('replayed', len(page.replay.traces))\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"replayed {len(traces)}" in out.stdout
