@@ -28,7 +28,7 @@ except ImportError:  # not on a Space: the function runs as it is
     spaces = None
 
 # GPU time a call declares (ZeroGPU admits a call against it, and shorter ones queue sooner): a fixed part, the
-# state carried both ways at 4,000 tokens of context (1.2 s here, `state-cost`) and a worker's start, and a part per
+# state carried both ways at 4,000 tokens of context (1.2 s here, `dev state-cost`) and a worker's start, and a part per
 # generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M took on an H200 and twice a
 # CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"). A Step declares 2 s; a
 # Run's tokens count twice (the ar baseline measured when it ends): 128 tokens declare 15 s.

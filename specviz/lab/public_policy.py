@@ -6,7 +6,7 @@ never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded
 least recently used); compile modes are not offered; new tokens, sweep size and upload size have limits. A refusal
 names what is allowed and nothing about the server: the same sentence whether a path exists there or not.
 
-The limits and the figures behind them (`python -m specviz space-figures`, 2026-11-25, 2-core CPU, fp32; see
+The limits and the figures behind them (`python -m specviz dev space-figures`, 2026-11-25, 2-core CPU, fp32; see
 docs/benchmarks.md, "Public mode's limits"):
 - MODEL_SLOTS 2: loading the default SmolLM2-135M took 1.73 GB of process memory (12.9 bytes per parameter with
   the packed weight copies and the runtime's own set-up), which projects to 4.7 GB for SmolLM2-360M: the two fit
@@ -49,7 +49,7 @@ MAX_PROMPT_TOKENS = 7_168
 # live sessions (each Lab, and each A/B side) and the context tokens they hold together; the least recently used
 # idle one is released when another would pass either (ui.live_sessions). A unified session on the default model
 # kept 0.66 GB at 2,043 tokens of context (its KV caches, its self-drafting cache and the paired ar run's; measured
-# by ui.memory_budget, `python -m specviz space-figures`, 2026-11-26): 10,000 tokens are 3.2 GB there, 5.6 GB scaled
+# by benches.memory_budget, `python -m specviz dev space-figures`, 2026-11-26): 10,000 tokens are 3.2 GB there, 5.6 GB scaled
 # to the 360M's KV caches (an upper bound: only the caches grow with the model); beside the two models' 6.6 GB and
 # two calls' working memory at the longest prompt (1.9 GB) that makes 14.2 GB of a 16 GB Space
 MAX_LIVE_SESSIONS = 12
