@@ -79,7 +79,7 @@ def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm
         result = paired.result()
         assert result.output_ids == run.output_ids  # greedy: the same tokens, cut to the run's length
         assert len(result.records) == result.steps == len(run.output_ids)
-        assert result.decode_s == pytest.approx(sum(r.timings_ms["total"] for r in result.records) / 1000, rel=1e-3)
+        assert result.decode_s == pytest.approx(sum(r.timings_ms.total for r in result.records) / 1000, rel=1e-3)
 
 
 def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same(lm):

@@ -70,15 +70,6 @@ class RunFigures:
         """The JSON form (`generate --json`): the fields by name."""
         return asdict(self)
 
-    # the dict this record replaced, as callers not yet switched read it (the CLI's `**run.figures()`)
-    def keys(self):
-        return self.to_dict().keys()
-
-    def __getitem__(self, key: str):
-        if key not in self.to_dict():
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 def _ms(seconds: float) -> float:
     """Seconds as the milliseconds a step record keeps (to the microsecond)."""

@@ -397,8 +397,8 @@ def _row(item: SuiteItem, label: str, point: int | None, values: Pairs, sampling
         fired=sum(note.trigger.fired for note in notes),
         retrieval_steps=sum(note.drafted_by == "retrieval" for note in notes),
         relaxed=sum(n.status is NodeStatus.RELAXED for r in records for n in r.nodes),
-        draft_ms=round(sum(r.timings_ms["draft"] for r in records), 3),
-        forward_ms=round(sum(r.timings_ms["forward"] for r in records), 3))
+        draft_ms=round(sum(r.timings_ms.draft for r in records), 3),
+        forward_ms=round(sum(r.timings_ms.forward for r in records), 3))
 
 
 def run_grid(lm: "LoadedModel", prompts: list[SuiteItem | str], method: str, axes, max_new_tokens: int = 64,

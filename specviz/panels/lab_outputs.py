@@ -52,7 +52,3 @@ class LabOutputs:
         lab = lab or Lab()
         lab.fail(error)
         return self.shown(lab)
-
-    def position(self, name: str) -> int:
-        """Where the field's value comes in an API call's answer (the state is not sent): for API callers' docs."""
-        return WIDGET_FIELDS.index(name)

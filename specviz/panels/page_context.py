@@ -5,7 +5,7 @@ so no module keeps a policy in a global that start-up has to replace."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from specviz.engine.suite import example_prompts, load_suite
@@ -34,11 +34,11 @@ class PageContext:
     first_trace: str | None                    # the one a first visit plays
     model_concurrency: int = MODEL_CONCURRENCY  # model events running at once (one queue for every panel)
     session_ttl_s: int = SESSION_TTL_S         # a connected session's state lives this long untouched
-    model_events: dict = field(init=False)     # the keyword arguments of every event that runs a model
 
-    def __post_init__(self):
-        object.__setattr__(self, "model_events",
-                           {"concurrency_id": "model", "concurrency_limit": self.model_concurrency})
+    @property
+    def model_events(self) -> dict:
+        """The keyword arguments of every event that runs a model: one queue for every panel."""
+        return {"concurrency_id": "model", "concurrency_limit": self.model_concurrency}
 
     @property
     def tuning_suite(self) -> list:

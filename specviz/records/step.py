@@ -63,12 +63,6 @@ class StepTimings:
             raise TypeError(f"timings_ms is not an object: {type(data).__name__}")
         return cls(**{key: data[key] for key in _TIMING_KEYS if key in data})
 
-    def __getitem__(self, key: str) -> float:
-        """timings["total"] as the dict this record replaced was read (engine.sweep_grid still reads it so)."""
-        if key not in _TIMING_KEYS:
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 _TIMING_KEYS = ("draft", "verify", "forward", "update", "total")
 
