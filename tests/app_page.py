@@ -7,6 +7,7 @@ from specviz.lab.public_policy import Policy
 from specviz.panels.lab_outputs import WIDGET_FIELDS
 from specviz.panels.page import LAUNCH_OPTIONS, Page, build_page
 from specviz.panels.page_context import PageContext
+from specviz.panels.sweep_tab import SWEEP_FIELDS
 
 CONTEXT = PageContext.of(Policy.private())
 
@@ -28,6 +29,13 @@ def named(outputs, extra: tuple[str, ...] = ()) -> dict:
     if len(outputs) != len(fields):
         raise ValueError(f"{len(outputs)} values for the {len(fields)} fields {fields}")
     return dict(zip(fields, outputs))
+
+
+def sweep_answer(outputs) -> dict:
+    """/sweep's answer by SweepTab's field names (plot, csv_file, table, message)."""
+    if len(outputs) != len(SWEEP_FIELDS):
+        raise ValueError(f"{len(outputs)} values for the {len(SWEEP_FIELDS)} fields {SWEEP_FIELDS}")
+    return dict(zip(SWEEP_FIELDS, outputs))
 
 
 def counters_of(client) -> dict | None:

@@ -65,10 +65,11 @@ def wait_until_still(page, selector: str = "#tree-box", timeout: int = DEADLINE_
     page.wait_for_function(_STILL, arg=selector, timeout=timeout)
 
 
-def wait_for_tree_after(page, steps: int, box: str = "#tree-box", timeout: int = DEADLINE_MS) -> None:
-    """Wait until the tree box draws the last of `steps` steps (records count from 0: its title starts
-    'step {steps - 1}:') and stands still."""
-    page.wait_for_function(
-        "([box, title]) => (document.querySelector(box + ' .tv-title')?.innerText || '').startsWith(title)",
-        arg=[box, f"step {steps - 1}:"], timeout=timeout)
+def wait_for_tree_after(page, steps: int, box: str = "#tree-box", timeout: int = DEADLINE_MS,
+                        run: str | None = None) -> None:
+    """Wait until the tree box's run has `steps` steps and draws the last (its data-steps and data-step, as
+    render.tree_svg.tree_html writes them), and stands still. run: the box's data-run as well ("live",
+    "replay:NAME"); None: any run."""
+    selector = f"{box} .tv[data-steps='{steps}'][data-step='{steps - 1}']" + (f"[data-run='{run}']" if run else "")
+    page.wait_for_selector(selector, state="attached", timeout=timeout)
     wait_until_still(page, box, timeout)

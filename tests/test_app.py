@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from browser_waits import assert_stays, wait_for_tree_after, wait_until, wait_until_quiet, wait_until_still
 
-from app_page import CONTEXT, counters_of, launched, named, page_for  # noqa: E402
+from app_page import CONTEXT, counters_of, launched, named, page_for, sweep_answer  # noqa: E402
 
 from specviz.lab.visitor_request import PARAMS  # noqa: E402
 from specviz.panels.page_context import MODEL_CONCURRENCY  # noqa: E402
@@ -153,9 +153,7 @@ def test_browser_step_draws_tree(url):
         most_points = 0
         for step in range(1, 7):
             page.locator("#step-btn").click()
-            page.wait_for_function(f"document.querySelector('#counters').innerText.includes('steps {step} ')",
-                                   timeout=60_000)
-            wait_for_tree_after(page, step)
+            wait_for_tree_after(page, step, run="live", timeout=60_000)
             most_points = max(most_points, page.locator("#tree-box svg.tv-svg:not(.tv-verified) g.n").count())
         generated = page.locator("#generated").inner_text()
         split = page.locator("#budget-split").inner_text()
@@ -316,7 +314,7 @@ def test_browser_rapid_document_and_distribution(url):
                 if attempt == 2:
                     raise
         page.locator("#step-btn").click()
-        page.wait_for_function("document.querySelector('#counters').innerText.includes('steps 1 ')", timeout=120_000)
+        wait_for_tree_after(page, 1, run="live", timeout=120_000)
         page.wait_for_function("document.querySelectorAll('#distribution-plot .barlayer .point').length >= 4",
                                timeout=30_000)
         document = page.locator("#document").inner_text()
@@ -385,14 +383,14 @@ def test_sweep_api_and_its_limit(url):
     client = Client(url, verbose=False)
     sweep = dict(axis_1="budget=4,8", axis_2="max_breadth=2,8", scope="page prompt", category="summarise", sweep_tokens=8,
                  metric="speedup")
-    plot, csv_path, table, message = client.predict(**sweep, **settings(method="racer"), api_name="/sweep")
-    assert message.startswith("Sweep done: 4 points x 1 prompts"), message
-    rows = list(csv.DictReader(io.StringIO(Path(csv_path).read_text())))
+    answer = sweep_answer(client.predict(**sweep, **settings(method="racer"), api_name="/sweep"))
+    assert answer["message"].startswith("Sweep done: 4 points x 1 prompts"), answer["message"]
+    rows = list(csv.DictReader(io.StringIO(Path(answer["csv_file"]).read_text())))
     assert len(rows) == 4 and {r["budget"] for r in rows} == {"4", "8"}
     assert all(float(r["differing_fraction"]) == 0 for r in rows)  # racer at temperature 0 is lossless
-    *_, message = client.predict(**(sweep | dict(axis_1="tau=" + ",".join(map(str, range(100))),
-                                                 axis_2="m=" + ",".join(map(str, range(100))))),
-                                 **settings(method="respec"), api_name="/sweep")
+    message = sweep_answer(client.predict(**(sweep | dict(axis_1="tau=" + ",".join(map(str, range(100))),
+                                                          axis_2="m=" + ",".join(map(str, range(100))))),
+                                          **settings(method="respec"), api_name="/sweep"))["message"]
     # refused by parse_axes, before the model is asked for: no grid point ran
     assert "64" in message and "10000" in message.replace(",", "") and "Sweep done" not in message, message
 
@@ -561,6 +559,13 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.get_by_text("Method parameters", exact=True).click()
         page.locator("#param-tau input[type=number]").wait_for(state="visible", timeout=30_000)
         assert page.locator("#param-tau input[type=number]").input_value() == "3"
+        # the paper's settings of respec (§4.1: a 60-node tree, lookback 3), then ours (auto, the defaults)
+        page.locator("#paper-btn").click()
+        page.wait_for_function("document.querySelector('#budget input[type=number]')?.value === '60'", timeout=30_000)
+        assert not page.locator("#auto-budget input").is_checked()
+        page.locator("#tuned-btn").click()
+        page.wait_for_function("document.querySelector('#auto-budget input')?.checked === true", timeout=30_000)
+        assert page.locator("#param-tau input[type=number]").input_value() != "3"  # tau back at our default
         # a preset fills the page and the two sides, and says what to look at
         page.get_by_text("Presets: one click, one question", exact=True).click()
         page.locator("#preset input").click()
@@ -571,17 +576,16 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         assert page.locator("#side-b textarea, #side-b input").first.input_value() == "tau=3"
         page.locator("#side-b textarea, #side-b input").first.fill("method=pld")
         page.locator("#ab-step").click()
-        page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 1')", timeout=120_000)
+        wait_for_tree_after(page, 1, box="#tree-b", run="live", timeout=120_000)
         page.locator("#ab-step").click()
-        page.wait_for_function("(document.querySelector('#summary-b')?.innerText || '').includes('steps 2')", timeout=120_000)
         for side in "ab":
-            wait_for_tree_after(page, 2, box=f"#tree-{side}")
+            wait_for_tree_after(page, 2, box=f"#tree-{side}", run="live", timeout=120_000)
         trees = [page.locator(f"#tree-{side} svg.tv-svg:not(.tv-verified) g.n").count() for side in "ab"]
         page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
         # upload a shipped trace: it replays with no model
         page.get_by_role("tab", name="Replay").click()
         page.locator("#upload-trace input[type=file]").set_input_files(str(CONTEXT.traces["reader-code-rename"]))
-        page.wait_for_function("(document.querySelector('#counters')?.innerText || '').includes('replay of reader-code-rename')",
+        page.wait_for_selector("#tree-box .tv[data-run^='replay:reader-code-rename']", state="attached",
                                timeout=60_000)
         page.get_by_role("tab", name="Accounting").click()
         page.wait_for_function("document.querySelectorAll('#lanes-plot .point, #lanes-plot .bars path').length > 0",

@@ -45,7 +45,7 @@ def test_bad_input_gives_message_not_traceback(tmp_path, capsys):
     for args, expected in [
         (("generate", "--method", "pld", "--prompt", ""), "empty"),
         (("generate", "--method", "pld", "--prompt", "x", "--param", "nope=1"), "no parameter 'nope'"),
-        (("generate", "--method", "pld", "--prompt", "x", "--budget", "0"), "budget must be between"),
+        (("generate", "--method", "pld", "--prompt", "x", "--budget", "0"), "budget must be a whole number between 1 and"),
         (("generate", "--method", "pld", "--prompt", "x", "--model", str(tmp_path / "none")), "does not exist"),
         (("generate", "--method", "pld", "--prompt-file", str(tmp_path / "none.txt")), "does not exist"),
         (("bench", "--suite", str(tmp_path / "none.jsonl"), "--methods", "ar"), "does not exist"),

@@ -192,18 +192,19 @@ def test_limits_cannot_be_walked_around(lm):
         out = page.stage.on_tick(lab, 100_000, **{k: v for k, v in settings().items() if k != "max_new_tokens"})
         assert "generates 1 to 512" in out[shown_message] and lab.session is None
         # 2 budgets on the page prompt: ar's and each point's warm-up, ar, each point: 6 runs
-        *_, message = page.sweep.on_sweep(None, "budget=4,8", "", "page prompt", "", 8, "speedup", 8,
-                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                            if k != "max_new_tokens"})
+        page_settings = {k: v for k, v in settings().items() if k != "max_new_tokens"}
+
+        def sweep_message(axis, tokens):
+            answer = page.sweep.on_sweep(None, axis, "", "page prompt", "", tokens, "speedup", 8,
+                                         progress=lambda *a, **k: None, **page_settings)
+            return answer[page.sweep.message]
+
+        message = sweep_message("budget=4,8", 8)
         assert "Sweep done" in message, message
         # 12 points on one prompt were 12 runs to the old count; with warm-ups and ar: 1 + 12 + 1 + 12 = 26
-        *_, message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8,9,10,11,12", "", "page prompt", "", 8, "speedup", 8,
-                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                            if k != "max_new_tokens"})
+        message = sweep_message("budget=1,2,3,4,5,6,7,8,9,10,11,12", 8)
         assert "at most 24 runs" in message and "asks for 26" in message, message
-        *_, message = page.sweep.on_sweep(None, "budget=4", "", "page prompt", "", "inf", "speedup", 8,
-                                          progress=lambda *a, **k: None, **{k: v for k, v in settings().items()
-                                                                            if k != "max_new_tokens"})
+        message = sweep_message("budget=4", "inf")
         assert "new tokens per run must be" in message, message
         out = page.stage.on_play(lab, 0.0)
         assert "pace" in out[shown_message]

@@ -57,7 +57,11 @@ def step_in(caption: str) -> int:
 
 
 def shown_step(page) -> int:
-    return step_in(page.evaluate(CAPTION))
+    """The step on screen, once the caption says it: while an event is on its way Gradio writes its queue status
+    ('queue: 1/1 | 0.0/0.1s') over the caption."""
+    caption = page.wait_for_function(f"(() => {{ const c = {CAPTION}; return c.includes('Showing step') && c; }})()",
+                                     timeout=30_000)
+    return step_in(caption.json_value())
 
 
 def paused_page(browser, page_url):
@@ -247,8 +251,7 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     page.evaluate("() => { window.started = new Set();"
                   " document.addEventListener('animationstart', e => window.started.add(e.animationName)); }")
     page.locator("#next-btn").click()
-    title = "(document.querySelector('#tree-box .tv-title')?.innerText || '')"
-    page.wait_for_function(f"{title}.startsWith('step {shown + 1}:')", timeout=30_000)
+    page.wait_for_selector(f"#tree-box .tv[data-step='{shown + 1}']", state="attached", timeout=30_000)
     # draft (nodes come in), the phase chips, verify (the pulse): all start within the step
     page.wait_for_function("['tv-in', 'tv-ph', 'tv-pulse'].every(name => window.started.has(name))", timeout=10_000)
     page.screenshot(path=str(SHOTS / "animation-frame-1280x720.png"))  # mid-step: verified, accepting

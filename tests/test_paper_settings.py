@@ -4,10 +4,29 @@ is every parameter's default, and the panel names what our default changes and w
 
 import pytest
 
+from specviz.errors import SpecvizError
+from specviz.lab.paper_settings import PAPERS, paper_request, paper_settings, paper_settings_markdown
+from specviz.lab.public_policy import Policy
+from specviz.lab.visitor_request import PARAMS, VisitorRequest
 from specviz.methods import METHODS
-from specviz.lab.paper_settings import PAPERS, paper_settings, paper_settings_markdown, widget_values
 
-DEFAULTS = {p.name: p.default for m in METHODS.values() for p in m.params}
+
+
+def page_request(method, **changes):
+    """The page's settings as the door gets them: every parameter's widget sent, here moved off its default."""
+    params = {p.name: p.default for p in PARAMS}
+    moved = {p.name: p.high for p in PARAMS if p.choices is None and p.high != p.default}
+    return VisitorRequest.of_loose({"model": "", "prompt": "Tell me about tides.", "method": method, "budget": 7,
+                                    "params": {**params, **moved}, "temperature": 0.5, "top_p": 0.8, "seed": 3,
+                                    **changes}, max_new_tokens=40)
+
+
+def configured(method, which):
+    """What the click shows: the request the paper's configuration makes of a page's settings, by name."""
+    request = paper_request(page_request(method), which)
+    s = request.settings
+    return {**dict(s.params), "budget": s.budget.setting, "temperature": s.sampling.temperature,
+            "top_p": s.sampling.top_p}
 
 # read off the papers in ../shared/papers (the section beside each value), not off paper_settings.py
 FROM_THE_PAPERS = {
@@ -32,7 +51,7 @@ FROM_THE_PAPERS = {
 
 @pytest.mark.parametrize("method", sorted(FROM_THE_PAPERS))
 def test_the_button_sets_what_the_paper_says(method):
-    values = widget_values(method, "paper", DEFAULTS)
+    values = configured(method, "paper")
     assert {k: values[k] for k in FROM_THE_PAPERS[method]} == FROM_THE_PAPERS[method]
     assert values["top_p"] == 1.0  # no paper here filters the nucleus: the button resets it
     if method == "rapid":
@@ -45,11 +64,11 @@ def test_the_button_sets_what_the_paper_says(method):
 def test_both_configurations_are_valid_settings_of_the_method(method):
     spec = METHODS[method]
     for which in ("paper", "ours"):
-        values = widget_values(method, which, DEFAULTS)
+        values = configured(method, which)
         params = {p.name: values[p.name] for p in spec.params}
         spec.resolve_params(params)  # a SpecvizError if the combination is refused
         assert values["budget"] == "auto" or 1 <= values["budget"] <= 256
-    ours = widget_values(method, "ours", DEFAULTS)
+    ours = configured(method, "ours")
     assert ours["budget"] == "auto" and ours["temperature"] == 0.0 and ours["top_p"] == 1.0
     assert all(ours[p.name] == p.default for p in spec.params)  # our tuned default is the parameters' defaults
     panel = paper_settings_markdown(method)
@@ -58,6 +77,29 @@ def test_both_configurations_are_valid_settings_of_the_method(method):
         assert f"`{change.name}` {change.ours} (paper {change.paper}, {change.where})" in panel
     for own in PAPERS[method].ours:  # what the button cannot set is listed with the paper's value beside ours
         assert f"- {own.what}: {own.ours} (paper: {own.paper})" in panel
+
+
+def test_a_click_keeps_the_rest_of_the_page_and_goes_through_the_door():
+    from app_page import page_for
+
+    base = page_request("respec")
+    paper = paper_request(base, "paper")
+    assert paper.settings.prompt == base.settings.prompt and paper.max_new_tokens == 40
+    assert paper.settings.sampling.seed == 3 and paper.settings.model == base.settings.model
+    assert paper_request(page_request("unified"), "ours").settings.budget.auto  # no paper: ours either way
+    # the page's button: the widgets' values through the door, then the request on the widgets
+    panel = page_for(Policy.private()).settings
+    widgets = {"model": "", "draft_model": "", "mode": "", "prompt": "Tell me about tides.", "method": "reader",
+               "auto_budget": True, "budget": 16, "temperature": 0.7, "top_p": 0.5, "seed": 0,
+               **{p.name: p.default for p in PARAMS}}
+    shown = panel.on_paper_settings("paper", 64, **widgets)
+    assert shown[panel.auto_budget] is False and shown[panel.budget] == 60 and shown[panel.temperature] == 0.0
+    assert shown[panel.top_p] == 1.0 and shown[panel.params["head_depth"]]["value"] == 8
+    assert set(shown) <= set(panel.paper_outputs)
+    # settings the door refuses are named in the message; no widget moves
+    for bad in ({"prompt": "   "}, {"temperature": "nan"}, {"method": "warp"}):
+        shown = panel.on_paper_settings("paper", 64, **{**widgets, **bad})
+        assert list(shown) == [panel.message] and "⚠️" in shown[panel.message]
 
 
 def test_the_panel_for_methods_without_a_paper():

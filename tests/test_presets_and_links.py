@@ -24,9 +24,11 @@ def test_presets_are_valid_configurations():
     assert len(PRESETS) >= 4
     for preset in PRESETS:
         assert preset.example in CONTEXT.examples and preset.question.endswith((".", "?", ")"))
+        base = preset.request(CONTEXT.examples)  # through the door: a bad preset raises here
+        assert base.settings.prompt == CONTEXT.examples[preset.example] and base.settings.method == preset.method
+        assert base.max_new_tokens == preset.max_new_tokens
         for overrides in (preset.side_a, preset.side_b):
-            base = VisitorRequest.of_loose(base_settings(method=preset.method, temperature=preset.temperature))
-            side = side_request(base, overrides).settings  # checked as any request: a bad preset raises here
+            side = side_request(base, overrides).settings  # checked as any request is
             spec = METHODS[side.method]
             spec.check_sampling(dict(side.params), side.sampling)
 

@@ -233,10 +233,10 @@ def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
     big.write_bytes(b" " * (PUBLIC.max_upload_bytes + 1))
     out = page.replay.on_upload(lab, str(big))
     assert "at most 4 MB" in out[page.stage.message]
-    *_, sweep_message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt",
+    sweep_message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt",
                                             "", 8, "speedup", 8, progress=lambda *a, **k: None, prompt=PROMPT,
                                             method="racer", model="", draft_model="", mode="", auto_budget=False,
-                                            budget=8, temperature=0.0, top_p=1.0, seed=0)
+                                            budget=8, temperature=0.0, top_p=1.0, seed=0)[page.sweep.message]
     assert "at most 24 runs" in sweep_message
     assert trail(lab.session) == kept
 

@@ -220,26 +220,27 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     page = {"model": tiny.name, "prompt": "the cat sat on the mat and the dog", "method": "unified", "budget": 8,
             "draft_model": "self"}
     quiet = lambda *args, **kwargs: None  # noqa: E731 (gr.Progress outside an event)
-    study, size, tree_plot, curve_plot, text, graphml, table, message = tab.on_measure(
-        None, "", "tuning suite", 12, 2, 16, quiet, **page)
+    measured = tab.on_measure(None, "", "tuning suite", 12, 2, 16, quiet, **page)
+    study, size, message = measured[tab.study], measured[tab.size], measured[tab.message]
     assert study.drafter == "self" and study.acceptance.positions > 0 and size["value"] == study.best_tokens
-    assert "best N here" in message and "| (0,) |" in table
-    assert json.loads(text)["num_speculative_tokens"] == study.best_tokens
-    assert nx.is_arborescence(nx.read_graphml(graphml))
-    assert len(tree_plot.data[1].x) == study.best_tokens + 1  # the root and every node, depth by depth
-    assert curve_plot.data[2].x == (study.best_tokens,)       # the best N starred
+    assert "best N here" in message and "| (0,) |" in measured[tab.table]
+    assert json.loads(measured[tab.export_text])["num_speculative_tokens"] == study.best_tokens
+    assert nx.is_arborescence(nx.read_graphml(measured[tab.graphml]))
+    assert len(measured[tab.tree_plot].data[1].x) == study.best_tokens + 1  # the root and every node, by depth
+    assert measured[tab.curve_plot].data[2].x == (study.best_tokens,)       # the best N starred
     for fmt in ("sglang", "trtllm", "medusa"):
-        *_, shown_text, _, note = tab.on_show(None, study, 1, fmt)
-        assert shown_text == export(study.tree(1), fmt, "draft_model") and note == gr.update()  # message kept
-    assert json.loads(tab.on_show(None, study, 1, "json")[2])["paths"] == [[0]]
+        shown = tab.on_show(None, study, 1, fmt)
+        assert shown[tab.export_text] == export(study.tree(1), fmt, "draft_model")
+        assert tab.message not in shown  # the study's message is kept
+    assert json.loads(tab.on_show(None, study, 1, "json")[tab.export_text])["paths"] == [[0]]
     for n, fmt, expected in ((study.supported + 1, "vllm", "between 1 and"), (1, "onnx", "format must be one of"),
                              ("1e9", "vllm", "whole number")):
-        assert expected in tab.on_show(None, study, n, fmt)[-1]
-    assert "Measure first" in tab.on_show(None, None, 1, "vllm")[-1]
+        assert expected in tab.on_show(None, study, n, fmt)[tab.message]
+    assert "Measure first" in tab.on_show(None, None, 1, "vllm")[tab.message]
     for scope, drafter, expected in (("everything", "", "Measure on one of"),
                                      ("page prompt", "eagle:/nowhere", "cannot draft")):
-        assert expected in tab.on_measure(None, drafter, scope, 12, 2, 16, quiet, **page)[-1]
+        assert expected in tab.on_measure(None, drafter, scope, 12, 2, 16, quiet, **page)[tab.message]
     public = StaticTreeTab.__new__(StaticTreeTab)
-    public.policy, public.suites = Policy.for_public(), {"tuning suite": SUITE * 20}
+    public.policy, public.suites, public.message = Policy.for_public(), {"tuning suite": SUITE * 20}, tab.message
     assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, 16, quiet, **{
-        **page, "model": ""})[-1]
+        **page, "model": ""})[tab.message]

@@ -322,8 +322,9 @@ def test_the_sweep_tab_answers_with_the_report_or_a_sentence(lm, tmp_path):
 
     suite = load_suite(ROOT / "assets/suite.jsonl")
     tab = _tab(Policy.private(), suite)
-    sweep, plot, csv_path, table, message = tab.on_sweep(None, "budget=4,8", "", "page prompt", "", 8, "mat", 8,
-                                                         quiet, **PAGE)
+    answer = tab.on_sweep(None, "budget=4,8", "", "page prompt", "", 8, "mat", 8, quiet, **PAGE)
+    sweep, plot, message = answer[tab.sweep], answer[tab.plot], answer[tab.message]
+    csv_path, table = answer[tab.csv_file], answer[tab.table]
     assert isinstance(sweep, Sweep) and message == "Sweep done: 2 points x 1 prompts."
     report = sweep.report
     assert plot.data[0].type == "scatter" and list(plot.data[0].y) == [p.mat for p in report.points]
@@ -338,11 +339,13 @@ def test_the_sweep_tab_answers_with_the_report_or_a_sentence(lm, tmp_path):
             (("budget=4", "", {"a": 1}, "", 8, "speedup", 8), PAGE, "scope must be"),
             (("budget=4", "", "page prompt", "", 8, "speedup", 8), {**PAGE, "temperature": "nan"}, "temperature"),
             (("budget=4", "", "page prompt", "", 8, "speedup", 8), {**PAGE, "prompt": " "}, "prompt is empty")]:
-        state, plot, csv_path, table, message = tab.on_sweep(None, *args, quiet, **settings)
-        assert state is None and plot == gr.update() and message.startswith("⚠️") and expected in message, message
+        answer = tab.on_sweep(None, *args, quiet, **settings)
+        message = answer[tab.message]
+        assert answer[tab.sweep] is None and tab.plot not in answer  # the plot stays
+        assert message.startswith("⚠️") and expected in message, message
     public = _tab(Policy.for_public(), suite)
-    *_, message = public.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt", "", 8,
-                                  "speedup", 8, quiet, **PAGE)
+    message = public.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt", "", 8,
+                              "speedup", 8, quiet, **PAGE)[public.message]
     assert "at most 24 runs" in message
 
 

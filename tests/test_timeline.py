@@ -80,9 +80,11 @@ def test_replay_keeps_the_live_session(lm):
     live_tokens = list(lab.session.output_ids)
     lab.load_trace(shipped_traces()["racer-code-rename"])
     assert lab.view().counters.startswith("**replay of")
+    assert 'data-run="replay:racer-code-rename' in lab.view().tree  # the page's state as data, too
     lab.step(32)  # Step returns to the live run, where it was
     assert lab.replay is None and lab.session.output_ids[:len(live_tokens)] == live_tokens
     assert len(lab.session.records) == 3
+    assert 'data-run="live"' in lab.view().tree and 'data-steps="3"' in lab.view().tree
 
 
 def test_live_timeline_and_play_step_on(lm, tmp_path):

@@ -6,7 +6,7 @@ tokens and expected speedup on this machine's cost curve, and the N that maximis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from specviz.engine import costmodel
 from specviz.engine.rank_acceptance import measure_ranks
@@ -39,6 +39,33 @@ class StaticTreeStudy:
 
     def tree(self, tokens: int) -> StaticTree:
         return best_tree(self.acceptance, tokens)
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    """A study's progress, after each measured prompt (what a model call sends back before the study)."""
+    done: int                        # prompts measured (1..total)
+    total: int                       # prompts in all
+    label: str                       # the prompt just measured
+
+
+def last_study(events: Iterable[StudyProgress | StaticTreeStudy],
+               progress: Callable[[StudyProgress], None] | None = None) -> StaticTreeStudy:
+    """The study that ends a model call's events, handing each progress event to progress on the way.
+    SpecvizError when the events end without one."""
+    study = None
+    for event in events:
+        if isinstance(event, StudyProgress):
+            if progress is not None:
+                progress(event)
+        elif isinstance(event, StaticTreeStudy):
+            study = event
+        else:
+            raise TypeError(f"a static-tree study reports StudyProgress and StaticTreeStudy, not "
+                            f"{type(event).__name__}")
+    if study is None:
+        raise SpecvizError("The static-tree study ended without a result.")
+    return study
 
 
 def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], depth: int, max_rank: int,

@@ -144,7 +144,9 @@ class Compare:
         for lab in (self.a, self.b):
             records = lab.session.records if lab.session else []
             token_text = lab.session.token_text if lab.session else str
-            shown.append((tree_html(records[-1] if records else None, token_text), tokens_html(records, token_text)))
+            tree = tree_html(records[-1] if records else None, token_text, run="live" if lab.session else "",
+                             steps=len(records))
+            shown.append((tree, tokens_html(records, token_text)))
         diff = self.diff()
         token_text = self.a.session.token_text if self.a.session else str
         if diff is None:

@@ -121,7 +121,7 @@ class ModelReply:
     messages: tuple[str, ...] = ()
     error: str | None = None
     result: object = None    # a sweep's events (engine.sweep_grid: SweepProgress, then SweepReport), or a
-                             # static-tree study's ("progress", done, total, label), then ("report", StaticTreeStudy)
+                             # static-tree study's (engine.static_study: StudyProgress, then StaticTreeStudy)
 
 
 class CarriedStates:
@@ -344,18 +344,20 @@ def step_sessions(call: ModelCall, states: list[LabState]):
     yield tuple(messages)
 
 
-def _reporting(work: Callable[[Callable], object]):
-    """Generator: work(progress) run in a thread, its progress(done, total, label) calls as ("progress", done,
-    total, label) as they come, then ("report", its result); its error is raised here."""
+def _with_progress(work: Callable[[Callable], object]):
+    """Generator: work(progress) run in a thread, its progress(done, total, label) calls as StudyProgress events
+    as they come, then its result; its error is raised here."""
     import queue
     import threading
+
+    from specviz.engine.static_study import StudyProgress
 
     updates: queue.Queue = queue.Queue()
     outcome: dict = {}
 
     def run():
         try:
-            outcome["report"] = work(lambda *done: updates.put(done))
+            outcome["result"] = work(lambda *done: updates.put(done))
         except BaseException as error:  # noqa: BLE001 (handed to the caller's thread)
             outcome["error"] = error
         updates.put(None)
@@ -363,11 +365,11 @@ def _reporting(work: Callable[[Callable], object]):
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     while (update := updates.get()) is not None:
-        yield ("progress", *update)
+        yield StudyProgress(*update)
     worker.join()
     if "error" in outcome:
         raise outcome["error"]
-    yield ("report", outcome["report"])
+    yield outcome["result"]
 
 
 def perform_sweep(request: SweepRequest):
@@ -382,8 +384,7 @@ def perform_sweep(request: SweepRequest):
 
 
 def perform_static_tree(request: StaticTreeRequest):
-    """Generator: a static-tree study's progress as ("progress", done, total, label), then ("report",
-    StaticTreeStudy). A drafter that cannot draft (a MissingHead) is refused with its reason."""
+    """Generator: a static-tree study's StudyProgress events, then its StaticTreeStudy. A drafter that cannot draft (a MissingHead) is refused with its reason."""
     from specviz.engine.static_study import study_static_trees
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.eagle_head import drafts_from_features
@@ -394,5 +395,5 @@ def perform_static_tree(request: StaticTreeRequest):
         raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")
     # blank is the head when the target has one, else the target itself (runtime.shared_resources.resolve_draft)
     label = request.drafter or ("head" if drafts_from_features(drafter) else "self")
-    yield from _reporting(lambda progress: study_static_trees(
+    yield from _with_progress(lambda progress: study_static_trees(
         lm, drafter, label, list(request.prompts), request.depth, request.max_rank, request.max_new_tokens, progress))

@@ -16,6 +16,7 @@ import math
 from contextlib import nullcontext
 from typing import Callable, Iterator
 
+from specviz.engine.static_study import StaticTreeStudy, StudyProgress, last_study
 from specviz.errors import SpecvizError
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
 from specviz.lab.fork_guard import GUARD
@@ -196,13 +197,7 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
         raise SpecvizError(message) from None
 
 
-def reported(call_: ModelCall, progress: Callable[[int, int, str], None]) -> object:
-    """Run a static-tree study's call: progress(done, total, label) on each progress reply; its report. (A sweep's
-    replies are typed events: lab.sweep.Sweep reads them with engine.sweep_grid.last_report.)"""
-    report = None
-    for _, _, (kind, *result) in call(call_, []):
-        if kind == "progress":
-            progress(*result)
-        else:
-            report = result[0]
-    return report
+def studied(call_: ModelCall, progress: Callable[[StudyProgress], None]) -> StaticTreeStudy:
+    """Run a static-tree study's call: progress(event) on each StudyProgress reply; the study. (A sweep's are read
+    the same way: lab.sweep.Sweep with engine.sweep_grid.last_report.)"""
+    return last_study((result for _, _, result in call(call_, [])), progress)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specviz.methods import METHODS
-from specviz.methods.budget import AUTO_TEXT
+from specviz.lab.public_policy import Policy
+from specviz.lab.visitor_request import VisitorRequest
+from specviz.methods import AUTO_BUDGET, METHODS, Budget
 
-AUTO = AUTO_TEXT  # a budget as the page's widgets take it (app.py reads values["budget"] == "auto")
 PAPER_RUN_SETTINGS = ("budget", "temperature", "top_p")  # settings a click sets besides the method's parameters
 
 
@@ -65,7 +65,7 @@ _HEAD = OwnChoice("draft head", "EAGLE's published head (EAGLE-2 for ReSpec, EAG
 PAPERS = {s.method: s for s in [
     PaperSettings("racer", "RACER, *Loss & Training* (default hyperparameters: capacity 64, breadth 8, n-grams of 10, "
                            "10,000 nodes; greedy)", (
-        Change("budget", 64, AUTO, "default hyperparameters", _BUDGET_WHY),
+        Change("budget", Budget(64), AUTO_BUDGET, "default hyperparameters", _BUDGET_WHY),
         Change("warm_table", 0, 1, "Key Designs (the table fills from the context)", "the copy-logit table starts from the model's "
                "warm table instead of cold, so the first steps of a prompt draft too"),
         Change("draft_ahead", 0, 1, "Key Designs (matches in the context only)", "the automaton runs on its own draft past the matched n-gram, so a copy goes on"),
@@ -76,7 +76,7 @@ PAPERS = {s.method: s for s in [
         OwnChoice("copy-logit rows", "from accepted tokens", "from every verified node, rejected ones too"))),
     PaperSettings("respec", "ReSpec §4.1 (greedy; draft size 60; lookback 3; EAGLE-2 with its defaults as the "
                             "model-based drafter), §3.2.1 (θ_entropy = 1.5) and §4.3 (τ ≤ 3 and m ≤ 3 recommended)", (
-        Change("budget", 60, AUTO, "§4.1 (draft size 60)", _BUDGET_WHY),
+        Change("budget", Budget(60), AUTO_BUDGET, "§4.1 (draft size 60)", _BUDGET_WHY),
         Change("fallback", "model", "auto", "§4.1 (EAGLE-2 drafts when retrieval does not fire)",
                "auto falls back to whichever of the head and the copy-logit tree drafted more tokens per measured "
                "ms here"),
@@ -99,7 +99,7 @@ PAPERS = {s.method: s for s in [
     PaperSettings("reader", "READER §4.1 (the EAGLE-3 speculator's tree: depth 8, 60 tokens), Algorithm 2 "
                             "(RankByFrequency over the trie and the datastore), §4.2 (fixed shape, nothing pruned), "
                             "Table 2 (greedy)", (
-        Change("budget", 60, AUTO, "§4.1 (60 draft tokens)", _BUDGET_WHY),
+        Change("budget", Budget(60), AUTO_BUDGET, "§4.1 (60 draft tokens)", _BUDGET_WHY),
         Change("head_breadth", 10, 4, "EAGLE-3's top_k = 10", _EAGLE2_WHY),
         Change("head_expand", 10, 4, "EAGLE-3's top_k = 10", _EAGLE2_WHY),
         Change("head_depth", 8, 2, "§4.1 (tree depth 8)", _EAGLE2_WHY),
@@ -120,7 +120,7 @@ PAPERS = {s.method: s for s in [
     PaperSettings("rapid", "RAPID §3.1 (γ = 10; η searched in {5, 10, 20} for self-speculation; 512-token chunks, "
                            "BGE-M3 cosine ≥ 0.3, retrieval length between 4,096 tokens and 1/24 of the input), "
                            "Appendix C (temperature 1.0 on ∞Bench)", (
-        Change("budget", 10, AUTO, "§3.1 (γ = 10)", "the chain of γ sampled tokens reaches the verifier "
+        Change("budget", Budget(10), AUTO_BUDGET, "§3.1 (γ = 10)", "the chain of γ sampled tokens reaches the verifier "
                "whole under the standard rule either way"),
         Change("eta", 10.0, 0.0, "§3.1 (η ∈ {5, 10, 20})", "η = 0 keeps the output on the target's own "
                "distribution (η > 0 is lossy)"),
@@ -143,17 +143,18 @@ def paper_settings(method: str) -> PaperSettings | None:
     return PAPERS.get("racer" if method.startswith("racer") else method)
 
 
-def widget_values(method: str, which: str, defaults: dict[str, object]) -> dict[str, object]:
-    """Every setting a click sets: the method's parameters (the paper's or our defaults), budget,
-    temperature and top-p. defaults: each parameter's default by name."""
-    spec = METHODS.get(method)
-    own = {p.name for p in spec.params} if spec else set()
-    values: dict[str, object] = {"budget": AUTO, "temperature": 0.0, "top_p": 1.0}
-    values.update({name: value for name, value in defaults.items() if name in own})
-    settings = paper_settings(method)
+def paper_request(request: VisitorRequest, which: str, policy: Policy = Policy.private()) -> VisitorRequest:
+    """The request with its method's configuration of `which` ("paper" or "ours"): every parameter of the method
+    at our default, then the paper's values where `which` is "paper"; the budget auto, greedy, top-p 1 unless the
+    paper says otherwise. Checked as an A/B side is (VisitorRequest.with_overrides): a paper's configuration that
+    this method refuses raises SpecvizError."""
+    spec = METHODS[request.settings.method]
+    changes: dict[str, object] = {"budget": AUTO_BUDGET, "temperature": 0.0, "top_p": 1.0,
+                                  **{p.name: p.default for p in spec.params}}
+    settings = paper_settings(spec.name)
     if settings is not None:
-        values.update({k: v for k, v in settings.values(which).items() if k in own or k in PAPER_RUN_SETTINGS})
-    return values
+        changes.update(settings.values(which))
+    return request.with_overrides(changes, policy)
 
 
 def paper_settings_markdown(method: str) -> str:

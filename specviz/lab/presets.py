@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specviz.lab.public_policy import Policy
+from specviz.lab.visitor_request import VisitorRequest
+from specviz.methods import AUTO_BUDGET
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -16,6 +20,14 @@ class Preset:
     temperature: float = 0.0
     max_new_tokens: int = 64
     params: dict = field(default_factory=dict)
+
+    def request(self, examples: dict[str, str], policy: Policy = Policy.private()) -> VisitorRequest:
+        """The page's settings this preset sets (its example prompt, method, temperature, token limit and
+        parameters; the rest at their defaults), through the one door: a preset the policy refuses raises
+        SpecvizError."""
+        return VisitorRequest.of_loose({"model": "", "prompt": examples[self.example], "method": self.method,
+                                        "budget": AUTO_BUDGET, "params": self.params, "temperature": self.temperature},
+                                       policy, self.max_new_tokens)
 
 
 PRESETS = [

@@ -111,9 +111,9 @@ class VisitorRequest:
                 "params": {**dict(self.page_params), **dict(s.params)}, "draft_model": s.draft_model, "mode": s.mode,
                 "temperature": s.sampling.temperature, "top_p": s.sampling.top_p, "seed": s.sampling.seed}
 
-    def with_overrides(self, overrides: Mapping[str, str], policy: Policy) -> "VisitorRequest":
-        """One A/B side: these settings with NAME=VALUE overrides (run settings of SIDE_SETTINGS, or the side's
-        method's parameters), checked as any request is."""
+    def with_overrides(self, overrides: Mapping[str, object], policy: Policy) -> "VisitorRequest":
+        """These settings with NAME=VALUE overrides (run settings of SIDE_SETTINGS, or the method's parameters),
+        checked as any request is: an A/B side, a paper's configuration."""
         loose = self.loose()
         for name in SIDE_SETTINGS:
             if name in overrides:

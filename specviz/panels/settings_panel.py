@@ -4,13 +4,17 @@ inputs, and what the door (lab.visitor_request.VisitorRequest) checks."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import gradio as gr
 
-from specviz.lab.paper_settings import AUTO, paper_settings_markdown, widget_values
+from specviz.errors import SpecvizError
+from specviz.lab.paper_settings import paper_request, paper_settings_markdown
 from specviz.lab.presets import BY_NAME as PRESETS
 from specviz.lab.share_link import settings_from_query
-from specviz.lab.visitor_request import PARAMS
+from specviz.lab.visitor_request import PARAMS, VisitorRequest
 from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
+from specviz.methods.budget import AUTO_TEXT
 from specviz.panels.model_panel import ModelPanel
 from specviz.panels.page_context import PageContext
 
@@ -76,9 +80,9 @@ class SettingsPanel:
         self.side_a, self.side_b, self.message = side_a, side_b, message
         param_widgets = list(self.params.values())
         self.method.change(self.on_method, self.method, [*param_widgets, self.paper_note], **private)
-        paper_outputs = [self.auto_budget, self.budget, self.temperature, self.top_p, *param_widgets]
-        self.paper_btn.click(lambda m: self.on_paper_settings(m, "paper"), self.method, paper_outputs, **private)
-        self.tuned_btn.click(lambda m: self.on_paper_settings(m, "ours"), self.method, paper_outputs, **private)
+        for button, which in ((self.paper_btn, "paper"), (self.tuned_btn, "ours")):
+            button.click(partial(self.on_paper_settings, which), None, [*self.paper_outputs, message],
+                         inputs_kwargs=self.run_inputs, **private)
         eta = self.params["eta"]
         self.temperature.change(self.eta_state, self.temperature, eta, **private)
         demo.load(self.eta_state, self.temperature, eta, **private)
@@ -92,6 +96,11 @@ class SettingsPanel:
         question, each method parameter."""
         return [self.prompt, self.method, self.temperature, self.max_new_tokens, self.side_a, self.side_b,
                 self.preset_question, *self.params.values()]
+
+    @property
+    def paper_outputs(self) -> list:
+        """The widgets a paper's configuration sets."""
+        return [self.auto_budget, self.budget, self.temperature, self.top_p, *self.params.values()]
 
     @property
     def url_outputs(self) -> list:
@@ -118,31 +127,39 @@ class SettingsPanel:
     def on_example(self, label):
         return self.examples.get(label, "") if isinstance(label, str) else ""
 
-    def on_paper_settings(self, method, which: str) -> dict:
-        """The paper's configuration of the method (which="paper") or our tuned default ("ours")."""
-        method = _known_method(method) or DEFAULT_METHOD
-        values = widget_values(method, which, {p.name: p.default for p in PARAMS})
-        budget = values["budget"]
-        updates = {self.auto_budget: gr.update(value=budget == AUTO),
-                   self.temperature: gr.update(value=values["temperature"]),
-                   self.top_p: gr.update(value=values["top_p"])}
-        if budget != AUTO:
-            updates[self.budget] = gr.update(value=budget)
-        updates.update({self.params[name]: gr.update(value=values[name]) for name in self.params if name in values})
-        return updates
+    def shown(self, request: VisitorRequest) -> dict:
+        """A checked request on the settings widgets (the model's widgets apart): the one way presets and paper
+        settings reach the page."""
+        s = request.settings
+        params = {**dict(request.page_params), **dict(s.params)}
+        own = {p.name for p in METHODS[s.method].params}
+        return {self.prompt: s.prompt, self.method: s.method, self.auto_budget: s.budget.auto,
+                **({} if s.budget.auto else {self.budget: s.budget.nodes}),
+                self.max_new_tokens: request.max_new_tokens, self.temperature: s.sampling.temperature,
+                self.top_p: s.sampling.top_p, self.seed: s.sampling.seed,
+                **{widget: gr.update(value=params.get(name, widget.value), visible=name in own)
+                   for name, widget in self.params.items()}}
+
+    def on_paper_settings(self, which: str, max_new_tokens, **settings) -> dict:
+        """The paper's configuration of the page's method (which="paper") or our tuned default ("ours"), applied
+        to the page's settings through the door; settings it cannot apply to are named in the message."""
+        try:
+            request = paper_request(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), which,
+                                    self.policy)
+        except SpecvizError as error:
+            return {self.message: f"⚠️ {error}"}
+        shown = self.shown(request)
+        return {widget: shown[widget] for widget in self.paper_outputs if widget in shown}
 
     def on_preset(self, name) -> dict:
         """A preset's settings into the page's widgets, its A/B sides and its question."""
         preset = PRESETS.get(name) if isinstance(name, str) else None
         if preset is None:
             return {}
-        values = {**{p.name: p.default for p in PARAMS}, **preset.params}
-        own = {p.name for p in METHODS[preset.method].params}
-        return {self.prompt: self.examples[preset.example], self.method: preset.method,
-                self.temperature: preset.temperature, self.max_new_tokens: preset.max_new_tokens,
+        shown = self.shown(preset.request(self.examples, self.policy))
+        return {**{widget: shown[widget] for widget in self.preset_outputs if widget in shown},
                 self.side_a: preset.side_a, self.side_b: preset.side_b,
-                self.preset_question: f"**{preset.name}.** {preset.question} Press **Run both** in *A/B compare*.",
-                **{widget: gr.update(value=values[name], visible=name in own) for name, widget in self.params.items()}}
+                self.preset_question: f"**{preset.name}.** {preset.question} Press **Run both** in *A/B compare*."}
 
     def on_url(self, lab, request: gr.Request) -> dict:
         """Settings from the page URL's query parameters; what cannot be used is named in the message (kept in
@@ -159,7 +176,7 @@ class SettingsPanel:
             updates[self.prompt] = gr.update(value=prompt)
         budget = settings.get("budget")
         if budget is not None:
-            updates[self.auto_budget] = gr.update(value=budget == AUTO)
+            updates[self.auto_budget] = gr.update(value=budget == AUTO_TEXT)
         if isinstance(budget, int):
             updates[self.budget] = gr.update(value=budget)
         for name, widget in (("max_new_tokens", self.max_new_tokens), ("temperature", self.temperature),

@@ -14,7 +14,7 @@ from specviz.lab import model_calls
 from specviz.lab import visitors
 from specviz.lab.input_values import text_value, whole_number
 from specviz.lab.lab import Lab
-from specviz.lab.lab_state import ModelCall, StaticTreeRequest
+from specviz.lab.lab_state import CallAction, ModelCall, StaticTreeRequest
 from specviz.lab.public_policy import Policy
 from specviz.render.static_tree_figures import level_table_markdown, speedup_figure, static_tree_figure
 from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
@@ -84,28 +84,26 @@ class StaticTreeTab:
             prompts = self._prompts(scope, chosen.prompt)
             request = StaticTreeRequest(model=chosen.model, mode=chosen.mode, drafter=spec, prompts=tuple(prompts),
                                         depth=depth, max_rank=MAX_RANK, max_new_tokens=tokens)
-            study = model_calls.reported(ModelCall("static-tree", (), static_tree=request),
-                                 lambda done, total, label: progress((done, total), desc=label))
+            study = model_calls.studied(ModelCall(CallAction.STATIC_TREE, (), static_tree=request),
+                                        lambda event: progress((event.done, event.total), desc=event.label))
         except SpecvizError as error:
-            return (gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(), gr.update(),
-                    self.policy.shown(f"⚠️ {error}"))
+            return {self.message: self.policy.shown(f"⚠️ {error}")}
         n = min(study.best_tokens, MAX_SHOWN_N)
-        shown = self._shown(visit, study, n, "vllm")
-        return (study, gr.update(maximum=min(study.supported, MAX_SHOWN_N), value=n), *shown,
-                level_table_markdown(study),
-                f"Measured {study.acceptance.positions} positions on {len(prompts)} prompt(s): the best N here is "
-                f"{study.best_tokens}; move N to see other trees.")
+        return {self.study: study, self.size: gr.update(maximum=min(study.supported, MAX_SHOWN_N), value=n),
+                **self._shown(visit, study, n, "vllm"), self.table: level_table_markdown(study),
+                self.message: f"Measured {study.acceptance.positions} positions on {len(prompts)} prompt(s): the "
+                              f"best N here is {study.best_tokens}; move N to see other trees."}
 
     def on_show(self, visit: gr.Request, study, n, fmt):
         if not isinstance(study, StaticTreeStudy):
-            return gr.update(), gr.update(), gr.update(), gr.update(), "Measure first: the tree comes from a study."
+            return {self.message: "Measure first: the tree comes from a study."}
         try:
             n = whole_number("N", n, 1, min(study.supported, MAX_SHOWN_N))
             if fmt not in TEXT_FORMATS:
                 raise SpecvizError(f"format must be one of {', '.join(TEXT_FORMATS)}, got {quoted(fmt)}.")
         except SpecvizError as error:
-            return gr.update(), gr.update(), gr.update(), gr.update(), f"⚠️ {error}"
-        return (*self._shown(visit, study, n, fmt), gr.update())  # the study's message stays
+            return {self.message: f"⚠️ {error}"}
+        return self._shown(visit, study, n, fmt)  # the study's message stays
 
     # ---- helpers ----------------------------------------------------------------------------------------
     def _prompts(self, scope, page_prompt: str) -> list[SuiteItem]:
@@ -120,7 +118,7 @@ class StaticTreeTab:
         # the study's token count rules: an item's own limit gives way
         return [item.without_limit() for item in suite]
 
-    def _shown(self, visit, study: StaticTreeStudy, n: int, fmt: str):
+    def _shown(self, visit, study: StaticTreeStudy, n: int, fmt: str) -> dict:
         tree = study.tree(n)
         folder = visitors.files_folder(getattr(visit, "session_hash", None))
         path = folder / f"specviz-static-tree-{n}.graphml"
@@ -128,5 +126,6 @@ class StaticTreeTab:
         visitors.keep_within(folder, self.policy.max_session_files_bytes)
         extra = {"drafter": study.drafter, "positions": study.acceptance.positions,
                  "expected_speedup": round(study.expected_speedup[n - 1], 3), "best_tokens_here": study.best_tokens}
-        return (static_tree_figure(tree, study.acceptance.counts), speedup_figure(study, n),
-                export(tree, fmt, study.engine_method, extra), str(path))
+        return {self.tree_plot: static_tree_figure(tree, study.acceptance.counts),
+                self.curve_plot: speedup_figure(study, n),
+                self.export_text: export(tree, fmt, study.engine_method, extra), self.graphml: str(path)}

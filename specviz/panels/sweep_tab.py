@@ -24,6 +24,8 @@ METRIC_CHOICES = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)",
                   ("share of tokens differing from the lossless output", "differing_fraction")]
 DEFAULT_METRIC = "speedup"
 MAX_TOKENS = 256   # the tokens slider's top where no public limit applies
+# /sweep's answer to an API caller, in this order (the visitor's Sweep state is not sent): SweepTab's widgets
+SWEEP_FIELDS = ("plot", "csv_file", "table", "message")
 
 
 def _metric(metric) -> str | None:
@@ -61,7 +63,7 @@ class SweepTab:
             self.table = gr.Markdown(elem_id="sweep-table")
         go.click(self.on_sweep, [self.axis_1, self.axis_2, self.scope, self.category, self.tokens, self.metric,
                                  max_new_tokens],
-                 inputs_kwargs=settings_inputs, outputs=[self.sweep, self.plot, self.csv_file, self.table, self.message],
+                 inputs_kwargs=settings_inputs, outputs=[self.sweep, *(getattr(self, name) for name in SWEEP_FIELDS)],
                  api_name="sweep", **context.model_events)
         self.metric.change(self.on_metric, [self.sweep, self.metric], self.plot, api_visibility="private")
 
@@ -79,9 +81,11 @@ class SweepTab:
             folder = visitors.files_folder(getattr(visit, "session_hash", None))
             path = sweep.write_csv(folder)
             visitors.keep_within(folder, self.policy.max_session_files_bytes)
-        except SpecvizError as error:
-            return None, gr.update(), None, "", self.policy.shown(f"⚠️ {error}")
-        return sweep, sweep.figure(_metric(metric) or DEFAULT_METRIC), str(path), sweep.table_markdown(), sweep.message
+        except SpecvizError as error:  # the plot stays; the last sweep's CSV and table go
+            return {self.sweep: None, self.csv_file: None, self.table: "",
+                    self.message: self.policy.shown(f"⚠️ {error}")}
+        return {self.sweep: sweep, self.plot: sweep.figure(_metric(metric) or DEFAULT_METRIC), self.csv_file: str(path),
+                self.table: sweep.table_markdown(), self.message: sweep.message}
 
     def on_metric(self, sweep, metric):
         """The last sweep's plot of another metric (nothing changes without a sweep or for an unknown metric)."""

@@ -164,12 +164,15 @@ def svg_element(tree: ShownTree, css: str, highlight: int | None = None, animate
 # ---- the page's tree box ------------------------------------------------------------------------------------
 def tree_html(record: StepRecord | None, token_text: Callable[[int], str], animate: bool = False,
               highlight: int | None = None, empty: str = "No step yet: press Step or Run, or replay a trace.",
-              panels: dict[str, bool] | None = None) -> str:
+              panels: dict[str, bool] | None = None, run: str = "", steps: int | None = None) -> str:
     """The tree box: its title, the offered / verified switch, the step's phases (animated while it plays),
     the drawing (both views when the planner cut something; CSS shows the one the switch picked), the
     legend and the hover tip. panels: which of the page's other panels have something to show, as flags
-    (data-has-NAME) the page's CSS hides the others by."""
+    (data-has-NAME) the page's CSS hides the others by. run ("live", "replay:NAME") and steps (the run's steps
+    so far) are written as data-run and data-steps: the page's state as data, for scripts and tests."""
     flags = "".join(f' data-has-{name}="{int(bool(shown))}"' for name, shown in (panels or {}).items())
+    flags += f' data-run="{attr(run)}"' if run else ""
+    flags += f' data-steps="{int(steps)}"' if steps is not None else ""
     if record is None:
         return (f'<div class="tv tv-static"{flags}><div class="tv-bar"><span class="tv-title">{escape(empty)}</span>'
                 '</div></div>')
