@@ -214,8 +214,14 @@ def test_totals_of_rows_against_their_baseline():
 
 
 def test_a_report_without_its_end_is_refused():
-    with pytest.raises(SpecvizError, match="without a report"):
+    from specviz.engine.static_study import StudyProgress, last_study
+
+    with pytest.raises(SpecvizError, match="sweep ended without a result"):
         last_report([SweepProgress(1, 2, "p: ar")])
+    with pytest.raises(SpecvizError, match="study ended without a result"):
+        last_study([StudyProgress(1, 2, "page prompt")])
+    with pytest.raises(TypeError):
+        last_study([SweepProgress(1, 2, "p: ar")])  # a sweep's event is no study's
     with pytest.raises(TypeError):
         last_report([("progress", 1, 2, "p: ar")])  # the old tagged tuples are no event
     report = SweepReport("racer", (SweepAxis("budget", (4,)),), (("temperature", 0.0),), (), (), (),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from specviz.engine import costmodel
+from specviz.engine.progress_events import final_result
 from specviz.engine.rank_acceptance import measure_ranks
 from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
@@ -53,19 +54,7 @@ def last_study(events: Iterable[StudyProgress | StaticTreeStudy],
                progress: Callable[[StudyProgress], None] | None = None) -> StaticTreeStudy:
     """The study that ends a model call's events, handing each progress event to progress on the way.
     SpecvizError when the events end without one."""
-    study = None
-    for event in events:
-        if isinstance(event, StudyProgress):
-            if progress is not None:
-                progress(event)
-        elif isinstance(event, StaticTreeStudy):
-            study = event
-        else:
-            raise TypeError(f"a static-tree study reports StudyProgress and StaticTreeStudy, not "
-                            f"{type(event).__name__}")
-    if study is None:
-        raise SpecvizError("The static-tree study ended without a result.")
-    return study
+    return final_result(events, StudyProgress, StaticTreeStudy, "static-tree study", progress)
 
 
 def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], depth: int, max_rank: int,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 from specviz.params import Param
 from specviz.errors import SpecvizError
 from specviz.engine.suite import SuiteItem
+from specviz.engine.progress_events import final_result
 from specviz.engine.totals import totals
 
 if TYPE_CHECKING:
@@ -267,18 +268,7 @@ SweepEvent = Union[SweepProgress, SweepReport]
 def last_report(events: Iterable[SweepEvent], progress: Callable[[SweepProgress], None] | None = None) -> SweepReport:
     """The report that ends a sweep's events (run_grid's, or a model call's results), handing each progress
     event to progress on the way. SpecvizError when the events end without one."""
-    report = None
-    for event in events:
-        if isinstance(event, SweepProgress):
-            if progress is not None:
-                progress(event)
-        elif isinstance(event, SweepReport):
-            report = event
-        else:
-            raise TypeError(f"a sweep reports SweepProgress and SweepReport, not {type(event).__name__}")
-    if report is None:
-        raise SpecvizError("The sweep ended without a report.")
-    return report
+    return final_result(events, SweepProgress, SweepReport, "sweep", progress)
 
 
 # ---- the grid, checked without a model (continued) -----------------------------------------------------
