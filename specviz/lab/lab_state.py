@@ -101,16 +101,12 @@ class CallAction(Enum):
 @dataclass(frozen=True)
 class ModelCall:
     """One action that runs the model, on one state per entry of settings (a Lab: one; A/B: two; a sweep: none)."""
-    action: CallAction               # a CallAction, or its value ("step", "sweep", ...: read into one here)
+    action: CallAction
     settings: tuple[Settings, ...]
     max_new_tokens: int = 1
     every_s: float = 0.25            # a run reports back at most this often
     sweep: SweepRequest | None = None
     static_tree: StaticTreeRequest | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.action, CallAction):  # the string form callers built before CallAction
-            object.__setattr__(self, "action", CallAction(self.action))
 
 
 @dataclass
@@ -384,7 +380,8 @@ def perform_sweep(request: SweepRequest):
 
 
 def perform_static_tree(request: StaticTreeRequest):
-    """Generator: a static-tree study's StudyProgress events, then its StaticTreeStudy. A drafter that cannot draft (a MissingHead) is refused with its reason."""
+    """Generator: a static-tree study's StudyProgress events, then its StaticTreeStudy. A drafter that cannot
+    draft (a MissingHead) is refused with its reason."""
     from specviz.engine.static_study import study_static_trees
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.eagle_head import drafts_from_features
