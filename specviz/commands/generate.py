@@ -24,18 +24,15 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def checked_request(args):
+def checked_request(args, prompt):
     """The run's settings through the page's door (lab.visitor_request, a private policy): the method, its
     parameters, budget, sampling and prompt are refused as the page refuses them, before any model loads."""
     from specviz.lab.visitor_request import VisitorRequest
     from specviz.methods import get_method
     from specviz.params import parse_assignments
-    from specviz.runtime.prompts import read_prompt_file
 
-    positive("--max-new-tokens", args.max_new_tokens)
     params = parse_assignments(args.param)
     get_method(args.method).resolve_params(params)  # the page sends every parameter; a command line names its own
-    prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     if isinstance(prompt, list):  # a chat file: the page's text form of a chat
         prompt = json.dumps({"messages": prompt}, ensure_ascii=False)
     return VisitorRequest.of_loose({"model": args.model or "", "prompt": prompt, "method": args.method,
@@ -53,14 +50,14 @@ def generated(args) -> dict:
     from specviz.params import parse_assignments
     from specviz.runtime.prompts import read_prompt_file
 
+    positive("--max-new-tokens", args.max_new_tokens)
+    prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     if args.method in PEER_METHODS:  # transformers' own generate(): none of the page's settings apply
-        positive("--max-new-tokens", args.max_new_tokens)
-        prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
         lm = load_target(args)
         outcome = run_method(lm, args.method, prompt, params=parse_assignments(args.param), sampling=sampling(args),
                              max_new_tokens=args.max_new_tokens, draft=draft_model(args, [args.method], lm))
     else:
-        request = checked_request(args)
+        request = checked_request(args, prompt)
         s = request.settings
         lm = load_target(args)
         outcome = run_method(lm, s.method, parse_prompt(s.prompt), params=dict(s.params), budget=s.budget,
