@@ -8,7 +8,8 @@
 #           variant (tests/gpu_graph_profile.py), fp32 and bf16.
 #   PART=2  carries .gpu/b: the real default model and its trained head; `bench --graphs both` on the held-out
 #           suite and the tuning suite (fp32 greedy, lossless column), `dev overhead --graphs both` (the step's
-#           breakdown), and bf16 with graphs on (its differences classified by the bench's verdict column).
+#           breakdown), bf16 with graphs on (its differences classified by the bench's verdict column), and what
+#           a carried state costs with its caches rebuilt on the device (`dev state-cost`, issue 43).
 # Prepare here: bash tests/gpu_head_prepare.sh. DEV=cpu SHORT=1 runs it here as a dry run (graphs=static).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,4 +73,6 @@ run_until $deadline $PY -m specviz $bench --mode fp32 --graphs $BOTH --repeats 1
   --json "$OUT/bench-suite.json"
 run_until $deadline $PY -m specviz $bench --mode bf16 --graphs $GRAPHS --repeats 1 --suite assets/heldout.jsonl \
   --json "$OUT/bench-heldout-bf16.json"
+# issue 43: a carried state's KV caches rebuilt from their tokens on the device (the prefill a ZeroGPU call pays)
+run_until $deadline $PY -m specviz dev state-cost --contexts 500,4000 --repeats 3
 log "part 2 done"

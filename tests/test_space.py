@@ -3,6 +3,7 @@ with pickled arguments and results gives what the in-process app gives, for ever
 allow-list and limits, refusals that keep the session, the CPU quota, the API's names, the model slots."""
 
 import json
+import math
 import pickle
 import sys
 from pathlib import Path
@@ -165,6 +166,49 @@ def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp
     assert again is not drafted and again.path == path and again.lm is lm
     assert torch.equal(again.network.fc.weight, drafted.network.fc.weight)
     assert back.session.output_ids == lab.session.output_ids
+
+
+def test_a_state_carries_its_tokens_and_the_caches_are_rebuilt(lm, tmp_path):
+    """Carried light (the default), a state leaves every KV cache behind: the session's, its paired `ar`'s, the
+    draft head's; the next step rebuilds them with one prefill (the head's features refilled) to within fp32
+    rounding of the incremental ones, and the run goes on with the tokens and trees it would have had."""
+    from test_head import random_head
+    from specviz.runtime.draft_head import save_head
+    from specviz.runtime.kv import cache_length
+
+    head = random_head(lm)
+    spec = f"head:{save_head(head.network, head.record, tmp_path / 'head.safetensors')}"
+    lab = Lab()
+    lab.apply("", PROMPT, "unified", 12, FIXED["unified"], spec)
+    for _ in lab.run(N):  # a Run: the paired `ar` lane holds a cache too
+        pass
+    whole, light = state_pickle.dumps(lab.state, caches=True), state_pickle.dumps(lab.state)
+    context = len(lab.session.context)
+    per_token = sum(layer.keys.numel() * 2 * 4 for layer in lab.session.cache.layers) / cache_length(lab.session.cache)
+    assert len(whole) > 2 * per_token * context  # the run's cache and its paired ar's at least
+    assert len(light) < len(whole) / 10, (len(light), len(whole))
+    back = state_pickle.loads(light)
+    assert back.session.cache is None and back.paired.ar.cache is None
+    assert back.session.cache_to_rebuild == cache_length(lab.session.cache)
+    head_stage = back.session.method.stages[0].inner
+    assert head_stage.cache.get_seq_length() == 0 and head_stage.known == 0
+    ahead = [lab.session.step(3 * N) for _ in range(3)]
+    again = [back.session.step(3 * N) for _ in range(3)]
+    assert back.session.rebuild_s > 0 and back.session.output_ids == lab.session.output_ids
+    assert ([[(n.token_id, n.parent, str(n.status)) for n in r.nodes] for r in again]
+            == [[(n.token_id, n.parent, str(n.status)) for n in r.nodes] for r in ahead])
+    for mine, theirs in zip(back.session.cache.layers, lab.session.cache.layers):
+        assert torch.allclose(mine.keys, theirs.keys, atol=1e-4) and torch.allclose(mine.values, theirs.values, atol=1e-4)
+    assert head_stage.known == lab.session.method.stages[0].inner.known
+
+
+def test_the_state_cost_bench_measures_both_ways_of_carrying(lm):
+    from specviz.benches.state_cost import measure_state_cost
+
+    whole, rebuilt = measure_state_cost(lm, (200,), "racer", repeats=1, steps=2)
+    assert (whole.caches, rebuilt.caches) == ("whole", "rebuilt") and whole.context_tokens >= 160
+    assert rebuilt.bytes < whole.bytes / 5 and rebuilt.rebuild_ms > 0 and whole.rebuild_ms == 0
+    assert "MB" in rebuilt.line() and "rebuilt in" in rebuilt.line()
 
 
 def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
@@ -387,6 +431,15 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
         model_calls.use(None)
     step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in ((CallAction.STEP, 1), (CallAction.RUN, 128)))
     assert model_calls.call_seconds(step) == 2 and model_calls.call_seconds(run) == 15  # a Step is one step, not 15 s
+    # a worker rebuilds the carried caches first: 2 FLOPs per parameter and context token, per session
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    lab.step(4)
+    carried = CarriedStates([lab.state])
+    tokens = sum(len(session.context) for session in lab.state.sessions())
+    assert model_calls.rebuild_seconds(carried) == pytest.approx(2 * lm.parameter_count * tokens / model_calls.REBUILD_FLOPS)
+    assert model_calls.call_seconds(step, carried) == math.ceil(model_calls.CALL_BASE_S + model_calls.SECONDS_PER_TOKEN
+                                                                + model_calls.rebuild_seconds(carried))
 
 
 def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_runs(lm):

@@ -44,6 +44,11 @@ class Drafter:
         """logits[i] is the target's prediction after context[start + i] (prefill, in chunks); features[i]
         the target's feature there (runtime.block_forward), given when needs_features."""
 
+    def refill(self, context: list[int], start: int, features: torch.Tensor) -> None:
+        """The target's features of context[start:] again, chunk by chunk from the start, when the session rebuilt
+        its KV cache after travelling without it (runtime.state_pickle); only a drafter that left behind what it
+        derived from them (the head's cache) needs them."""
+
     def propose(self, context: list[int], budget: int) -> DraftTree:
         """A tree of at most budget draft nodes under the root context[-1]."""
         raise NotImplementedError

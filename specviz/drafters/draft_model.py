@@ -28,6 +28,7 @@ from specviz.accept.sampling import SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.static_shape import grow_static
 from specviz.params import Param
+from specviz.runtime import state_pickle
 from specviz.runtime.kv import keep_accepted, new_cache
 from specviz.runtime.loading import LoadedModel
 from specviz.tree.draft_tree import ROOT, DraftTree
@@ -59,6 +60,13 @@ class DraftModelDrafter(Drafter):
         self.slot: dict[int, int] = {}
         self.forwards = 0                    # draft forwards in the last proposal
         self.static_paths: list[tuple[int, ...]] | None = None  # a static tree of rank paths to draft instead
+
+    def __getstate__(self):
+        """Carried without caches (runtime.state_pickle): an empty cache; the next proposal feeds the whole context."""
+        state = dict(self.__dict__)
+        if not state_pickle.caches_travel():
+            state.update(cache=new_cache(self.lm.model.config), cached=0, tree=None, slot={})
+        return state
 
     @torch.inference_mode()
     def _feed(self, tokens: list[int]) -> torch.Tensor:

@@ -20,6 +20,9 @@ class GatedDrafter(Drafter):
     def prefill_chunk(self, context, start, logits, features=None) -> None:
         self.inner.prefill_chunk(context, start, logits, features)
 
+    def refill(self, context, start, features) -> None:
+        self.inner.refill(context, start, features)
+
     def extend(self, context: list[int], tree: DraftTree, budget: int) -> tuple[DraftTree, int]:
         self.used = self.chooser.choose()
         if self.used == "off":

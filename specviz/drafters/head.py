@@ -37,6 +37,7 @@ from specviz.accept.sampling import SEEDED, SamplingSettings, sampling_probs
 from specviz.drafters.base import Drafter, StepOutcome
 from specviz.drafters.static_shape import grow_static, token_ranks
 from specviz.params import Param
+from specviz.runtime import state_pickle
 from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.eagle_head import EagleHead
 from specviz.tree.draft_tree import ROOT, DraftTree
@@ -94,6 +95,17 @@ class HeadDrafter(Drafter):
     def prefill_chunk(self, context: list[int], start: int, logits: torch.Tensor,
                       features: torch.Tensor | None = None) -> None:
         self._add_features(start, features)
+
+    def refill(self, context: list[int], start: int, features: torch.Tensor) -> None:
+        self._add_features(start, features)
+
+    def __getstate__(self):
+        """Carried without caches (runtime.state_pickle): an empty cache and no features; the session's rebuild
+        refills the features (refill) and the next proposal feeds the head from them, as after the prompt."""
+        state = dict(self.__dict__)
+        if not state_pickle.caches_travel():
+            state.update(cache=self.head.new_cache(), upto=1, known=0, pending=self.pending[:0])
+        return state
 
     def observe(self, outcome: StepOutcome) -> None:
         """The features of the root and of the accepted nodes whose successors were committed; every draft

@@ -47,6 +47,10 @@ class ReSpecDrafter(Drafter):
         for drafter in self.fallbacks.values():
             drafter.prefill_chunk(context, start, logits, features)
 
+    def refill(self, context: list[int], start: int, features: torch.Tensor) -> None:
+        for drafter in self.fallbacks.values():
+            drafter.refill(context, start, features)
+
     def propose(self, context: list[int], budget: int) -> DraftTree:
         started = time.perf_counter()
         self.proposed = True

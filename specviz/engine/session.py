@@ -23,6 +23,7 @@ from specviz.runtime.loading import check_same_vocabulary
 from specviz.engine.planner import AcceptanceModel, OnlineCost, TreePlan, best_first, plan_tree
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.prompts import PromptText, encode
+from specviz.runtime import state_pickle
 from specviz.records.charts import SamplingCharts
 from specviz.records.offered import NOT_RANKED, CutNodes
 from specviz.records.plan import BudgetCut, PlanDecision, SourceSplit
@@ -160,6 +161,8 @@ class Session:
         self.prefill_s = 0.0
         self.step_s = 0.0
         self.cache = None
+        self.cache_to_rebuild = 0  # context tokens whose cache entries were left out in transit (runtime.state_pickle)
+        self.rebuild_s = 0.0       # time spent rebuilding it: a call's transport cost, in neither prefill nor steps
         self.features: FeatureTap | None = None  # the target's features that forwards also return (a stage drafts from them)
 
     # ---- set-up ---------------------------------------------------------------------------------
@@ -209,8 +212,38 @@ class Session:
                 self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
+        self.cache_to_rebuild, self.rebuild_s = 0, 0.0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
         return self
+
+    # ---- carried to another process -----------------------------------------------------------------
+    def __getstate__(self):
+        """Pickled for a ZeroGPU call (runtime.state_pickle): the KV cache stays behind unless caches travel; what
+        it held is the first cache_to_rebuild tokens of the context, and the next step rebuilds it from them."""
+        state = dict(self.__dict__)
+        if not state_pickle.caches_travel() and self.cache is not None:
+            state["cache"], state["cache_to_rebuild"] = None, cache_length(self.cache)
+        return state
+
+    @torch.inference_mode()
+    def ensure_cache(self) -> None:
+        """The cache a carried state left behind (nothing if it has one), from its tokens in one prefill (chunked as
+        the prompt's was); the stages that draft from the target's features get those again (Method.refill).
+        Numerically a prefill's entries, not the incremental ones: within fp32 rounding, as the prompt's always were."""
+        if self.cache is not None or not self.started:
+            return
+        started = time.perf_counter()
+        entries = getattr(self, "cache_to_rebuild", 0)
+        cache = self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
+        for start in range(0, entries, PREFILL_CHUNK):
+            chunk = self.context[start:min(start + PREFILL_CHUNK, entries)]
+            if self.features:
+                _, features = causal_forward(self.lm, cache, chunk, self.features)
+                self.method.refill(self.context, start, features)
+            else:
+                causal_forward(self.lm, cache, chunk)
+        self.cache, self.cache_to_rebuild = cache, 0
+        self.rebuild_s = getattr(self, "rebuild_s", 0.0) + time.perf_counter() - started
 
     # ---- reading --------------------------------------------------------------------------------
     @property
@@ -303,6 +336,7 @@ class Session:
             raise SpecvizError("No prompt yet: start a session with a prompt first.")
         if self.finished:
             raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
+        self.ensure_cache()
         past_len = len(self.context) - 1
         saved = (self.method.checkpoint(), self.acceptance.checkpoint(),
                  self._online_cost.checkpoint() if self._online_cost else None, self.generator.get_state())

@@ -52,6 +52,11 @@ class LabState:
     diff: object | None = None         # the output against greedy decoding where the method may differ (TokenDiff)
     paired: PairedBaseline | None = None  # ar on the same prompt, stepped between the run's steps (same load)
 
+    def sessions(self) -> list[Session]:
+        """The sessions it holds that run the model: the run, its paired `ar`, the greedy reference."""
+        held = (self.session, self.paired.ar if self.paired is not None else None, self.reference)
+        return [session for session in held if session is not None]
+
     def baseline_key(self, new_tokens: int) -> tuple:
         return (self.settings.model, self.settings.mode, tuple(self.session.prompt_ids), new_tokens,
                 self.session.sampling)

@@ -28,13 +28,18 @@ try:  # ZeroGPU: `spaces` before torch touches CUDA (app.py imports it first of 
 except ImportError:  # not on a Space: the function runs as it is
     spaces = None
 
-# GPU time a call declares (ZeroGPU admits a call against it, and shorter ones queue sooner): a fixed part, the
-# state carried both ways at 4,000 tokens of context (1.2 s here, `dev state-cost`) and a worker's start, and a part per
-# generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M took on an H200 and twice a
-# CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"). A Step declares 2 s; a
-# Run's tokens count twice (the ar baseline measured when it ends): 128 tokens declare 15 s.
+# GPU time a call declares (ZeroGPU admits a call against it, and shorter ones queue sooner): a fixed part (a
+# worker's start, the state pickled both ways: 0.5 MB at 4,000 tokens of context since its KV caches travel as tokens,
+# `dev state-cost`), a part per generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M
+# took on an H200 and twice a CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"),
+# and the caches the worker rebuilds before its first step: one prefill of each session's context, 2 FLOPs per
+# parameter and token at REBUILD_FLOPS. A Step declares 2 s, a Run's tokens count twice (the ar baseline measured when
+# it ends): 128 tokens declare 15 s; at 4,000 tokens of context the 1.7B adds about 2 s per session.
 CALL_BASE_S = 1.5
 SECONDS_PER_TOKEN = 0.05
+# fp32 FLOP/s assumed for a prefill on ZeroGPU's card: a third of half an RTX Pro 6000 Blackwell's 126 TFLOP/s peak.
+# Not measured on that card: the GPU checks print a prefill's real cost (`dev state-cost` on cuda, tests/gpu_checks.sh)
+REBUILD_FLOPS = 20e12
 MAX_CALL_S = 120  # the longest call this app asks ZeroGPU for
 # what still works when ZeroGPU refuses a call: nothing of it needs the GPU
 WITHOUT_GPU = ("Meanwhile Play, the timeline and the Replay tab's recorded runs work without the GPU, and your run "
@@ -61,9 +66,18 @@ def _tokens(call: ModelCall) -> int:
     return per_state * max(1, len(call.settings))
 
 
+def rebuild_seconds(carried: CarriedStates | None) -> float:
+    """The time a worker spends rebuilding the carried sessions' KV caches from their tokens (runtime.state_pickle)."""
+    if carried is None:
+        return 0.0
+    flops = sum(2 * session.lm.parameter_count * len(session.context)
+                for state in carried.states for session in state.sessions())
+    return flops / REBUILD_FLOPS
+
+
 def call_seconds(call: ModelCall, carried: CarriedStates | None = None) -> int:
     """The GPU time a call asks for (spaces.GPU's duration, given the call's own arguments), whole seconds up."""
-    return math.ceil(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call))
+    return math.ceil(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call) + rebuild_seconds(carried))
 
 
 def check_duration(call: ModelCall) -> None:

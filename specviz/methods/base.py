@@ -83,6 +83,11 @@ class Method:
         for drafter in self.stages:
             drafter.prefill_chunk(context, start, logits, features)
 
+    def refill(self, context: list[int], start: int, features: torch.Tensor) -> None:
+        """The target's features of context[start:] again, after the session rebuilt a cache it carried without."""
+        for drafter in self.stages:
+            drafter.refill(context, start, features)
+
     def draft(self, context: list[int], budget: int) -> tuple[DraftTree, SourceSplit]:
         """Stages in order grow one tree (a node two stages propose costs once); also returns the split:
         per source, the nodes it was offered and proposed, and how many of them were already in the tree."""

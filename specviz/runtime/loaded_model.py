@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -108,6 +109,11 @@ class LoadedModel:
     def mode(self) -> str:
         """The run mode as a flag string (runtime.modes): 'fp32', 'bf16+compile', ..."""
         return modes.Mode(self.dtype, self.compiled).label(self.dtype)
+
+    @cached_property
+    def parameter_count(self) -> int:
+        """The model's weights, counted on first use."""
+        return sum(p.numel() for p in self.model.parameters())
 
     @property
     def vocab_size(self) -> int:

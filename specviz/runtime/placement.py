@@ -1,7 +1,7 @@
 """Where a model's calls run on a ZeroGPU Space: on the GPU that ZeroGPU lends per call, or on the Space's own CPUs.
 
 A ZeroGPU call pays before any work: ZeroGPU's scheduling and a forked worker, the session's state pickled in and
-back (0.1 s at 500 tokens of context, 0.6 s at 4,000: `dev state-cost`, docs/benchmarks.md), and it spends the
+back with its KV caches rebuilt from their tokens (`dev state-cost`, docs/benchmarks.md), and it spends the
 visitor's daily quota (2 minutes unauthenticated, 5 with a free account). A Step of the default 135M model takes
 about 0.05 s on two CPU cores (a verify forward of a 16-node tree, docs/benchmarks.md), a Run of 64 tokens about
 1.5 s: on the CPUs it answers sooner than a GPU call's fixed cost alone and costs no quota. The 360M and 1.7B cost

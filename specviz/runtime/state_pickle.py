@@ -4,7 +4,12 @@ back, and no CUDA tensor surviving between calls.
 
 `dumps(state)` pickles the state with every shared read-only resource it refers to (a model, its tokenizer and
 module, the datastore, a warm copy-logit table: runtime.shared_resources) written as its key, not its contents, and every
-tensor copied to the CPU; `loads(blob, device)` reads it back, each key resolved in this process (loaded there
+tensor copied to the CPU. KV caches travel as the tokens they hold (`caches_travel()` is False while it pickles): the
+objects that own one leave it out and rebuild it where they are next used (a session with one prefill forward, which
+also gives the drafters that read the target's features those features again). A cache is ~46 KB a token for the
+default model in fp32, two or three of them per visitor (the run, its paired `ar`, the greedy reference): 356 MB at
+4,000 tokens, each way, against a prefill that a GPU does in milliseconds (docs/benchmarks.md, "The state a call
+carries"). `dumps(state, caches=True)` carries them whole. `loads(blob, device)` reads it back, each key resolved in this process (loaded there
 if need be) and each tensor placed on the device. The state's own objects (KV caches, drafters, planner, the
 sampler's generator) travel whole; object identity inside one state is kept (a generator two drafters share
 is still one generator).
@@ -14,6 +19,7 @@ refused: pickled by value it would copy the weights into every call."""
 
 from __future__ import annotations
 
+import contextvars
 import io
 import pickle
 
@@ -22,6 +28,15 @@ import torch
 from specviz.runtime import shared_resources
 
 FORMAT = 1
+
+
+_CACHES_TRAVEL = contextvars.ContextVar("specviz_caches_travel", default=True)
+
+
+def caches_travel() -> bool:
+    """Whether an object being pickled now writes its KV cache (False inside dumps(..., caches=False): it writes
+    what it needs to rebuild the cache instead)."""
+    return _CACHES_TRAVEL.get()
 
 
 class StateFormatError(Exception):
@@ -69,11 +84,16 @@ class _Reader(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unknown reference {kind!r}")
 
 
-def dumps(state) -> bytes:
-    """The state as bytes: shared resources by key, tensors on the CPU."""
+def dumps(state, caches: bool = False) -> bytes:
+    """The state as bytes: shared resources by key, tensors on the CPU, KV caches as the tokens they hold (caches:
+    whole)."""
     body = io.BytesIO()
     writer = _Writer(body)
-    writer.dump(state)
+    mark = _CACHES_TRAVEL.set(caches)
+    try:
+        writer.dump(state)
+    finally:
+        _CACHES_TRAVEL.reset(mark)
     return pickle.dumps((FORMAT, torch.__version__, body.getvalue(), writer.tensors), protocol=pickle.HIGHEST_PROTOCOL)
 
 

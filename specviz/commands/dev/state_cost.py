@@ -18,5 +18,4 @@ def run(args) -> None:
 
     rows = measure_state_cost(shared_model(None), [int(c) for c in args.contexts.split(",")], args.method, args.repeats)
     for row in rows:
-        print(f"{row['method']} at {row['context_tokens']} tokens of context: {row['bytes'] / 2**20:.1f} MB, "
-              f"pickled in {row['dump_ms']} ms, read back in {row['load_ms']} ms")
+        print(row.line())
