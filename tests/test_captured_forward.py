@@ -168,3 +168,74 @@ def test_the_fewer_kernel_variants_give_the_same_logits(tiny):
     tiny.verifier.set_ops(ForwardOps())
     for logits in results[1:]:
         assert torch.allclose(logits, results[0], atol=1e-5, rtol=0)
+
+
+def test_the_heads_static_levels_give_the_eager_levels(tiny):
+    """runtime.captured_head on a CPU (uncaptured, padded to buckets): a feed of committed positions, then tree levels
+    that see scattered ancestors, then a crop and more levels: logits and predicted features as the eager head's
+    dynamic cache gives them, through a cache pickled mid-way."""
+    from test_head import random_head
+    from specviz.runtime.captured_head import CapturedHead
+
+    head = random_head(tiny)
+    eager_cache = head.new_cache()
+    captured_forward.install(tiny, "static")
+    static_cache = head.new_cache()
+    assert isinstance(static_cache, StaticKV) and isinstance(head.static_runner(), CapturedHead)
+    rng = torch.Generator().manual_seed(3)
+    hidden = head.feature_width
+
+    def both(n_rows: int, visible: torch.Tensor, positions: list[int]):
+        nonlocal static_cache
+        features = torch.randn(n_rows, hidden, generator=rng)
+        tokens = torch.randint(0, 2000, (n_rows,), generator=rng).tolist()
+        eager = head.forward(features, tokens, positions, visible, eager_cache)
+        static = head.forward(features, tokens, positions, visible, static_cache)
+        for a, b in zip(eager, static):
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=1e-4), (a - b).abs().max()
+        assert torch.equal(eager[0].argmax(-1), static[0].argmax(-1))
+        assert static_cache.get_seq_length() == eager_cache.get_seq_length()
+
+    feed = 37
+    both(feed, torch.ones((feed, feed), dtype=torch.bool).tril(), list(range(feed)))
+    static_cache = pickle.loads(pickle.dumps(static_cache))  # carried whole to another process, then adopted
+    for width in (1, 3, 6, 11):  # levels of a tree: each row sees the committed entries, a random ancestor set, itself
+        start = eager_cache.get_seq_length()
+        visible = torch.zeros((width, start + width), dtype=torch.bool)
+        visible[:, :feed] = True
+        visible[:, feed:start] = torch.rand((width, start - feed), generator=rng) < 0.3
+        visible[torch.arange(width), start + torch.arange(width)] = True
+        both(width, visible, [feed + 1 + width] * width)
+    for cache in (eager_cache, static_cache):
+        cache.crop(-(cache.get_seq_length() - feed))  # the proposal's draft entries leave, as the drafter crops them
+    both(2, torch.ones((2, feed + 2), dtype=torch.bool).tril(feed), [feed, feed + 1])
+
+
+def test_methods_drafting_with_the_head_are_lossless_on_the_static_path(tiny):
+    """unified and reader draft with the head's static levels and emit ar's tokens (greedy), and a session carried
+    without its caches (runtime.state_pickle) rebuilds them on that path and goes on with the same tokens."""
+    from test_head import random_head
+    from specviz.runtime import shared_resources, state_pickle
+
+    head = random_head(tiny)
+    # shared resources travel as keys, as the app's model and head do
+    shared_resources.shared(("test-static-model",), lambda: tiny)
+    shared_resources.shared(("test-static-head",), lambda: head)
+    prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):"
+    reference = Session(tiny, "ar").start(prompt)
+    reference.run(24)
+    captured_forward.install(tiny, "static")
+    runner = head.static_runner()
+    for method, params in (("unified", {"model_stage": "on"}), ("reader", {})):
+        session = Session(tiny, method, params, budget=16, draft=head).start(prompt)
+        session.run(8)
+        moved = state_pickle.loads(state_pickle.dumps(session))  # its caches left behind, rebuilt by its next step
+        assert moved.cache is None and moved.lm is tiny
+        moved.run(24)
+        session.run(24)
+        assert session.output_ids == reference.output_ids == moved.output_ids, method
+        assert isinstance(moved.cache, StaticKV)
+    shared_resources.forget("test-static-model")
+    shared_resources.forget("test-static-head")
+    assert runner.describe().startswith("static cache, uncaptured (padded")
+    assert runner._working is not None  # the levels ran on the static buffer

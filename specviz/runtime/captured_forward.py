@@ -15,7 +15,8 @@ the kept ones and are overwritten by the next step. A tree larger than the large
 or a machine where capture fails runs the same code uncaptured (`notes` says why). On a CPU the same static
 forward runs uncaptured (tests compare it with the eager forward); graphs are a CUDA thing.
 
-The draft head's levels stay eager (runtime.draft_head): they are a separate model with its own cache.
+The draft head's levels run the same way over a static cache of their own (runtime.captured_head: StaticRunner
+below is what the two share); an EAGLE-3 head (runtime.eagle_head) stays eager.
 """
 
 from __future__ import annotations
@@ -65,12 +66,10 @@ class ForwardOps:
 
 @dataclass
 class Captured:
-    """One bucket's graph over the working buffer: the graph, its input vector and its outputs (fixed addresses)."""
-    graph: object           # torch.cuda.CUDAGraph
-    inputs: torch.Tensor    # (2 * bucket + 1,) int64 on the device: tokens, parents, past length
-    logits: torch.Tensor    # (bucket, vocab) fp32
-    features: torch.Tensor  # (bucket, hidden) fp32
-    summary: torch.Tensor   # (bucket, 2 * TOP_K + 4) fp32: summarise's rows
+    """One bucket's graph over a working buffer: the graph, its inputs and its outputs (fixed addresses)."""
+    graph: object                     # torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]  # what the host fills before a replay (the verifier: one int64 vector)
+    outputs: tuple                    # what _run returned while recorded (the verifier: logits, features, summary)
 
 
 TOP_K = 16  # the summary's top-K: accept.verification.TOP_K (a test checks they agree; the runtime cannot import it)
@@ -115,28 +114,164 @@ def summarise(logits: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor)
     return torch.cat([values, ids.float(), log_norms[:, None], picked, rank[:, None].float(), entropy[:, None]], 1)
 
 
-class CapturedVerifier:
-    """Static caches and their graphs for one LoadedModel's lean decoder. capture: record CUDA graphs (CUDA
-    only); pad: round every tree up to its bucket even uncaptured (what the CPU tests check)."""
+class StaticRunner:
+    """What a captured forward needs besides its forward: one working buffer at fixed addresses that the StaticKV
+    caches of every session take turns in (the resident one's entries are in it, another's wait in a copy of its
+    filled entries), and one graph per (bucket, span), recorded on first use into one memory pool; a bucket whose
+    capture fails runs uncaptured, with a note. Subclasses give `_run` (what a graph records) and `_placeholders`
+    (inputs to record it with). capture: record CUDA graphs (CUDA only); pad: round every block up to its bucket
+    even uncaptured (what the CPU tests check)."""
 
-    def __init__(self, lm, capture: bool = True, pad: bool | None = None):
-        self.lm, self.decoder = lm, lm.decoder
-        config = lm.model.config
-        self.layers = len(self.decoder.layers)
-        self.capacity = lm.max_context + BUCKETS[-1]
-        self.capture = capture and lm.device.type == "cuda"
+    def __init__(self, device: torch.device, dtype: torch.dtype, shape: tuple, capture: bool, pad: bool | None):
+        self.device, self.dtype = device, dtype
+        self.capacity = shape[3]
+        self.capture = capture and device.type == "cuda"
         self.pad = self.capture if pad is None else pad
         self.notes: list[str] = []
-        self._shape = (self.layers, 2, self.decoder.kv_heads, self.capacity, self.decoder.head_dim)
+        self._shape = shape  # (layers, 2, kv heads, capacity, head dim)
         self._working: torch.Tensor | None = None  # the buffer every graph reads and writes (made on first use)
         self._resident = None  # weakref to the StaticKV whose entries the working buffer holds
         self._graphs: dict[tuple[int, int], Captured] = {}  # (bucket, span) -> graph
         self._failed: set[int] = set()  # buckets whose capture failed (they run uncaptured)
         self._pool = torch.cuda.graph_pool_handle() if self.capture else None
-        self._host: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bucket -> pinned (inputs, summary)
         self._lock = threading.Lock()
-        self.hidden = config.hidden_size
         self.replays = 0  # graph replays so far (tests and the benchmark's notes read it)
+
+    # ---- caches ---------------------------------------------------------------------------------
+    def new_cache(self) -> StaticKV:
+        return StaticKV(self)
+
+    def resident_buffer(self, cache: StaticKV) -> torch.Tensor:
+        """The working buffer with this cache's entries in it: the cache resident before it waits in a copy of
+        its filled entries; a cache restored from a pickle (another process's, or unowned) is adopted."""
+        if self._working is None:
+            self._working = torch.zeros(self._shape, dtype=self.dtype, device=self.device)
+        resident = self._resident() if self._resident is not None else None
+        if resident is cache:
+            return self._working
+        if resident is not None and resident.buffer is self._working:
+            resident.buffer = resident.filled().clone() if resident.length else None
+        if cache.length:
+            self._working[:, :, :, :cache.length] = cache.filled().to(self._working.device)
+        cache.buffer, cache.owner = self._working, self
+        self._resident = weakref.ref(cache)
+        return self._working
+
+    # ---- graphs ---------------------------------------------------------------------------------
+    def _captured(self, buffer: torch.Tensor, bucket: int, span: int) -> Captured | None:
+        key = (bucket, span)
+        if key in self._graphs:
+            return self._graphs[key]
+        if bucket in self._failed:
+            return None
+        try:
+            self._graphs[key] = self._record(buffer, bucket, span)
+        except Exception as exc:  # a model whose forward cannot be captured runs uncaptured, with a note
+            self._failed.add(bucket)
+            self.notes.append(f"CUDA graph capture failed for {bucket}-{self.rows_are} {self.blocks_are} ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); they run uncaptured.")
+            return None
+        return self._graphs[key]
+
+    rows_are, blocks_are = "token", "trees"  # what a block's rows and blocks are, for the notes
+
+    def _record(self, buffer: torch.Tensor, bucket: int, span: int) -> Captured:
+        """Warm up on a side stream, then capture. The warm-up writes the last `bucket` entries of the span,
+        which lie past the cache's filled ones (a forward that needs this graph fits in the span), so a
+        cache in use keeps its entries."""
+        device = self.device
+        inputs = self._placeholders(bucket, span)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._run(buffer, *inputs, width=bucket, span=span)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            outputs = self._run(buffer, *inputs, width=bucket, span=span)
+        return Captured(graph, inputs, outputs)
+
+    def _placeholders(self, bucket: int, span: int) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def _run(self, buffer: torch.Tensor, *inputs, width: int, span: int):
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One line for the model panel and the benchmark's notes."""
+        if not self.capture:
+            return "static cache, uncaptured" + (" (padded to buckets)" if self.pad else "")
+        captured = sorted({bucket for bucket, _ in self._graphs})
+        failed = sorted(self._failed)
+        return (f"CUDA graphs: {len(self._graphs)} captured (buckets {captured or 'none yet'})"
+                + (f", capture failed for {failed}" if failed else ""))
+
+
+def layer_stack(decoder, buffer: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                slots: torch.Tensor, span: int, ops: "ForwardOps", gate_up: list | None = None) -> torch.Tensor:
+    """A lean decoder's layers over a block of `width` rows h (1, width, hidden) at positions (1, width), their keys
+    and values written into the static buffer's `slots`, attention over its first `span` columns by the additive
+    mask (width, span); the last layer's output, before the final norm."""
+    inner, width = decoder.inner, h.shape[1]
+    dtype = buffer.dtype
+    groups = decoder.heads // decoder.kv_heads
+    packed_mask = mask.repeat(groups, 1) if groups > 1 else mask
+    cos, sin = inner.rotary_emb(h, positions)
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    linear, d = decoder.linear, decoder.head_dim
+    qk_heads = decoder.heads + decoder.kv_heads
+    hidden = h.shape[-1]
+    if ops.fused_norm:
+        def rmsnorm(x, weight, eps):
+            return F.rms_norm(x, (hidden,), weight, eps)
+    else:
+        rmsnorm = layer_kernel.torch_rmsnorm
+    for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(decoder.layers):
+        x = rmsnorm(h, norm1, decoder.eps[i])
+        fused = linear(x, qkv, qkv_bias)
+        qk = layer_kernel.torch_rotary(fused[..., :qk_heads * d].view(1, width, qk_heads, d), cos, sin)
+        q = qk[:, :, :decoder.heads].transpose(1, 2)
+        k = qk[:, :, decoder.heads:].transpose(1, 2)
+        v = fused[..., qk_heads * d:].view(1, width, decoder.kv_heads, d).transpose(1, 2)
+        buffer[i, 0].index_copy_(1, slots, k[0].to(dtype))
+        buffer[i, 1].index_copy_(1, slots, v[0].to(dtype))
+        keys, values = buffer[i, 0, :, :span].unsqueeze(0), buffer[i, 1, :, :span].unsqueeze(0)
+        packed_q = q.reshape(1, decoder.kv_heads, groups * width, d)
+        if ops.matmul_attention:
+            scores = torch.baddbmm(packed_mask, packed_q[0], keys[0].transpose(1, 2), alpha=decoder.scale)
+            attended = torch.bmm(scores.softmax(-1), values[0])[None]
+        else:
+            attended = F.scaled_dot_product_attention(packed_q, keys, values, attn_mask=packed_mask,
+                                                      scale=decoder.scale)
+        attended = attended.reshape(1, decoder.heads, width, d).transpose(1, 2).reshape(1, width, decoder.heads * d)
+        h = h + linear(attended, w_o, b_o)
+        x = rmsnorm(h, norm2, decoder.eps[i])
+        if ops.fused_mlp:
+            # F.linear: the fused matrix is a plain tensor (a CPU's native kernel takes prepared weights)
+            gate, up = F.linear(x, gate_up[i]).chunk(2, dim=-1)
+        else:
+            gate, up = linear(x, w_gate, None), linear(x, w_up, None)
+        h = h + linear(F.silu(gate) * up, w_down, None)
+    return rmsnorm(h, inner.norm.weight, inner.norm.variance_epsilon)
+
+
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool visibility matrix as an additive mask: 0 where visible, the dtype's minimum elsewhere."""
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+
+
+class CapturedVerifier(StaticRunner):
+    """The target's verify forward over static caches, for one LoadedModel's lean decoder."""
+
+    def __init__(self, lm, capture: bool = True, pad: bool | None = None):
+        self.lm, self.decoder = lm, lm.decoder
+        config = lm.model.config
+        self.layers = len(self.decoder.layers)
+        shape = (self.layers, 2, self.decoder.kv_heads, lm.max_context + BUCKETS[-1], self.decoder.head_dim)
+        super().__init__(lm.device, lm.dtype, shape, capture, pad)
+        self._host: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # bucket -> pinned (inputs, summary)
+        self.hidden = config.hidden_size
         self.ops = ForwardOps()
         self._gate_up: list[torch.Tensor] | None = None
 
@@ -154,26 +289,6 @@ class CapturedVerifier:
 
             self._gate_up = [fuse_linear([layer.mlp.gate_proj, layer.mlp.up_proj])[0]
                              for layer in self.decoder.inner.layers]
-
-    # ---- caches ---------------------------------------------------------------------------------
-    def new_cache(self) -> StaticKV:
-        return StaticKV(self)
-
-    def resident_buffer(self, cache: StaticKV) -> torch.Tensor:
-        """The working buffer with this cache's entries in it: the cache resident before it waits in a copy of
-        its filled entries; a cache restored from a pickle (another process's, or unowned) is adopted."""
-        if self._working is None:
-            self._working = torch.zeros(self._shape, dtype=self.lm.dtype, device=self.lm.device)
-        resident = self._resident() if self._resident is not None else None
-        if resident is cache:
-            return self._working
-        if resident is not None and resident.buffer is self._working:
-            resident.buffer = resident.filled().clone() if resident.length else None
-        if cache.length:
-            self._working[:, :, :, :cache.length] = cache.filled().to(self._working.device)
-        cache.buffer, cache.owner = self._working, self
-        self._resident = weakref.ref(cache)
-        return self._working
 
     # ---- forwards -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -199,12 +314,12 @@ class CapturedVerifier:
             span = span_for(past_len + width, self.capacity)
             captured = self._captured(buffer, width, span) if bucket is not None and self.capture else None
             if captured is not None:
-                captured.inputs.copy_(inputs, non_blocking=True)
+                captured.inputs[0].copy_(inputs, non_blocking=True)
                 captured.graph.replay()
                 self.replays += 1
-                logits, hidden, summary = captured.logits, captured.features, captured.summary
+                logits, hidden, summary = captured.outputs
             else:
-                logits, hidden, summary = self._run(buffer, inputs.to(self.lm.device), width, span)
+                logits, hidden, summary = self._run(buffer, inputs.to(self.lm.device), width=width, span=span)
             host_summary.copy_(summary, non_blocking=True)
             if self.lm.device.type == "cuda":
                 torch.cuda.current_stream().synchronize()
@@ -223,7 +338,7 @@ class CapturedVerifier:
         inputs = torch.tensor([*tokens, 0, *range(n - 1), past], dtype=torch.long).to(self.lm.device)
         with self._lock:
             buffer = self.resident_buffer(cache)
-            logits, hidden, _ = self._run(buffer, inputs, n, span_for(past + n, self.capacity), summary=False)
+            logits, hidden, _ = self._run(buffer, inputs, width=n, span=span_for(past + n, self.capacity), summary=False)
         cache.length = past + n
         return (logits, hidden) if features else logits
 
@@ -236,45 +351,16 @@ class CapturedVerifier:
                                  torch.empty((width, summary_width), dtype=torch.float32, pin_memory=pin))
         return self._host[width]
 
-    def _captured(self, buffer: torch.Tensor, bucket: int, span: int) -> Captured | None:
-        key = (bucket, span)
-        if key in self._graphs:
-            return self._graphs[key]
-        if bucket in self._failed:
-            return None
-        try:
-            self._graphs[key] = self._record(buffer, bucket, span)
-        except Exception as exc:  # a model whose forward cannot be captured runs uncaptured, with a note
-            self._failed.add(bucket)
-            self.notes.append(f"CUDA graph capture failed for {bucket}-token trees ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); they run uncaptured.")
-            return None
-        return self._graphs[key]
-
-    def _record(self, buffer: torch.Tensor, bucket: int, span: int) -> Captured:
-        """Warm up on a side stream, then capture. The warm-up writes the last `bucket` entries of the span,
-        which lie past the cache's filled ones (a forward that needs this graph fits in the span), so a
-        cache in use keeps its entries."""
-        device = self.lm.device
-        inputs = torch.zeros(2 * bucket + 1, dtype=torch.long, device=device)
-        inputs[bucket:2 * bucket] = torch.arange(bucket, device=device)
+    def _placeholders(self, bucket: int, span: int) -> tuple[torch.Tensor]:
+        inputs = torch.zeros(2 * bucket + 1, dtype=torch.long, device=self.device)
+        inputs[bucket:2 * bucket] = torch.arange(bucket, device=self.device)
         inputs[2 * bucket] = span - bucket
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._run(buffer, inputs, bucket, span)
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            logits, hidden, summary = self._run(buffer, inputs, bucket, span)
-        return Captured(graph, inputs, logits, hidden, summary)
+        return (inputs,)
 
-    def _run(self, buffer: torch.Tensor, inputs: torch.Tensor, width: int, span: int, summary: bool = True):
+    def _run(self, buffer: torch.Tensor, inputs: torch.Tensor, *, width: int, span: int, summary: bool = True):
         """The static forward of `width` rows (what a graph records): inputs (2 * width + 1,) int64 on the
         device; attention over the cache's first `span` columns. Returns logits (width, vocab) fp32, features
         (width, hidden) fp32 and the summary (None unless asked for)."""
-        decoder, inner = self.decoder, self.decoder.inner
         tokens, parents, past = inputs[:width], inputs[width:2 * width], inputs[2 * width]
         visible_block = ancestor_closure(parents)                                    # (w, w)
         positions = (past + visible_block.sum(-1) - 1)[None]                         # (1, w): past + depth
@@ -283,60 +369,11 @@ class CapturedVerifier:
         in_block = (columns >= past) & (columns < past + width)
         block_column = (columns - past).clamp(0, width - 1)
         visible = torch.where(in_block[None, :], visible_block[:, block_column], (columns < past)[None, :])
-        dtype = buffer.dtype
-        mask = torch.zeros(visible.shape, dtype=dtype, device=inputs.device).masked_fill_(
-            ~visible, torch.finfo(dtype).min)
-        groups = decoder.heads // decoder.kv_heads
-        packed_mask = mask.repeat(groups, 1) if groups > 1 else mask
-        h = inner.embed_tokens(tokens[None])
-        cos, sin = inner.rotary_emb(h, positions)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-        linear, d = decoder.linear, decoder.head_dim
-        qk_heads = decoder.heads + decoder.kv_heads
-        hidden = h.shape[-1]
-        if self.ops.fused_norm:
-            def rmsnorm(x, weight, eps):
-                return F.rms_norm(x, (hidden,), weight, eps)
-        else:
-            rmsnorm = layer_kernel.torch_rmsnorm
-        for i, (norm1, qkv, qkv_bias, w_o, b_o, norm2, w_gate, w_up, w_down) in enumerate(decoder.layers):
-            x = rmsnorm(h, norm1, decoder.eps[i])
-            fused = linear(x, qkv, qkv_bias)
-            qk = layer_kernel.torch_rotary(fused[..., :qk_heads * d].view(1, width, qk_heads, d), cos, sin)
-            q = qk[:, :, :decoder.heads].transpose(1, 2)
-            k = qk[:, :, decoder.heads:].transpose(1, 2)
-            v = fused[..., qk_heads * d:].view(1, width, decoder.kv_heads, d).transpose(1, 2)
-            buffer[i, 0].index_copy_(1, slots, k[0].to(dtype))
-            buffer[i, 1].index_copy_(1, slots, v[0].to(dtype))
-            keys, values = buffer[i, 0, :, :span].unsqueeze(0), buffer[i, 1, :, :span].unsqueeze(0)
-            packed_q = q.reshape(1, decoder.kv_heads, groups * width, d)
-            if self.ops.matmul_attention:
-                scores = torch.baddbmm(packed_mask, packed_q[0], keys[0].transpose(1, 2), alpha=decoder.scale)
-                attended = torch.bmm(scores.softmax(-1), values[0])[None]
-            else:
-                attended = F.scaled_dot_product_attention(packed_q, keys, values, attn_mask=packed_mask,
-                                                          scale=decoder.scale)
-            attended = attended.reshape(1, decoder.heads, width, d).transpose(1, 2).reshape(1, width, decoder.heads * d)
-            h = h + linear(attended, w_o, b_o)
-            x = rmsnorm(h, norm2, decoder.eps[i])
-            if self.ops.fused_mlp:
-                # F.linear: the fused matrix is a plain tensor (a CPU's native kernel takes prepared weights)
-                gate, up = F.linear(x, self._gate_up[i]).chunk(2, dim=-1)
-            else:
-                gate, up = linear(x, w_gate, None), linear(x, w_up, None)
-            h = h + linear(F.silu(gate) * up, w_down, None)
-        h = rmsnorm(h, inner.norm.weight, inner.norm.variance_epsilon)
-        logits = linear(h, decoder.head, getattr(self.lm.model.lm_head, "bias", None))[0].float()
+        h = self.decoder.inner.embed_tokens(tokens[None])
+        h = layer_stack(self.decoder, buffer, h, positions, additive(visible, buffer.dtype), slots, span, self.ops,
+                        self._gate_up)
+        logits = self.decoder.linear(h, self.decoder.head, getattr(self.lm.model.lm_head, "bias", None))[0].float()
         return logits, h[0].float(), summarise(logits, parents, tokens) if summary else None
-
-    def describe(self) -> str:
-        """One line for the model panel and the benchmark's notes."""
-        if not self.capture:
-            return "static cache, uncaptured" + (" (padded to buckets)" if self.pad else "")
-        captured = sorted({bucket for bucket, _ in self._graphs})
-        failed = sorted(self._failed)
-        return (f"CUDA graphs: {len(self._graphs)} captured (buckets {captured or 'none yet'})"
-                + (f", capture failed for {failed}" if failed else ""))
 
 
 GRAPH_CHOICES = ("auto", "on", "off", "static")

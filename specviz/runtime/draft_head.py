@@ -241,6 +241,7 @@ class DraftHead:
         self.decoder, why = lean_forward.build(self.network.body, self.linear, prepare)
         if self.decoder is None:
             raise SpecvizError(f"The draft head cannot run here: {why}.")
+        self._runners: dict = {}  # captured or not -> runtime.captured_head.CapturedHead (static_runner)
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -270,9 +271,28 @@ class DraftHead:
         return self.network.fc.weight.numel() + layer + body.lm_head.weight.numel()
 
     def new_cache(self):
+        """A static cache while the target's verify forward is static (its levels captured as the target's forwards
+        are: runtime.captured_head), else a dynamic one."""
         from specviz.runtime.kv import new_cache
 
-        return new_cache(self.config)
+        runner = self.static_runner()
+        return runner.new_cache() if runner is not None else new_cache(self.config)
+
+    def static_runner(self, cache=None):
+        """The runner of the head's captured levels that matches the target's verifier (captured on CUDA, or the
+        CPU's uncaptured stand-in); None while the target runs eager. With a static cache: the one it belongs to
+        (one is made for a cache restored from another process)."""
+        from specviz.runtime.captured_head import CapturedHead
+
+        if cache is not None and cache.owner is not None:
+            return cache.owner
+        verifier = self.lm.verifier
+        if verifier is None and cache is None:
+            return None
+        capture, pad = (verifier.capture, verifier.pad) if verifier is not None else (False, False)
+        if capture not in self._runners:
+            self._runners[capture] = CapturedHead(self, capture, pad)
+        return self._runners[capture]
 
     @torch.inference_mode()
     def forward(self, features: torch.Tensor, tokens: list[int], positions: list[int], visible: torch.Tensor,
@@ -282,7 +302,10 @@ class DraftHead:
         rows its row of visible (n, cache + n) allows; the cache grows by n. Returns the logits over the
         draft vocabulary (n, draft_vocab) in fp32 and the predicted features (n, hidden) in fp32."""
         from specviz.runtime.block_forward import additive_mask
+        from specviz.runtime.static_kv import StaticKV
 
+        if isinstance(cache, StaticKV):
+            return self.static_runner(cache).forward(cache, features, tokens, positions, visible)
         device = self.lm.device
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
         x = torch.cat([self.embed(ids), features.to(device, self.dtype)[None]], dim=-1)
