@@ -202,19 +202,28 @@ class Session:
         self.acceptance = AcceptanceModel()
         # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
         self.features = self.method.feature_tap if self.method.needs_features else None
-        self.cache = self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
-        for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
-            chunk = prompt_ids[start:min(start + PREFILL_CHUNK, len(prompt_ids) - 1)]
-            if self.features:
-                self.method.prefill_chunk(self.context, start,
-                                          *causal_forward(self.lm, self.cache, chunk, self.features))
-            else:
-                self.method.prefill_chunk(self.context, start, causal_forward(self.lm, self.cache, chunk))
+        self.cache = self._new_cache()
+        for start, logits, features in self._prefill(self.cache, len(prompt_ids) - 1):
+            self.method.prefill_chunk(self.context, start, logits, features)
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
         self.cache_to_rebuild, self.rebuild_s = 0, 0.0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
         return self
+
+    def _new_cache(self):
+        return self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
+
+    def _prefill(self, cache, end: int):
+        """Causal forwards of context[:end] into cache, PREFILL_CHUNK tokens at a time: (start, logits, the target's
+        features or None) per chunk."""
+        for start in range(0, end, PREFILL_CHUNK):
+            chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
+            if self.features:
+                logits, features = causal_forward(self.lm, cache, chunk, self.features)
+            else:
+                logits, features = causal_forward(self.lm, cache, chunk), None
+            yield start, logits, features
 
     # ---- carried to another process -----------------------------------------------------------------
     def __getstate__(self):
@@ -233,17 +242,12 @@ class Session:
         if self.cache is not None or not self.started:
             return
         started = time.perf_counter()
-        entries = getattr(self, "cache_to_rebuild", 0)
-        cache = self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
-        for start in range(0, entries, PREFILL_CHUNK):
-            chunk = self.context[start:min(start + PREFILL_CHUNK, entries)]
-            if self.features:
-                _, features = causal_forward(self.lm, cache, chunk, self.features)
+        cache = self._new_cache()
+        for start, _, features in self._prefill(cache, self.cache_to_rebuild):
+            if features is not None:
                 self.method.refill(self.context, start, features)
-            else:
-                causal_forward(self.lm, cache, chunk)
         self.cache, self.cache_to_rebuild = cache, 0
-        self.rebuild_s = getattr(self, "rebuild_s", 0.0) + time.perf_counter() - started
+        self.rebuild_s += time.perf_counter() - started
 
     # ---- reading --------------------------------------------------------------------------------
     @property
