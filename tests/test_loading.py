@@ -19,6 +19,38 @@ def test_default_model_reloads_from_cache_without_gguf(lm, monkeypatch):
     assert (cache_dir.cache_root() / "models").is_dir()
 
 
+def test_the_gguf_read_in_one_pass_gives_transformers_weights_and_a_bundle_skips_its_fields(lm, tmp_path, monkeypatch):
+    """runtime.gguf_weights: the dequantised cache holds what transformers' own GGUF loader reads, bit for bit; with a
+    bundle's shipped config and tokenizer files (runtime.shipped) the same folder is written without reading the
+    GGUF's fields for them."""
+    import shutil
+
+    import transformers
+    from safetensors.torch import load_file
+
+    folder = models.ensure_default_model_folder()
+    ours = load_file(folder / "model.safetensors")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(models.packaged_gguf_dir(), gguf_file=models.GGUF_FILE,
+                                                               dtype=torch.float32).state_dict()
+    assert len(ours) == 272 and set(ours) <= set(theirs)
+    assert [name for name, tensor in ours.items() if not torch.equal(tensor, theirs[name])] == []
+    del theirs
+    described = tmp_path / "shipped" / "models" / models.GGUF_DESCRIPTION
+    described.mkdir(parents=True)
+    for name in models.DESCRIPTION_FILES:
+        if (folder / name).is_file():
+            shutil.copy2(folder / name, described / name)
+    monkeypatch.setenv("SPECVIZ_SHIPPED", str(tmp_path / "shipped"))
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+
+    def no_field_pass(*args, **kwargs):
+        raise AssertionError("the GGUF's fields were read for the tokenizer")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_field_pass)
+    again = models.ensure_default_model_folder()
+    assert again != folder and sorted(p.name for p in again.iterdir()) == sorted(p.name for p in folder.iterdir())
+    assert all((again / p.name).read_bytes() == p.read_bytes() for p in folder.iterdir())
+
+
 def test_missing_paths_and_models_are_clear(tmp_path):
     with pytest.raises(SpecvizError, match="does not exist"):
         models.load_model(str(tmp_path / "missing"))

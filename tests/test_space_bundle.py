@@ -40,6 +40,7 @@ def test_bundle_holds_exactly_what_a_space_needs(tmp_path, heads):
     assert {f.split("/")[0] for f in files} == {"app.py", "specviz", "assets", "README.md", "requirements.txt",
                                                 "packages.txt", "shipped"}
     assert f"shipped/models/{GGUF_FILE}" in files and f"shipped/heads/{head_file_name(DEFAULT_MODEL)}" in files
+    assert {f"shipped/models/{GGUF_FILE}.files/{name}" for name in ("config.json", "tokenizer.json")} <= set(files)
     assert any("SmolLM2-360M-Instruct" in note for note in notes)  # no head cached for it: said, not fatal
     assert not [f for f in files if "__pycache__" in f or f.endswith((".pyc", ".so"))]
     matter = front_matter((tmp_path / "space" / "README.md").read_text())

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import TRAIN_HINT, cached_head_path, head_file_name
-from specviz.runtime.loading import DEFAULT_MODEL, GGUF_FILE, HUB_TWIN_OF_DEFAULT, packaged_gguf_dir
+from specviz.runtime.loading import (DEFAULT_MODEL, DESCRIPTION_FILES, GGUF_DESCRIPTION, GGUF_FILE, HUB_TWIN_OF_DEFAULT,
+                                    ensure_default_model_folder, packaged_gguf_dir)
 from specviz.drafters.copy_logit_seed import FORMAT as SEED_FORMAT
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.shipped import COPY_LOGITS, HEADS, MODELS
@@ -100,13 +101,19 @@ def _head_name(model: str) -> str:
 
 
 def _shipped(out: Path, models: list[str]) -> list[str]:
-    """Copy the default model's GGUF, its warm copy-logit table and every listed model's cached head under
-    out/shipped; notes for what is not there. The default model's head is required: without it every visitor's first minutes would go to
-    training it."""
+    """Copy the default model's GGUF (with the config and tokenizer files made of it), its warm copy-logit table and
+    every listed model's cached head under out/shipped; notes for what is not there. The default model's head is
+    required: without it every visitor's first minutes would go to training it."""
     notes = []
     (out / "shipped" / MODELS).mkdir(parents=True)
     (out / "shipped" / HEADS).mkdir(parents=True)
     shutil.copy2(packaged_gguf_dir() / GGUF_FILE, out / "shipped" / MODELS / GGUF_FILE)
+    described = out / "shipped" / MODELS / GGUF_DESCRIPTION  # its config and tokenizer: no pass over its fields
+    described.mkdir()
+    folder = ensure_default_model_folder()
+    for name in DESCRIPTION_FILES:
+        if (folder / name).is_file():
+            shutil.copy2(folder / name, described / name)
     # the default model's warm copy-logit table, where this machine has built it (else the Space builds it)
     seeds = sorted((cache_root() / "copy_logits").glob(f"*-{DEFAULT_MODEL}-{SEED_FORMAT}.npz"))
     if seeds:

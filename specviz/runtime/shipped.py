@@ -3,6 +3,8 @@ and small enough to travel, read before the cache and never written (a Space's d
 
     shipped/models/<the default model's GGUF>     the very weights every figure here was measured on (and the
                                                    head trained on), dequantised at start-up in seconds
+    shipped/models/<the GGUF's name>.files/        the config and tokenizer files transformers makes of that GGUF
+                                                   (runtime.loading: two fewer passes over its fields at start-up)
     shipped/heads/<model slug>.safetensors         the trained draft head of each allowed model
     shipped/copy_logits/<seed file>.npz            the default model's warm copy-logit table (drafters.copy_logit_seed)
 
@@ -26,3 +28,9 @@ def shipped_file(kind: str, name: str) -> Path | None:
     """The shipped file of a kind (MODELS, HEADS) and name, None where none is shipped."""
     path = shipped_root() / kind / name
     return path if path.is_file() else None
+
+
+def shipped_folder(kind: str, name: str) -> Path | None:
+    """The shipped folder of a kind and name, None where none is shipped."""
+    path = shipped_root() / kind / name
+    return path if path.is_dir() else None
