@@ -235,6 +235,16 @@ def test_methods_drafting_with_the_head_are_lossless_on_the_static_path(tiny):
         session.run(24)
         assert session.output_ids == reference.output_ids == moved.output_ids, method
         assert isinstance(moved.cache, StaticKV)
+    # two sessions over the same tokens: the second copies the static entries the first rebuilt (engine.rebuilt_prefixes)
+    first, second = (Session(tiny, "ar").start(prompt) for _ in range(2))
+    first.run(8)
+    second.run(8)
+    first, second = state_pickle.loads(state_pickle.dumps((first, second)))
+    first.run(16)
+    second.ensure_cache()
+    assert second.rebuild_copied == len(second.context) - 1 and isinstance(second.cache, StaticKV)
+    second.run(16)
+    assert first.output_ids == second.output_ids == reference.output_ids[:16]
     shared_resources.forget("test-static-model")
     shared_resources.forget("test-static-head")
     assert runner.describe().startswith("static cache, uncaptured (padded")

@@ -200,6 +200,17 @@ def test_a_state_carries_its_tokens_and_the_caches_are_rebuilt(lm, tmp_path):
     for mine, theirs in zip(back.session.cache.layers, lab.session.cache.layers):
         assert torch.allclose(mine.keys, theirs.keys, atol=1e-4) and torch.allclose(mine.values, theirs.values, atol=1e-4)
     assert head_stage.known == lab.session.method.stages[0].inner.known
+    # the paired ar shares the run's tokens (greedy, lossless): it copies the entries the run rebuilt (one prefill)
+    ar, moved_ar = lab.state.paired.ar, back.paired.ar
+    moved_ar.ensure_cache()
+    shared = min(len(moved_ar.context) - 1, again[0].prefix_len - 1)  # the run rebuilt the entries before its step
+    assert moved_ar.rebuild_copied == shared > 0
+    for mine, theirs in zip(moved_ar.cache.layers, back.session.cache.layers):
+        assert torch.equal(mine.keys[..., :shared, :], theirs.keys[..., :shared, :])
+    for _ in range(2):
+        ar.step(4 * N)
+        moved_ar.step(4 * N)
+    assert moved_ar.output_ids == ar.output_ids
 
 
 def test_the_state_cost_bench_measures_both_ways_of_carrying(lm):

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from specviz.engine import costmodel
+from specviz.engine import costmodel, rebuilt_prefixes
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.feature_tap import FeatureTap
@@ -163,6 +163,7 @@ class Session:
         self.cache = None
         self.cache_to_rebuild = 0  # context tokens whose cache entries were left out in transit (runtime.state_pickle)
         self.rebuild_s = 0.0       # time spent rebuilding it: a call's transport cost, in neither prefill nor steps
+        self.rebuild_copied = 0    # entries of the last rebuild copied from another session's (engine.rebuilt_prefixes)
         self.features: FeatureTap | None = None  # the target's features that forwards also return (a stage drafts from them)
 
     # ---- set-up ---------------------------------------------------------------------------------
@@ -214,10 +215,10 @@ class Session:
     def _new_cache(self):
         return self.lm.new_cache(dynamic=self.features is not None and not self.features.final)
 
-    def _prefill(self, cache, end: int):
-        """Causal forwards of context[:end] into cache, PREFILL_CHUNK tokens at a time: (start, logits, the target's
-        features or None) per chunk."""
-        for start in range(0, end, PREFILL_CHUNK):
+    def _prefill(self, cache, end: int, first: int = 0):
+        """Causal forwards of context[first:end] into cache (which holds the entries before first), PREFILL_CHUNK
+        tokens at a time: (start, logits, the target's features or None) per chunk."""
+        for start in range(first, end, PREFILL_CHUNK):
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
             if self.features:
                 logits, features = causal_forward(self.lm, cache, chunk, self.features)
@@ -238,15 +239,20 @@ class Session:
     def ensure_cache(self) -> None:
         """The cache a carried state left behind (nothing if it has one), from its tokens in one prefill (chunked as
         the prompt's was); the stages that draft from the target's features get those again (Method.refill).
-        Numerically a prefill's entries, not the incremental ones: within fp32 rounding, as the prompt's always were."""
+        Numerically a prefill's entries, not the incremental ones: within fp32 rounding, as the prompt's always were.
+        The entries another session of this model rebuilt for the same tokens are copied instead of computed again
+        (engine.rebuilt_prefixes)."""
         if self.cache is not None or not self.started:
             return
         started = time.perf_counter()
-        cache = self._new_cache()
-        for start, _, features in self._prefill(cache, self.cache_to_rebuild):
+        cache, tokens = self._new_cache(), self.context[:self.cache_to_rebuild]
+        # a session whose stages read the target's features needs every position's: it runs the whole prefill
+        copied = rebuilt_prefixes.copy_shared(self.lm, cache, tokens) if not self.features else 0
+        for start, _, features in self._prefill(cache, len(tokens), copied):
             if features is not None:
                 self.method.refill(self.context, start, features)
-        self.cache, self.cache_to_rebuild = cache, 0
+        rebuilt_prefixes.remember(self.lm, cache, tokens)
+        self.cache, self.cache_to_rebuild, self.rebuild_copied = cache, 0, copied
         self.rebuild_s += time.perf_counter() - started
 
     # ---- reading --------------------------------------------------------------------------------

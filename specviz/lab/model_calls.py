@@ -33,7 +33,7 @@ except ImportError:  # not on a Space: the function runs as it is
 # `dev state-cost`), a part per generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M
 # took on an H200 and twice a CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"),
 # and the caches the worker rebuilds before its first step: one prefill of each session's context, 2 FLOPs per
-# parameter and token at REBUILD_FLOPS. A Step declares 2 s, a Run's tokens count twice (the ar baseline measured when
+# parameter and token at REBUILD_FLOPS (an upper bound: sessions that share tokens copy each other's entries). A Step declares 2 s, a Run's tokens count twice (the ar baseline measured when
 # it ends): 128 tokens declare 15 s; at 4,000 tokens of context the 1.7B adds about 2 s per session.
 CALL_BASE_S = 1.5
 SECONDS_PER_TOKEN = 0.05

@@ -123,3 +123,21 @@ def new_cache(config) -> DynamicCache:
     cache = DynamicCache(config=config)
     cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
+
+
+@torch.inference_mode()
+def copy_prefix(source, target, entries: int) -> bool:
+    """Write the first `entries` entries of cache source into the empty cache target (same model, same kind of cache);
+    False, writing nothing, where a layer is not one this can copy (sliding-window layers and the like)."""
+    if isinstance(source, StaticKV) and isinstance(target, StaticKV):
+        filled = source.filled()
+        target.owner, target.buffer, target.length = None, filled[:, :, :, :entries].clone(), entries  # adopted on use
+        return True
+    if isinstance(source, StaticKV) or isinstance(target, StaticKV) or len(source.layers) != len(target.layers):
+        return False
+    if not all(isinstance(layer, GrowingLayer) and layer.is_initialized for layer in source.layers) \
+            or not all(isinstance(layer, GrowingLayer) for layer in target.layers):
+        return False
+    for mine, theirs in zip(target.layers, source.layers):
+        mine.update(theirs.keys[..., :entries, :].clone(), theirs.values[..., :entries, :].clone())
+    return True

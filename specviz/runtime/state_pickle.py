@@ -10,7 +10,8 @@ whole; object identity inside one state is kept (a generator two drafters share 
 
 KV caches travel as the tokens they hold (`caches_travel()` is False while dumps writes): the objects that own one
 leave it out and rebuild it where they are next used (a session with one prefill forward, which also gives the
-drafters that read the target's features those features again). A cache is ~46 KB a token for the default model in
+drafters that read the target's features those features again; sessions that share tokens share that prefill:
+engine.rebuilt_prefixes). A cache is ~46 KB a token for the default model in
 fp32, and a visitor's state holds up to three (the run, its paired `ar`, the greedy reference): 534 MB at 4,049
 tokens, each way and in every reply of a Run, against a prefill a GPU does in a few forwards (docs/benchmarks.md,
 "The state a ZeroGPU call carries"). `dumps(state, caches=True)` carries them whole.
