@@ -23,8 +23,6 @@ def test_the_gguf_read_in_one_pass_gives_transformers_weights_and_a_bundle_skips
     """runtime.gguf_weights: the dequantised cache holds what transformers' own GGUF loader reads, bit for bit; with a
     bundle's shipped config and tokenizer files (runtime.shipped) the same folder is written without reading the
     GGUF's fields for them."""
-    import shutil
-
     import transformers
     from safetensors.torch import load_file
 
@@ -37,9 +35,7 @@ def test_the_gguf_read_in_one_pass_gives_transformers_weights_and_a_bundle_skips
     del theirs
     described = tmp_path / "shipped" / "models" / models.GGUF_DESCRIPTION
     described.mkdir(parents=True)
-    for name in models.DESCRIPTION_FILES:
-        if (folder / name).is_file():
-            shutil.copy2(folder / name, described / name)
+    models.copy_description(folder, described)
     monkeypatch.setenv("SPECVIZ_SHIPPED", str(tmp_path / "shipped"))
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import TRAIN_HINT, cached_head_path, head_file_name
-from specviz.runtime.loading import (DEFAULT_MODEL, DESCRIPTION_FILES, GGUF_DESCRIPTION, GGUF_FILE, HUB_TWIN_OF_DEFAULT,
+from specviz.runtime.loading import (DEFAULT_MODEL, GGUF_DESCRIPTION, GGUF_FILE, HUB_TWIN_OF_DEFAULT, copy_description,
                                     ensure_default_model_folder, packaged_gguf_dir)
 from specviz.drafters.copy_logit_seed import FORMAT as SEED_FORMAT
 from specviz.runtime.cache_dir import cache_root
@@ -110,10 +110,7 @@ def _shipped(out: Path, models: list[str]) -> list[str]:
     shutil.copy2(packaged_gguf_dir() / GGUF_FILE, out / "shipped" / MODELS / GGUF_FILE)
     described = out / "shipped" / MODELS / GGUF_DESCRIPTION  # its config and tokenizer: no pass over its fields
     described.mkdir()
-    folder = ensure_default_model_folder()
-    for name in DESCRIPTION_FILES:
-        if (folder / name).is_file():
-            shutil.copy2(folder / name, described / name)
+    copy_description(ensure_default_model_folder(), described)
     # the default model's warm copy-logit table, where this machine has built it (else the Space builds it)
     seeds = sorted((cache_root() / "copy_logits").glob(f"*-{DEFAULT_MODEL}-{SEED_FORMAT}.npz"))
     if seeds:

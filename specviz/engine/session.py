@@ -208,7 +208,7 @@ class Session:
             self.method.prefill_chunk(self.context, start, logits, features)
         self.prefill_s = time.perf_counter() - started
         self.step_s = 0.0
-        self.cache_to_rebuild, self.rebuild_s = 0, 0.0
+        self.cache_to_rebuild, self.rebuild_s, self.rebuild_copied = 0, 0.0, 0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
         return self
 

@@ -12,15 +12,8 @@ import torch
 
 from specviz.runtime.feature_tap import tap_of
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.masks import additive_mask
 from specviz.runtime.static_kv import StaticKV
-
-
-def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(q, kv) bool visibility (True = attend) as the additive 4D mask (1, 1, q, kv) every attention
-    backend accepts: 0 / finfo.min in the model dtype (a 0/1 float mask would be silently wrong)."""
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask.view(1, 1, *visible.shape)
 
 
 def _stock_with_features(lm: LoadedModel, features, **inputs) -> tuple[torch.Tensor, torch.Tensor]:

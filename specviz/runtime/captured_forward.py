@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from specviz.runtime.masks import additive_mask
 from specviz.runtime.native import layer_kernel
 from specviz.runtime.static_kv import StaticKV
 
@@ -122,6 +123,8 @@ class StaticRunner:
     (inputs to record it with). capture: record CUDA graphs (CUDA only); pad: round every block up to its bucket
     even uncaptured (what the CPU tests check)."""
 
+    rows_are, blocks_are = "token", "trees"  # what a block's rows and blocks are, for the notes
+
     def __init__(self, device: torch.device, dtype: torch.dtype, shape: tuple, capture: bool, pad: bool | None):
         self.device, self.dtype = device, dtype
         self.capacity = shape[3]
@@ -168,12 +171,11 @@ class StaticRunner:
             self._graphs[key] = self._record(buffer, bucket, span)
         except Exception as exc:  # a model whose forward cannot be captured runs uncaptured, with a note
             self._failed.add(bucket)
-            self.notes.append(f"CUDA graph capture failed for {bucket}-{self.rows_are} {self.blocks_are} ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); they run uncaptured.")
+            self.notes.append(f"CUDA graph capture failed for {bucket}-{self.rows_are} {self.blocks_are} "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); they run "
+                              "uncaptured.")
             return None
         return self._graphs[key]
-
-    rows_are, blocks_are = "token", "trees"  # what a block's rows and blocks are, for the notes
 
     def _record(self, buffer: torch.Tensor, bucket: int, span: int) -> Captured:
         """Warm up on a side stream, then capture. The warm-up writes the last `bucket` entries of the span,
@@ -254,11 +256,6 @@ def layer_stack(decoder, buffer: torch.Tensor, h: torch.Tensor, positions: torch
             gate, up = linear(x, w_gate, None), linear(x, w_up, None)
         h = h + linear(F.silu(gate) * up, w_down, None)
     return rmsnorm(h, inner.norm.weight, inner.norm.variance_epsilon)
-
-
-def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool visibility matrix as an additive mask: 0 where visible, the dtype's minimum elsewhere."""
-    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
 
 
 class CapturedVerifier(StaticRunner):
@@ -370,8 +367,8 @@ class CapturedVerifier(StaticRunner):
         block_column = (columns - past).clamp(0, width - 1)
         visible = torch.where(in_block[None, :], visible_block[:, block_column], (columns < past)[None, :])
         h = self.decoder.inner.embed_tokens(tokens[None])
-        h = layer_stack(self.decoder, buffer, h, positions, additive(visible, buffer.dtype), slots, span, self.ops,
-                        self._gate_up)
+        h = layer_stack(self.decoder, buffer, h, positions, additive_mask(visible, buffer.dtype)[0, 0], slots, span,
+                        self.ops, self._gate_up)
         logits = self.decoder.linear(h, self.decoder.head, getattr(self.lm.model.lm_head, "bias", None))[0].float()
         return logits, h[0].float(), summarise(logits, parents, tokens) if summary else None
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from specviz.runtime.captured_forward import (BUCKETS, ForwardOps, StaticRunner, additive, bucket_for, layer_stack,
-                                              span_for)
+from specviz.runtime.masks import additive_mask
+from specviz.runtime.captured_forward import BUCKETS, ForwardOps, StaticRunner, bucket_for, layer_stack, span_for
 from specviz.runtime.static_kv import StaticKV
 
 # entries past the context a proposal may add before its drafter crops them: head_depth levels (at most 16) of at most
@@ -55,8 +55,9 @@ class CapturedHead(StaticRunner):
         ints[width:width + n] = torch.as_tensor(positions, dtype=torch.long)
         ints[width + n:2 * width] = past  # a padding row's position: any will do, it sees itself only
         ints[2 * width] = past
-        rows = torch.zeros((width, features.shape[-1]), dtype=self.dtype)
-        rows[:n] = features.to("cpu", self.dtype)
+        # the parents' predicted features stay on the device they were predicted on (no copy through the host)
+        rows = torch.zeros((width, features.shape[-1]), dtype=self.dtype, device=self.device)
+        rows[:n] = features.to(self.device, self.dtype)
         seen = torch.zeros((width, span), dtype=torch.bool)
         seen[:n, :past + n] = visible.cpu()
         padding = torch.arange(n, width)
@@ -71,8 +72,8 @@ class CapturedHead(StaticRunner):
                 self.replays += 1
                 logits, hidden = captured.outputs
             else:
-                logits, hidden = self._run(buffer, ints.to(self.device), rows.to(self.device), seen.to(self.device),
-                                           width=width, span=span)
+                logits, hidden = self._run(buffer, ints.to(self.device), rows, seen.to(self.device), width=width,
+                                           span=span)
             logits, hidden = logits[:n].clone(), hidden[:n].clone()
             cache.length = past + n
         return logits, hidden
@@ -95,6 +96,7 @@ class CapturedHead(StaticRunner):
         x = torch.cat([head.embed(tokens[None]), rows[None]], dim=-1)
         h = head.linear(x, head.fc, None)
         slots = past + torch.arange(width, device=ints.device)
-        h = layer_stack(self.decoder, buffer, h, positions, additive(seen, buffer.dtype), slots, span, self.ops)
+        h = layer_stack(self.decoder, buffer, h, positions, additive_mask(seen, buffer.dtype)[0, 0], slots, span,
+                        self.ops)
         logits = self.decoder.linear(h, self.decoder.head, None)[0].float()
         return logits, h[0].float()

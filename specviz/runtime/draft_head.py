@@ -301,7 +301,7 @@ class DraftHead:
         feature of the position before it, sits at positions[i] and attends to the cache entries and block
         rows its row of visible (n, cache + n) allows; the cache grows by n. Returns the logits over the
         draft vocabulary (n, draft_vocab) in fp32 and the predicted features (n, hidden) in fp32."""
-        from specviz.runtime.block_forward import additive_mask
+        from specviz.runtime.masks import additive_mask
         from specviz.runtime.static_kv import StaticKV
 
         if isinstance(cache, StaticKV):

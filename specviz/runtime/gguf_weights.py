@@ -23,18 +23,16 @@ def _rotary_rows_restored(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)
 
 
-def llama_state_dict(path: Path, config) -> dict[str, torch.Tensor]:
-    """fp32 tensors by transformers' parameter names for a Llama-architecture GGUF with this config (a
-    LlamaConfig); ValueError for a tensor this mapping does not know."""
+def llama_state_dict(path: Path, model) -> dict[str, torch.Tensor]:
+    """fp32 tensors by the parameter names of model (a transformers LlamaForCausalLM of the GGUF's config, on the
+    meta device will do) for a Llama-architecture GGUF; ValueError for a tensor this mapping does not know."""
     from gguf import MODEL_ARCH, GGUFReader, get_tensor_name_map
     from gguf.quants import dequantize
-    from transformers import LlamaForCausalLM
 
-    with torch.device("meta"):
-        names = list(LlamaForCausalLM(config).state_dict())
+    config = model.config
     name_map = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
     ours = {}
-    for name in names:
+    for name in model.state_dict():
         base, _, suffix = name.rpartition(".")
         stored = name_map.get_name(base)
         if stored is not None:

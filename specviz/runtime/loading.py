@@ -98,6 +98,13 @@ def _unreadable(folder: Path) -> str | None:
     return None
 
 
+def copy_description(source: Path, target: Path) -> None:
+    """Copy the config and tokenizer files (DESCRIPTION_FILES) a model folder has from source into target."""
+    for name in DESCRIPTION_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+
+
 def ensure_default_model_folder() -> Path:
     """Dequantise the packaged GGUF once and save it as safetensors; later loads read that folder."""
     target = _dequantised_cache_dir()
@@ -124,7 +131,7 @@ def ensure_default_model_folder() -> Path:
     # the weights read in one pass (runtime.gguf_weights: transformers' own GGUF loader takes three times as long)
     with torch.device("meta"):
         plain = LlamaForCausalLM(config)
-    plain.load_state_dict(llama_state_dict(gguf_dir / GGUF_FILE, config), assign=True)
+    plain.load_state_dict(llama_state_dict(gguf_dir / GGUF_FILE, plain), assign=True)
     plain.generation_config = GenerationConfig.from_model_config(config)
     target.parent.mkdir(parents=True, exist_ok=True)
     # write into a temporary sibling, then rename: a crash never leaves a half-written cache behind
@@ -133,9 +140,7 @@ def ensure_default_model_folder() -> Path:
     if tokenizer is not None:
         tokenizer.save_pretrained(staging)
     else:  # the shipped files as they are (its config.json too: what this GGUF gave where the bundle was written)
-        for name in DESCRIPTION_FILES:
-            if (described / name).is_file():
-                shutil.copy2(described / name, staging / name)
+        copy_description(described, staging)
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging, target)
