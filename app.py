@@ -14,10 +14,9 @@ except ImportError:
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # the app works offline; it phones nobody
 
 from specviz.lab import model_calls, startup  # noqa: E402
-from specviz.lab.live_sessions import LIVE  # noqa: E402
-from specviz.lab.public_policy import Policy  # noqa: E402
+from specviz.lab.public_policy import Policy, enforce  # noqa: E402
 from specviz.methods import DEFAULT_METHOD  # noqa: E402
-from specviz.panels.page import LAUNCH_OPTIONS, build_page  # noqa: E402
+from specviz.panels.page import build_page, launch_options  # noqa: E402
 from specviz.panels.page_context import PageContext  # noqa: E402
 from specviz.runtime.shared_resources import set_model_slots  # noqa: E402
 from specviz.runtime.threads import follow_cpu_quota  # noqa: E402
@@ -46,16 +45,13 @@ def main(argv=None) -> None:
         startup.place_models(list(policy.models) or [model])
     elif policy.model_slots:
         set_model_slots(policy.model_slots)
-    LIVE.limit, LIVE.token_limit = policy.max_live_sessions, policy.max_live_tokens
+    enforce(policy)
     # the page is up at once (a shipped trace replays) while the model loads and warms up
     startup.start_in_background(model, context.examples[next(iter(context.examples))], DEFAULT_METHOD,
                                 model_calls.zero_gpu())
-    launch = dict(LAUNCH_OPTIONS)
-    if policy.max_upload_bytes:
-        launch["max_file_size"] = policy.max_upload_bytes
     page = build_page(context)
     page.blocks.queue(default_concurrency_limit=QUEUE_CONCURRENCY, max_size=policy.max_queue).launch(
-        server_name=args.host, server_port=args.port, **launch)
+        server_name=args.host, server_port=args.port, **launch_options(page))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specviz.lab.public_policy import Policy
 from specviz.panels.lab_outputs import WIDGET_FIELDS
-from specviz.panels.page import LAUNCH_OPTIONS, Page, build_page
+from specviz.panels.page import Page, build_page, launch_options
 from specviz.panels.page_context import PageContext
 from specviz.panels.sweep_tab import SWEEP_FIELDS
 
@@ -17,8 +17,10 @@ def page_for(policy: Policy | None = None, **context) -> Page:
 
 
 def launched(page: Page, port: int, max_size: int | None = None, **launch) -> None:
+    """The page served as app.py serves it (its launch options: the door, the upload limit), on loopback."""
+    options = {**launch_options(page), **launch}
     page.blocks.queue(max_size=max_size).launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                                                **LAUNCH_OPTIONS, **launch)
+                                                **options)
 
 
 def named(outputs, extra: tuple[str, ...] = ()) -> dict:

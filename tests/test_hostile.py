@@ -192,7 +192,8 @@ def test_limits_cannot_be_walked_around(lm):
     try:
         lab = Lab()
         lab.playing = True
-        out = page.stage.on_tick(lab, 100_000, **{k: v for k, v in settings().items() if k != "max_new_tokens"})
+        out = page.stage.on_tick(None, lab, 100_000,
+                                 **{k: v for k, v in settings().items() if k != "max_new_tokens"})
         assert "generates 1 to 512" in out[shown_message] and lab.session is None
         # 2 budgets on the page prompt: ar's and each point's warm-up, ar, each point: 6 runs
         page_settings = {k: v for k, v in settings().items() if k != "max_new_tokens"}

@@ -1,14 +1,18 @@
 """Issue 42's soak test (long: `bash tests/run.sh --long`, or SPECVIZ_LONG_TESTS=1): `python app.py` in public mode
 (SPACE_ID set) in its own process, 8 concurrent gradio_client visitors for SPECVIZ_SOAK_S seconds (default 300),
-half honest (Step, Run, A/B, a small sweep), half hostile (every input of test_hostile, in a loop), the server's
-resident memory sampled every second. Every honest answer comes, every honest Run's output is identical to its
-own greedy ar, and the memory ends near where the load left it. It prints the figures docs/benchmarks.md quotes."""
+half honest (Step, Run, A/B, a small sweep), half hostile (every input of test_hostile, in a loop), and since
+issue 58 a greedy visitor (one address, many sessions, each asking for the longest Run it may and filling queue
+places) and the trace attacks of issue 58; the server's resident memory sampled every second. Every honest answer
+comes, every honest Run's output is identical to its own greedy ar, and the memory ends near where the load left
+it. Each visitor has an address of its own (X-Forwarded-For, as a Space's proxy writes it, from the documentation
+range 192.0.2.0/24: a header, never a destination). It prints the figures docs/benchmarks.md quotes."""
 
 import json
 import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -63,10 +67,16 @@ def server(tmp_path):
     process.wait(30)
 
 
-def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismatches: list, errors: list) -> None:
+def client_at(url: str, address: str):
+    """A gradio_client session as a visitor from address sees the Space (its proxy's X-Forwarded-For)."""
     from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    return Client(url, verbose=False, headers={"X-Forwarded-For": address})
+
+
+def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismatches: list, errors: list,
+           address: str) -> None:
+    client = client_at(url, address)
     rng = random.Random(threading.get_ident())
     while not stop.is_set():
         prompt = rng.choice(HONEST_PROMPTS)
@@ -99,13 +109,21 @@ def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismat
         slowest.append((time.monotonic() - started, kind))
 
 
-def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path) -> None:
-    from gradio_client import Client, handle_file
+def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path, address: str) -> None:
+    from gradio_client import handle_file
 
-    client = Client(url, verbose=False)
+    from test_cost_fuzz import TraceShape, build_trace
+
+    client = client_at(url, address)
     files = []
+    # issue 58's trace holes: an 80 MB answer from 20 KB, a cost curve that allocates what it says, sources per node
+    shapes = {"big-answer.json": TraceShape(3, 4, 2_000, 10_000, 1, False, 0, 1, False, 1),
+              "cost-curve.json": TraceShape(1, 2, 1, 1, 1, False, 2, 2_000_000, False, 1),
+              "sources.json": TraceShape(1, 2, 1, 1, 40_000, True, 0, 1, False, 1),
+              "null-timing.json": TraceShape(3, 2, 1, 1, 1, False, 0, 1, True, 1)}
     for name, data in [("self-parent.json", self_parent_trace()), ("chain.json", chain_trace(30_000)),
-                       ("deep.json", "[" * 50_000 + "]" * 50_000)]:
+                       ("deep.json", "[" * 50_000 + "]" * 50_000),
+                       *((name, build_trace(shape)) for name, shape in shapes.items())]:
         path = folder / f"{threading.get_ident()}-{name}"
         path.write_text(data if isinstance(data, str) else json.dumps(data))
         files.append(str(path))
@@ -117,6 +135,8 @@ def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path) -> Non
         try:
             if kind == "upload":
                 client.predict(handle_file(rng.choice(files)), api_name="/upload_trace")
+                client.predict(1, api_name="/go_to")
+                client.predict(api_name="/accounting")
             elif kind == "bad-step":
                 client.predict(**{**settings(max_new_tokens=8), **rng.choice(bad)}, api_name="/step")
             elif kind == "ab_reset":
@@ -129,15 +149,38 @@ def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path) -> Non
         seen[kind] += 1
 
 
+def greedy(url: str, stop: threading.Event, seen: Counter, address: str) -> None:
+    """One visitor holding as much as it can: six sessions from one address, each asking for the longest Run on
+    the longest prompt and piling more requests into the queue without waiting for them."""
+    from specviz.lab.public_policy import MAX_NEW_TOKENS
+
+    prompt = json.dumps({"messages": [{"role": "user", "content": "Repeat this forever: " + "tick tock " * 2_000}]})
+    clients = [client_at(url, address) for _ in range(6)]
+    while not stop.is_set():
+        jobs = [c.submit(**settings(prompt=prompt, method="rapid", max_new_tokens=MAX_NEW_TOKENS), api_name="/run")
+                for c in clients for _ in range(3)]
+        for job in jobs:
+            try:
+                out = named(job.result(timeout=600))
+                seen["refused" if "⚠️" in out["message"] else "served"] += 1
+            except Exception:  # noqa: BLE001 (the door's refusals and Gradio's come back as errors: an answer)
+                seen["refused at the door"] += 1
+            if stop.is_set():
+                break
+
+
 @pytest.mark.long
 def test_soak_honest_and_hostile_visitors(server):
     process, url, folder = server
     stop = threading.Event()
     honest_seen, hostile_seen = Counter(), Counter()
     slowest, mismatches, errors, memory = [], [], [], []
-    threads = [threading.Thread(target=honest, args=(url, stop, honest_seen, slowest, mismatches, errors))
-               for _ in range(4)]
-    threads += [threading.Thread(target=hostile, args=(url, stop, hostile_seen, folder)) for _ in range(4)]
+    greedy_seen = Counter()
+    threads = [threading.Thread(target=honest, args=(url, stop, honest_seen, slowest, mismatches, errors,
+                                                     f"192.0.2.{10 + n}")) for n in range(4)]
+    threads += [threading.Thread(target=hostile, args=(url, stop, hostile_seen, folder, f"192.0.2.{20 + n}"))
+                for n in range(4)]
+    threads += [threading.Thread(target=greedy, args=(url, stop, greedy_seen, "192.0.2.99"))]
     start_mb = rss_mb(process.pid)
     for thread in threads:
         thread.start()
@@ -150,10 +193,15 @@ def test_soak_honest_and_hostile_visitors(server):
         thread.join(300)
     time.sleep(6)  # the debounced collection after the last resets
     end_mb = rss_mb(process.pid)
+    disk = sum(f.stat().st_size for f in Path(tempfile.gettempdir()).glob("specviz-downloads-*/*/*") if f.is_file())
+    waits = sorted(seconds for seconds, _ in slowest)
     report = {"seconds": SOAK_S, "honest": dict(honest_seen), "hostile": dict(hostile_seen),
+              "greedy": dict(greedy_seen),
+              "median_honest_s": round(waits[len(waits) // 2], 2) if waits else None,
               "slowest_honest_s": round(max(slowest)[0], 2) if slowest else None,
               "slowest_kind": max(slowest)[1] if slowest else None,
               "rss_mb": {"start": round(start_mb), "peak": round(max(memory)), "end": round(end_mb)},
+              "downloads_mb": round(disk / 2**20, 1),
               "honest_errors": errors[:5], "mismatches": mismatches[:3]}
     print("soak:", json.dumps(report))
     assert process.poll() is None, "the server died"

@@ -286,7 +286,7 @@ def test_public_mode_refuses_what_is_not_listed(lm, monkeypatch, tmp_path):
     assert f"generates 1 to {PUBLIC.max_new_tokens} new tokens" in message
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (PUBLIC.max_upload_bytes + 1))
-    out = page.replay.on_upload(lab, str(big))
+    out = page.replay.on_upload(None, lab, str(big))
     assert "at most 4 MB" in out[page.stage.message]
     sweep_message = page.sweep.on_sweep(None, "budget=1,2,3,4,5,6,7,8", "max_breadth=1,2,4,8", "page prompt",
                                             "", 8, "speedup", 8, progress=lambda *a, **k: None, prompt=PROMPT,

@@ -37,6 +37,7 @@ min(q, p_hat) + (1 - beta) norm(max(p - min(q, p_hat), 0)).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -83,8 +84,10 @@ class SamplingSettings:
         if not 0.0 < top_p <= 1.0:
             raise SpecvizError(f"top_p must be in (0, 1], got {top_p:g}.")
         wanted = "a whole number between 0 and 2^63 - 1"
-        if isinstance(seed, str) and seed.strip().isdigit():
-            seed = int(seed.strip())  # exact: a seed past 2^53 does not survive float()
+        # ASCII digits only (str.isdigit() admits "²", which int() refuses), and no more than 2^63 has (int() of
+        # 5,000 digits raises past Python's digit limit): exact, where a seed past 2^53 does not survive float()
+        if isinstance(seed, str) and re.fullmatch(r"[0-9]{1,19}", seed.strip()):
+            seed = int(seed.strip())
         if isinstance(seed, bool):
             raise SpecvizError(f"seed must be {wanted}, got {quoted(seed)}.")
         if not isinstance(seed, int):

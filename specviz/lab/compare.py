@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError, quoted
 from specviz.runtime.gc_pauses import request_collection
+from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.lab import Lab
 from specviz.lab.live_sessions import LIVE
 from specviz.lab.lab_state import CallAction, ModelCall
@@ -62,7 +63,7 @@ class Compare:
         self.b.take(sides[1].settings)
         self.message = ""
 
-    def _call(self, action: CallAction, max_new_tokens: int):
+    def _call(self, action: CallAction, max_new_tokens: int, budget: CallBudget = UNLIMITED):
         """One model call on both sides' states (ui.gpu): each reply becomes the sides' states."""
         from specviz.lab import model_calls
 
@@ -72,7 +73,7 @@ class Compare:
         LIVE.touch(self.a)
         LIVE.touch(self.b)
         generations = (self.a.generation, self.b.generation)
-        replies = model_calls.call(call, [self.a.state, self.b.state])
+        replies = model_calls.call(call, [self.a.state, self.b.state], budget)
         try:
             while True:
                 with self.a.stepping, self.b.stepping:  # held while the call works, not while a reply is shown
@@ -84,14 +85,14 @@ class Compare:
         finally:
             replies.close()
 
-    def step(self, max_new_tokens: int) -> None:
-        for _ in self._call(CallAction.STEP, max_new_tokens):
+    def step(self, max_new_tokens: int, budget: CallBudget = UNLIMITED) -> None:
+        for _ in self._call(CallAction.STEP, max_new_tokens, budget):
             pass
         self._note_end(max_new_tokens)
 
-    def run(self, max_new_tokens: int):
+    def run(self, max_new_tokens: int, budget: CallBudget = UNLIMITED):
         """Generator: both sides a step at a time until both are done (one model call)."""
-        for _ in self._call(CallAction.RUN, max_new_tokens):
+        for _ in self._call(CallAction.RUN, max_new_tokens, budget):
             yield
         self._note_end(max_new_tokens)
         yield

@@ -17,13 +17,14 @@ from specviz.render import accounting_figures
 from specviz.render.accounting_figures import Lane
 from specviz.engine.prediction import ar_ms_per_token, check
 from specviz.engine.run import RunResult
-from specviz.lab.recording import Recording, shipped_ar_trace, user_message, why_small
+from specviz.lab.recording import Recording, shipped_ar_trace, shipped_trace, user_message, why_small
 from specviz.render.tree_svg import tree_html
 from specviz.render.step_panels import (budget_split_markdown, distribution_figure, document_html, node_choices, prediction_figure,
                             respec_step_markdown, search_step_markdown, token_diff_html, tokens_html,
                             transfer_markdown)
 from specviz.lab.lab_state import CallAction, LabState, ModelCall, Settings, baseline_so_far, parse_prompt
 from specviz.lab.counters import LabCounters, VersusAr, counters_markdown
+from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.live_sessions import LIVE
 from specviz.render.markdown_text import md_text
 from specviz.render.views import AccountingView, LabView
@@ -52,6 +53,7 @@ class Lab:
     autoplay: bool = False             # a first visit's recording plays by itself until the visitor acts
     streaming: bool = False            # inside Run: views are drawn still (a step animation needs a play pace)
     generation: int = 0                # bumped by reset and release: a call begun before does not write back
+    visitor_address: str = ""          # whose session this is (lab.fair_share): what per-visitor limits count
 
     # the model side, read by the views
     @property
@@ -90,8 +92,9 @@ class Lab:
         self.wanted = wanted
 
     # ---- actions --------------------------------------------------------------------------------
-    def _call(self, action: CallAction, max_new_tokens: int, every_s: float = 0.25):
-        """Generator over one model call on this session's state: each reply becomes the state."""
+    def _call(self, action: CallAction, max_new_tokens: int, every_s: float = 0.25, budget: CallBudget = UNLIMITED):
+        """Generator over one model call on this session's state: each reply becomes the state (budget: the call's
+        deadline and its visitor's leaving, lab.fair_share)."""
         from specviz.lab import model_calls
 
         if self.wanted is None:
@@ -100,26 +103,26 @@ class Lab:
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
         LIVE.touch(self)
         generation = self.generation
-        for states, messages, _ in model_calls.call(call, [self.state]):
+        for states, messages, _ in model_calls.call(call, [self.state], budget):
             if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
                 return
             self.state = states[0]
             yield messages[0]
 
-    def step(self, max_new_tokens: int) -> None:
+    def step(self, max_new_tokens: int, budget: CallBudget = UNLIMITED) -> None:
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
         self.autoplay = False
         with self.stepping:
-            for message in self._call(CallAction.STEP, max_new_tokens):
+            for message in self._call(CallAction.STEP, max_new_tokens, budget=budget):
                 self.message = message
 
-    def run(self, max_new_tokens: int, every_s: float = 0.25):
+    def run(self, max_new_tokens: int, every_s: float = 0.25, budget: CallBudget = UNLIMITED):
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
         call; Stop closes it). The session's lock is held while the call works, not while the page shows a
         reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
         self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
         self.stop_requested, self.streaming = False, True
-        replies = self._call(CallAction.RUN, max_new_tokens, every_s)
+        replies = self._call(CallAction.RUN, max_new_tokens, every_s, budget)
         generation = self.generation
         try:
             while True:
@@ -228,7 +231,7 @@ class Lab:
         self.message = (f"Token {int(index)} was committed in step {found[0]}, " +
                         (f"by draft node {found[1]} (ringed)." if found[1] is not None else "as that step's bonus token."))
 
-    def tick(self, max_new_tokens: int) -> bool:
+    def tick(self, max_new_tokens: int, budget: CallBudget = UNLIMITED) -> bool:
         """Play: one step forward (through the recorded steps, then live ones); False when there is none.
         A first visit's recording plays from its first step again when it reaches its end."""
         recording = self.recording()
@@ -241,16 +244,23 @@ class Lab:
             return True
         from specviz.lab import model_calls
 
-        live = self.replay is None and self.session is not None and not self.session.finished \
-            and len(self.session.output_ids) < max_new_tokens
+        live = self.tick_is_live(max_new_tokens)
         if live and not model_calls.zero_gpu():
-            self.step(max_new_tokens)
+            self.step(max_new_tokens, budget)
             return True
         self.playing = False
         # on ZeroGPU Play walks the recorded steps only: a GPU call per tick would spend the visitor's quota
         self.message = ("End of the recorded steps: Play stopped. Step or Run to generate more." if live
                         else "End of the run: Play stopped.")
         return False
+
+    def tick_is_live(self, max_new_tokens: int) -> bool:
+        """Whether Play's next tick past the recorded steps is a live step (the run goes on, under its limit)."""
+        recording, shown = self.recording(), self.shown_step()
+        if recording is not None and shown is not None and shown < len(recording.records) - 1:
+            return False
+        return self.replay is None and self.session is not None and not self.session.finished \
+            and len(self.session.output_ids) < max_new_tokens
 
     def play(self) -> bool:
         """Start Play; False (with a message) when it is already playing. A replay shown at its end plays
@@ -274,7 +284,7 @@ class Lab:
 
     def open_recording(self, path, name: str) -> None:
         """A first visit: the recording from its first step, playing by itself until the visitor acts."""
-        self.load_trace(path, name)
+        self.load_trace(path, name, shipped=True)
         self.at, self.playing, self.autoplay = 0, True, True
         self.message = ""
 
@@ -289,13 +299,13 @@ class Lab:
         next tick is then a live step, which takes the page's settings as Step does."""
         return self.replay is None and self.at is None
 
-    def load_trace(self, path, name: str | None = None) -> None:
+    def load_trace(self, path, name: str | None = None, shipped: bool = False) -> None:
         """Replay a trace file (the live session, if any, is kept and comes back on Step or Run). The trace is
         checked as it is read (records.trace_check) and its first and last steps are drawn before it replaces
         what the page shows: a trace that cannot be shown is refused, and the session stays as it was."""
         from pathlib import Path
 
-        trace = Trace.load(path)
+        trace = shipped_trace(Path(path)) if shipped else Trace.load(path)
         if not trace.steps:
             raise SpecvizError("This trace has no steps to replay.")
         kept = (self.replay, self.replay_name, self.at, self.selected_node, self.playing, self.autoplay,
@@ -393,7 +403,7 @@ class Lab:
         tokens, ms = recording.tokens_until(k), recording.ms_until(k)
         record = recording.records[k]
         t = record.timings_ms
-        return " · ".join([f"**{recording.label}**", f"**step** {k} of {len(recording.records) - 1}",
+        return " · ".join([f"**{md_text(recording.label)}**", f"**step** {k} of {len(recording.records) - 1}",
                            f"**tokens** {tokens}", f"**mean accepted / step** {tokens / (k + 1):.2f}",
                            f"**tokens/s** {1000 * tokens / ms:.1f}" if ms else "**tokens/s** -",
                            f"**this step** {len(record.accepted_tokens)} tokens, draft {t.draft:.1f} ms · "
@@ -463,6 +473,25 @@ class Lab:
         if self.replay is not None:
             return user_message(self.replay.prompt_text)
         return self.settings.prompt if self.settings is not None and self.session is not None else ""
+
+    def drop_replay(self, message: str) -> None:
+        """Let an uploaded trace go (lab.fair_share needs the room): the page is back on the live run."""
+        self.replay, self.replay_name, self.at, self.selected_node = None, "", None, None
+        self.playing, self.autoplay, self.message = False, False, message
+
+    def drawn(self) -> LabView:
+        """view(); where a replayed step cannot be drawn (damage the trace's checks did not catch), the visitor's
+        own run instead, with a message: a session is never left unable to draw itself."""
+        try:
+            return self.view()
+        except Exception as error:  # noqa: BLE001 (whatever a damaged trace breaks: said, never raised)
+            if self.replay is None:
+                raise
+            name, k = self.replay_name, self.shown_step()
+            self.replay, self.at, self.selected_node, self.playing, self.autoplay = None, None, None, False, False
+            self.message = (f"⚠️ Step {k} of {md_text(name)} could not be drawn ({type(error).__name__}): the trace "
+                            "is damaged, so the page is back on your own run.")
+            return self.view()
 
     def view(self) -> LabView:
         """What the page shows now: the shown step is the timeline's, or the newest. A step is drawn animated

@@ -75,6 +75,7 @@ class SweepRequest:
     params: tuple             # sorted (name, value) pairs of the method's own parameters
     budget: Budget
     sampling: SamplingSettings
+    max_prompt_tokens: int | None = None  # public mode's cap on each prompt (None: the context's)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class StaticTreeRequest:
     depth: int
     max_rank: int
     max_new_tokens: int
+    max_prompt_tokens: int | None = None  # public mode's cap on each prompt (None: the context's)
 
 
 class CallAction(Enum):
@@ -164,6 +166,9 @@ def parse_prompt(text: str):
             data = json.loads(stripped)
         except json.JSONDecodeError:
             return text  # not JSON after all: the model reads it as text
+        except RecursionError:  # nesting deeper than the parser goes: no chat nests like that
+            raise SpecvizError("The prompt's JSON nests far too deep: a chat is {\"messages\": [{\"role\": ..., "
+                               "\"content\": ...}, ...]}.") from None
         if isinstance(data, dict) and "messages" in data:
             return validate_messages(data["messages"])
         if isinstance(data, dict) and {"document", "question"} <= data.keys():
@@ -373,12 +378,24 @@ def _with_progress(work: Callable[[Callable], object]):
     yield outcome["result"]
 
 
+def check_prompt_tokens(lm, items, limit: int | None) -> None:
+    """Refuse a sweep's or a study's prompt longer than the policy's token limit (as start_session does a Step's)."""
+    if limit is None:
+        return
+    for item in items:
+        length = len(encode(lm.tokenizer, item.messages, lm.max_context))
+        if length > limit:
+            raise SpecvizError(f"The prompt {quoted(item.id)} is {length:,} tokens long; this Space reads prompts of "
+                               f"at most {limit:,} tokens.")
+
+
 def perform_sweep(request: SweepRequest):
     """Generator: a sweep's events, a SweepProgress after each timed run, then the SweepReport
     (engine.sweep_grid.run_grid)."""
     from specviz.engine.sweep_grid import run_grid
 
     lm = shared_model(request.model, request.mode)
+    check_prompt_tokens(lm, request.prompts, request.max_prompt_tokens)
     draft = shared_draft(lm, request.draft_model, request.mode)
     yield from run_grid(lm, list(request.prompts), request.method, list(request.axes), request.max_new_tokens,
                         dict(request.params), request.budget, draft, request.sampling)
@@ -392,6 +409,7 @@ def perform_static_tree(request: StaticTreeRequest):
     from specviz.runtime.eagle_head import drafts_from_features
 
     lm = shared_model(request.model, request.mode)
+    check_prompt_tokens(lm, request.prompts, request.max_prompt_tokens)
     drafter = shared_draft(lm, request.drafter, request.mode) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")

@@ -15,6 +15,8 @@ from specviz.runtime.shared_resources import on_model_released
 
 ROOM_MESSAGE = ("⚠️ This session was released to make room for other visitors (this Space keeps {limit} running "
                 "at once). Press Step to start again.")
+VISITOR_MESSAGE = ("⚠️ This session was released: this Space keeps {limit} sessions per visitor, and another of "
+                   "yours started. Press Step to start again.")
 MODEL_GONE_MESSAGE = ("⚠️ The model this session ran was unloaded to make room for another one. Press Step to "
                       "load it again and start over.")
 
@@ -23,6 +25,8 @@ class LiveSessions:
     def __init__(self, limit: int | None = None, token_limit: int | None = None):
         self.limit = limit                # sessions holding state at once (None: no limit)
         self.token_limit = token_limit    # context tokens they hold together (None: no limit)
+        self.visitor_limit: int | None = None        # the same per visitor (Lab.visitor_address)
+        self.visitor_token_limit: int | None = None
         self._labs: OrderedDict[int, weakref.ref] = OrderedDict()   # id -> Lab, least recently used first
         self._lock = threading.Lock()
 
@@ -33,9 +37,14 @@ class LiveSessions:
         with self._lock:
             self._labs.pop(id(lab), None)
             self._labs[id(lab)] = weakref.ref(lab)
-            if self.limit is None and self.token_limit is None:
+            if self.limit is None and self.token_limit is None and self.visitor_limit is None:
                 return
             others = [old for old in self._alive() if old is not lab and old.holds_state]
+            # a visitor over their own share lets their own least recently used sessions go first
+            own = self._over(lab, [old for old in others if lab.visitor_address and
+                                   old.visitor_address == lab.visitor_address],
+                             self.visitor_limit, self.visitor_token_limit)
+            others = [old for old in others if old not in own]
             count, tokens = len(others) + 1, sum(old.held_tokens for old in others) + lab.held_tokens
             released = []
             for old in others:  # least recently used first
@@ -46,8 +55,26 @@ class LiveSessions:
                     continue
                 released.append(old)
                 count, tokens = count - 1, tokens - old.held_tokens
+        for old in own:
+            old.release_with(VISITOR_MESSAGE.format(limit=self.visitor_limit))
         for old in released:
             old.release_with(ROOM_MESSAGE.format(limit=self.limit or count))
+
+    @staticmethod
+    def _over(lab, held: list, limit: int | None, token_limit: int | None) -> list:
+        """Which of held (least recently used first) to release so that they and lab keep within the limits."""
+        if limit is None and token_limit is None:
+            return []
+        count, tokens = len(held) + 1, sum(old.held_tokens for old in held) + lab.held_tokens
+        chosen = []
+        for old in held:
+            if (limit is None or count <= limit) and (token_limit is None or tokens <= token_limit):
+                break
+            if old.stepping.locked():  # busy: a call is running on it
+                continue
+            chosen.append(old)
+            count, tokens = count - 1, tokens - old.held_tokens
+        return chosen
 
     def release_model(self, key: tuple) -> None:
         """The shared registry released the model under key: release every session on it."""

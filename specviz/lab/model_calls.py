@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 from specviz.engine.static_study import StaticTreeStudy, StudyProgress, last_study
 from specviz.errors import SpecvizError
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
+from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.fork_guard import GUARD
 from specviz.lab.lab_state import (CallAction, CarriedStates, LabState, ModelCall, ModelReply, perform_static_tree,
                                   perform_sweep, step_sessions)
@@ -51,7 +52,7 @@ def zero_gpu() -> bool:
     return spaces is not None and on_zero_gpu()
 
 
-def _tokens(call: ModelCall) -> int:
+def call_tokens(call: ModelCall) -> int:
     """Tokens a call generates at most: a Run's (and its baseline's) on each state, a sweep's runs (its points
     and the ar references on each prompt), one step's."""
     if call.action is CallAction.STATIC_TREE:  # ar on each prompt, then the drafter along it: about a level a token
@@ -77,7 +78,7 @@ def rebuild_seconds(carried: CarriedStates | None) -> float:
 
 def call_seconds(call: ModelCall, carried: CarriedStates | None = None) -> int:
     """The GPU time a call asks for (spaces.GPU's duration, given the call's own arguments), whole seconds up."""
-    return math.ceil(CALL_BASE_S + SECONDS_PER_TOKEN * _tokens(call) + rebuild_seconds(carried))
+    return math.ceil(CALL_BASE_S + SECONDS_PER_TOKEN * call_tokens(call) + rebuild_seconds(carried))
 
 
 def check_duration(call: ModelCall) -> None:
@@ -87,13 +88,13 @@ def check_duration(call: ModelCall) -> None:
         return
     fits = int((MAX_CALL_S - CALL_BASE_S) / SECONDS_PER_TOKEN)
     if call.action is CallAction.STATIC_TREE:
-        raise SpecvizError(f"This study runs about {_tokens(call)} forwards, about {seconds} s of GPU time, and a call "
+        raise SpecvizError(f"This study runs about {call_tokens(call)} forwards, about {seconds} s of GPU time, and a call "
                            f"may take at most {MAX_CALL_S} s here: fewer prompts or tokens per prompt.")
     if call.action is CallAction.SWEEP:
-        raise SpecvizError(f"This sweep generates up to {_tokens(call)} tokens, about {seconds} s of GPU time, and a "
+        raise SpecvizError(f"This sweep generates up to {call_tokens(call)} tokens, about {seconds} s of GPU time, and a "
                            f"call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
                            "tokens in all, the ar references included).")
-    per_token = _tokens(call) // max(1, call.max_new_tokens)
+    per_token = call_tokens(call) // max(1, call.max_new_tokens)
     raise SpecvizError(f"A Run of {call.max_new_tokens} new tokens needs about {seconds} s of GPU time and a call "
                        f"may take at most {MAX_CALL_S} s here: ask for at most {fits // per_token} tokens (Run again "
                        "to go on from where it stopped).")
@@ -178,10 +179,12 @@ def refusal(error: BaseException) -> str | None:
     return f"The GPU did not run this call ({what}): {text.rstrip('.')}. {WITHOUT_GPU}"
 
 
-def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
+def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITED
+         ) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
     """Run one call: (the states as they are now, a message per state, a sweep's result) for each reply;
     SpecvizError for bad input or a call ZeroGPU refused, with the caller's states untouched where the call ran in
-    another process."""
+    another process. budget (lab.fair_share) is checked after each reply: past its deadline, or once its visitor
+    left, the call stops with a SpecvizError and the replies already taken stand."""
     entry, device = _entry[0], models_device()
     if entry is not run_model and zero_gpu() and on_cpu(call_):
         entry, device = run_model, "cpu"  # this Space's CPUs answer sooner and spend no quota
@@ -202,6 +205,11 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
             if reply.error is not None:
                 raise SpecvizError(reply.error)
             yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
+            try:
+                budget.check()
+            except SpecvizError:
+                getattr(replies, "close", lambda: None)()  # the worker stops at its next reply
+                raise
     except SpecvizError:
         raise
     except Exception as error:  # noqa: BLE001 (spaces raises gradio's Error, or RuntimeError from its client)
@@ -211,7 +219,8 @@ def call(call_: ModelCall, states: list[LabState]) -> Iterator[tuple[list[LabSta
         raise SpecvizError(message) from None
 
 
-def studied(call_: ModelCall, progress: Callable[[StudyProgress], None]) -> StaticTreeStudy:
+def studied(call_: ModelCall, progress: Callable[[StudyProgress], None],
+            budget: CallBudget = UNLIMITED) -> StaticTreeStudy:
     """Run a static-tree study's call: progress(event) on each StudyProgress reply; the study. (A sweep's are read
     the same way: lab.sweep.Sweep with engine.sweep_grid.last_report.)"""
-    return last_study((result for _, _, result in call(call_, [])), progress)
+    return last_study((result for _, _, result in call(call_, [], budget)), progress)

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError, quoted
+from specviz.lab.fair_share import ShareLimits
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.shared_resources import SELF_DRAFT
@@ -56,8 +57,9 @@ MAX_LIVE_SESSIONS = 12
 MAX_LIVE_TOKENS = 10_000
 # requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
 MAX_QUEUE = 64
-# a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released
+# a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released; every session's together
 MAX_SESSION_FILES_BYTES = 64 * 2**20
+MAX_FILES_BYTES = 1024 * 2**20
 # method parameters a public visitor may not turn on: a datastore that grows with every finished answer is shared
 # by every visitor, so one visitor's text would reach another's drafts
 PRIVATE_ONLY_PARAMS = {"datastore_grow": 0}
@@ -101,6 +103,8 @@ class Policy:
     max_live_tokens: int | None = None
     max_queue: int | None = None
     max_session_files_bytes: int | None = None
+    max_files_bytes: int | None = None
+    share: ShareLimits | None = None     # what one visitor may hold (lab.fair_share); None: no share
 
     @classmethod
     def private(cls) -> "Policy":
@@ -114,7 +118,8 @@ class Policy:
                    drafts=SELF_DRAFTS + models + allowed_eagle_heads(), max_prompt_chars=MAX_PROMPT_CHARS,
                    max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
                    max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
-                   max_session_files_bytes=MAX_SESSION_FILES_BYTES)
+                   max_session_files_bytes=MAX_SESSION_FILES_BYTES, max_files_bytes=MAX_FILES_BYTES,
+                   share=ShareLimits())
 
     @classmethod
     def from_environment(cls, public_flag: bool = False) -> "Policy":
@@ -182,12 +187,20 @@ class Policy:
                                f"asked for {int(tokens)}.")
 
     def link_settings(self, settings: dict, notes: list[str]) -> tuple[dict, list[str]]:
-        """A share link's settings (ui.share) less what this policy keeps off, each named in a note."""
+        """A share link's settings (lab.share_link) less what this policy keeps off or out of range, each named in
+        a note: the same limits as a Step's."""
         if not self.public:
             return settings, notes
         kept = {k: v for k, v in settings.items() if k not in PRIVATE_ONLY_PARAMS}
-        return kept, [*notes, *(f"{k} stays at {PRIVATE_ONLY_PARAMS[k]} on this Space" for k in settings
-                                if k in PRIVATE_ONLY_PARAMS)]
+        notes = [*notes, *(f"{k} stays at {PRIVATE_ONLY_PARAMS[k]} on this Space" for k in settings
+                           if k in PRIVATE_ONLY_PARAMS)]
+        if "max_new_tokens" in kept:
+            try:
+                kept["max_new_tokens"] = self.check_new_tokens(kept["max_new_tokens"])
+            except SpecvizError:
+                notes.append(f"max_new_tokens {quoted(kept.pop('max_new_tokens'))} is over this Space's "
+                             f"{self.max_new_tokens}")
+        return kept, notes
 
     def shown(self, text: str) -> str:
         """A message as this policy shows it: in public mode without any server path (ui.server_paths)."""
@@ -199,3 +212,18 @@ class Policy:
         if self.max_upload_bytes is not None and size > self.max_upload_bytes:
             raise SpecvizError(f"This Space reads traces of at most {self.max_upload_bytes // 2**20} MB; this one "
                                f"is {size / 2**20:.1f} MB.")
+
+
+def enforce(policy: Policy) -> None:
+    """Put policy's process-wide limits in force: live sessions (in all and per visitor), the visitors' share of
+    calls and memory, every session's downloads together. The app does this once at start-up."""
+    from specviz.lab import visitors
+    from specviz.lab.fair_share import SHARE
+    from specviz.lab.live_sessions import LIVE
+
+    LIVE.limit, LIVE.token_limit = policy.max_live_sessions, policy.max_live_tokens
+    share = policy.share
+    LIVE.visitor_limit = share.live_sessions if share else None
+    LIVE.visitor_token_limit = share.live_tokens if share else None
+    SHARE.configure(share)
+    visitors.TOTAL_FILES_BYTES[0] = policy.max_files_bytes

@@ -4,6 +4,7 @@ with no model loaded and a method that lands later needs no special case."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -135,3 +136,14 @@ def user_message(prompt_text: str) -> str:
         return prompt_text
     body = prompt_text[start + len("<|im_start|>user\n"):]
     return body.split("<|im_end|>", 1)[0]
+
+
+@functools.lru_cache(maxsize=32)
+def _shipped(path: Path, mtime_ns: int) -> Trace:
+    return Trace.load(path)
+
+
+def shipped_trace(path: Path) -> Trace:
+    """A shipped trace, read once per process and shared by every session that replays it (a first visit opens
+    one for each new visitor: one parsed copy, not one per session). Views only read a trace."""
+    return _shipped(path, path.stat().st_mtime_ns)

@@ -13,6 +13,7 @@ from specviz.engine.suite import SuiteItem
 from specviz.engine.sweep_grid import (SweepProgress, SweepReport, format_grid, grid_csv, last_report, parse_axes,
                                        runs_needed)
 from specviz.errors import SpecvizError, quoted
+from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, text_value, whole_number
 from specviz.lab.lab import Lab
 from specviz.lab.lab_state import CallAction, ModelCall, SweepRequest
@@ -22,6 +23,14 @@ from specviz.lab.visitor_request import VisitorRequest
 SCOPES = ("page prompt", "suite category")
 MAX_AXIS_CHARS = 500   # an axis's text (NAME=V1,V2,...): far more than 64 grid points need
 PAGE_PROMPT_ID = "page prompt"
+
+
+def _number_or_text(value: str):
+    """An axis value as the policy compares it ("1" and "1.0" are 1; a word stays a word)."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 @dataclass
@@ -67,22 +76,34 @@ class Sweep:
         chosen = request.settings
         prompts = self.prompts(scope, category, chosen.prompt)
         params = dict(chosen.params)
+        for name, values in parsed:  # an axis may not turn on what the policy keeps off (datastore_grow)
+            for value in values:
+                self.policy.check_params(chosen.method, {name: _number_or_text(value)})
         self.policy.check_sweep(runs_needed(chosen.method, parsed, params, chosen.budget, chosen.sampling,
                                             len(prompts)), tokens)
         return SweepRequest(model=chosen.model, mode=chosen.mode, draft_model=chosen.draft_model,
                             method=chosen.method, prompts=tuple(prompts),
                             axes=tuple((name, tuple(values)) for name, values in parsed), max_new_tokens=tokens,
-                            params=tuple(sorted(params.items())), budget=chosen.budget, sampling=chosen.sampling)
+                            params=tuple(sorted(params.items())), budget=chosen.budget, sampling=chosen.sampling,
+                            max_prompt_tokens=chosen.max_prompt_tokens)
 
     # ---- running -----------------------------------------------------------------------------------------
     def run(self, request: VisitorRequest, scope, category, axes, tokens,
-            progress: Callable[[SweepProgress], None] | None = None) -> SweepReport:
-        """plan, then one model call (lab.model_calls): progress(event) after each timed run; the report, kept."""
+            progress: Callable[[SweepProgress], None] | None = None, budget: CallBudget = UNLIMITED) -> SweepReport:
+        """plan, then run_planned."""
+        return self.run_planned(self.plan(request, scope, category, axes, tokens), progress, budget)
+
+    @staticmethod
+    def call_of(planned: SweepRequest) -> ModelCall:
+        return ModelCall(CallAction.SWEEP, (), planned.max_new_tokens, sweep=planned)
+
+    def run_planned(self, planned: SweepRequest, progress: Callable[[SweepProgress], None] | None = None,
+                    budget: CallBudget = UNLIMITED) -> SweepReport:
+        """One model call (lab.model_calls): progress(event) after each timed run; the report, kept."""
         from specviz.lab import model_calls
 
-        planned = self.plan(request, scope, category, axes, tokens)
-        call = ModelCall(CallAction.SWEEP, (), planned.max_new_tokens, sweep=planned)
-        self.report = last_report((result for _, _, result in model_calls.call(call, [])), progress)
+        results = (result for _, _, result in model_calls.call(self.call_of(planned), [], budget))
+        self.report = last_report(results, progress)
         return self.report
 
     # ---- showing -----------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ SHARED_KEY = "no-session"      # downloads of a call that carries no session (a 
 # a session folder untouched this long goes when the next one is made: a client that never closes its tab (an API
 # caller) never sends the event that removes its folder
 FOLDER_MAX_AGE_S = 2 * 3600
+# every session's downloads together (None: no limit; public mode sets one, lab.fair_share.enforce)
+TOTAL_FILES_BYTES: list[int | None] = [None]
 
 
 def register(session_hash: str | None, *objects) -> None:
@@ -43,6 +45,18 @@ def release(session_hash: str | None) -> int:
     for obj in objects:
         obj.release()
     return len(objects)
+
+
+def release_holder(obj) -> int:
+    """A session's state expired (gr.State's time to live): release every session that registered obj, with its
+    folder; obj itself is released even where no session registered it. How many objects were released."""
+    with _lock:
+        keys = [key for key, refs in _open.items() if any(r() is obj for r in refs)]
+    released = sum(release(key) for key in keys)
+    if not keys:
+        obj.release()
+        released += 1
+    return released
 
 
 def open_sessions() -> int:
@@ -80,10 +94,18 @@ def _remove_stale_folders() -> None:
 
 
 def keep_within(folder: Path, max_bytes: int | None) -> None:
-    """Remove the folder's oldest files until what is left takes at most max_bytes (the newest always stays)."""
-    if max_bytes is None:
-        return
-    files = sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.stat().st_mtime_ns)
+    """Remove the folder's oldest files until what is left takes at most max_bytes (the newest always stays),
+    then every session's oldest files until all of them take at most TOTAL_FILES_BYTES."""
+    if max_bytes is not None:
+        _trim(sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.stat().st_mtime_ns), max_bytes)
+    total_limit = TOTAL_FILES_BYTES[0]
+    if total_limit is not None and _FILES_ROOT:
+        files = sorted((f for f in _FILES_ROOT[0].glob("*/*") if f.is_file()), key=lambda f: f.stat().st_mtime_ns)
+        _trim(files, total_limit)
+
+
+def _trim(files: list[Path], max_bytes: int) -> None:
+    """Unlink the oldest of files (oldest first) until the rest take at most max_bytes; the newest stays."""
     total = sum(f.stat().st_size for f in files)
     for old in files[:-1]:
         if total <= max_bytes:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.errors import SpecvizError
+from specviz.lab import visitors
 from specviz.lab.compare import Compare
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_calls import STEP_TOKENS, model_call
 from specviz.panels.visitor_files import session_of
 from specviz.render.tree_svg import TREE_JS
 from specviz.render.views import CompareView
@@ -38,7 +40,8 @@ class CompareTab:
                     tree_b = gr.HTML(elem_id="tree-b", label="B: tree of the last step", js_on_load=TREE_JS)
                     text_b = gr.HTML(elem_id="text-b")
             diff = gr.HTML(elem_id="ab-diff")
-        self.compare = gr.State(None, time_to_live=context.session_ttl_s, delete_callback=lambda c: c and c.release())
+        self.compare = gr.State(None, time_to_live=context.session_ttl_s,
+                                delete_callback=lambda c: c and visitors.release_holder(c))
         # CompareView's fields, each its widget (the API answers in CompareView's order)
         self.widgets = {"tree_a": tree_a, "tree_b": tree_b, "text_a": text_a, "text_b": text_b,
                         "summary_a": summary_a, "summary_b": summary_b, "diff_html": diff, "message": message}
@@ -66,7 +69,8 @@ class CompareTab:
         try:
             wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
             compare.apply(wanted, side_a, side_b, self.policy)
-            compare.step(wanted.max_new_tokens)
+            with model_call(request, 2 * STEP_TOKENS, compare.a, compare.b) as budget:
+                compare.step(wanted.max_new_tokens, budget)
         except SpecvizError as error:
             compare.fail(error)
         return self.shown(compare)
@@ -77,8 +81,9 @@ class CompareTab:
         try:
             wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
             compare.apply(wanted, side_a, side_b, self.policy)
-            for _ in compare.run(wanted.max_new_tokens):
-                yield self.shown(compare)
+            with model_call(request, 2 * wanted.max_new_tokens, compare.a, compare.b) as budget:
+                for _ in compare.run(wanted.max_new_tokens, budget):
+                    yield self.shown(compare)
         except SpecvizError as error:
             compare.fail(error)
             yield self.shown(compare)

@@ -38,7 +38,7 @@ class LabOutputs:
         """What the page shows for lab.view(), by component: the node list becomes the dropdown's choices,
         steps and shown_step the timeline slider (a panel with nothing to show is hidden by the page's CSS,
         from the tree box's flags: the API's values stay plain)."""
-        view = lab.view()
+        view = lab.drawn()
         values = {name: getattr(view, name) for name in WIDGET_FIELDS if hasattr(view, name)}
         choices = view.node_choices
         values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)

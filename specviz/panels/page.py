@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 
 import gradio as gr
 
+from specviz.lab import visitors
+from specviz.lab.fair_share import SHARE
 from specviz.lab.first_visit import first_view
 from specviz.lab.lab import Lab
 from specviz.panels.accounting_tab import AccountingTab
@@ -20,6 +22,7 @@ from specviz.panels.stage import Stage
 from specviz.panels.static_tree_tab import StaticTreeTab
 from specviz.panels.step_details_tab import StepDetailsTab
 from specviz.panels.sweep_tab import SweepTab
+from specviz.panels.visitor_gate import VisitorGate
 from specviz.render.page_style import PAGE_CSS, PAGE_JS
 
 TITLE = "specviz: speculative decoding with draft trees"
@@ -42,6 +45,19 @@ class Page:
     out: LabOutputs          # the lab state and the widgets that show it
 
 
+def launch_options(page: "Page") -> dict:
+    """Gradio's launch options for the page: its CSS and script, the policy's upload limit and the door in front
+    of Gradio's routes (panels.visitor_gate: private events not callable by name, a bounded queue per visitor)."""
+    from starlette.middleware import Middleware
+
+    policy = page.settings.policy
+    options = dict(LAUNCH_OPTIONS)
+    if policy.max_upload_bytes:
+        options["max_file_size"] = policy.max_upload_bytes
+    options["app_kwargs"] = {"middleware": [Middleware(VisitorGate, blocks=page.blocks, share=SHARE)]}
+    return options
+
+
 def counters_data(lab) -> dict | None:
     """The counters the stage shows (lab.counters.LabCounters), as data for API callers and tests (no Markdown
     to parse); None before a live run."""
@@ -52,7 +68,8 @@ def counters_data(lab) -> dict | None:
 def build_page(context: PageContext) -> Page:
     first = first_view(context.traces.get(context.first_trace), context.first_trace, context.examples)
     with gr.Blocks(title=TITLE, delete_cache=DELETE_CACHE) as demo:
-        lab = gr.State(None, time_to_live=context.session_ttl_s, delete_callback=lambda lab: lab and lab.release())
+        lab = gr.State(None, time_to_live=context.session_ttl_s,
+                       delete_callback=lambda lab: lab and visitors.release_holder(lab))
         settings = SettingsPanel(context, first.example, first.prompt)
         stage = Stage(context, first.view)
         with gr.Tabs(elem_id="details-tabs"):

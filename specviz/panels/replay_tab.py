@@ -8,9 +8,11 @@ import os
 import gradio as gr
 
 from specviz.errors import SpecvizError, quoted
+from specviz.lab.fair_share import SHARE, visitor_of
 from specviz.lab.lab import Lab
 from specviz.panels.lab_outputs import LabOutputs
 from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_files import session_of
 from specviz.records.trace import MAX_TRACE_BYTES
 
 
@@ -38,20 +40,26 @@ class ReplayTab:
             if not isinstance(name, str) or name not in self.traces:
                 raise SpecvizError(f"No shipped trace named {quoted(name)}; the shipped ones: "
                                    f"{', '.join(self.traces)}.")
-            lab.load_trace(self.traces[name], name)
+            lab.load_trace(self.traces[name], name, shipped=True)
         except SpecvizError as error:
             return self.out.failed(lab, error)
         return self.out.shown(lab)
 
-    def on_upload(self, lab, path) -> dict:
-        lab = lab or Lab()
+    def on_upload(self, request: gr.Request, lab, path) -> dict:
+        lab = session_of(request, lab or Lab())
         if not path:
             return self.out.shown(lab)
         try:
             if not isinstance(path, str):
                 raise SpecvizError("Upload a trace file (JSON).")
-            self.policy.check_upload(os.path.getsize(path))
+            size = os.path.getsize(path)
+            self.policy.check_upload(size)
             lab.load_trace(path)
+            try:  # the uploads a visitor and the process hold in memory (lab.fair_share)
+                SHARE.hold_replay(lab, lab.replay, visitor_of(request), size)
+            except SpecvizError:
+                lab.drop_replay("")
+                raise
         except OSError:
             return self.out.failed(lab, SpecvizError("That upload could not be read: upload the trace file again."))
         except SpecvizError as error:

@@ -4,11 +4,14 @@ visitor's Lab and answer through LabOutputs (built once the step-details widgets
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import gradio as gr
 
 from specviz.errors import SpecvizError
 from specviz.lab import visitors
 from specviz.lab.compare import Compare
+from specviz.lab.fair_share import SHARE, UNLIMITED
 from specviz.lab.first_visit import FIRST_PACE_S, open_first_visit
 from specviz.lab.input_values import number_in, whole_number
 from specviz.lab.lab import Lab
@@ -16,6 +19,7 @@ from specviz.lab.startup import STATUS
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.lab_outputs import LabOutputs
 from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_calls import STEP_TOKENS, model_call
 from specviz.panels.visitor_files import session_of
 from specviz.render.page_style import PRESENT_JS, TITLE_HTML
 from specviz.render.tree_svg import TREE_JS
@@ -107,7 +111,8 @@ class Stage:
         try:
             wanted = self._request(settings, max_new_tokens)
             lab.take(wanted.settings)
-            lab.step(wanted.max_new_tokens)
+            with model_call(request, STEP_TOKENS, lab) as budget:
+                lab.step(wanted.max_new_tokens, budget)
         except SpecvizError as error:
             return self.out.failed(lab, error)
         return self.out.shown(lab)
@@ -118,8 +123,9 @@ class Stage:
         try:
             wanted = self._request(settings, max_new_tokens)
             lab.take(wanted.settings)
-            for _ in lab.run(wanted.max_new_tokens):
-                yield self.out.shown(lab)
+            with model_call(request, wanted.max_new_tokens, lab) as budget:
+                for _ in lab.run(wanted.max_new_tokens, budget=budget):
+                    yield self.out.shown(lab)
         except SpecvizError as error:
             yield self.out.failed(lab, error)
 
@@ -171,7 +177,7 @@ class Stage:
         lab.pause()
         return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
 
-    def on_tick(self, lab, max_new_tokens, **settings) -> dict:
+    def on_tick(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
         lab = lab or Lab()
         if not lab.playing:
             return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
@@ -182,7 +188,9 @@ class Stage:
                 limit = wanted.max_new_tokens
             else:
                 limit = self.policy.check_new_tokens(max_new_tokens)
-            going = lab.tick(limit)
+            live = lab.tick_is_live(limit) and not lab.autoplay
+            with model_call(request, STEP_TOKENS, lab) if live else nullcontext(UNLIMITED) as budget:
+                going = lab.tick(limit, budget)
         except SpecvizError as error:
             return {**self.out.failed(lab, error), self.timer: gr.Timer(active=False)}
         return {**self.out.shown(lab), self.timer: gr.Timer(active=going)}
@@ -204,4 +212,7 @@ class Stage:
 
     @staticmethod
     def on_close(request: gr.Request):
-        visitors.release(getattr(request, "session_hash", None))
+        """The visitor closed the page: their running calls stop at their next step, their sessions go."""
+        session = getattr(request, "session_hash", None)
+        SHARE.cancel(session)
+        visitors.release(session)

@@ -18,6 +18,7 @@ from specviz.lab.lab_state import CallAction, ModelCall, StaticTreeRequest
 from specviz.lab.public_policy import Policy
 from specviz.render.static_tree_figures import level_table_markdown, speedup_figure, static_tree_figure
 from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
+from specviz.panels.visitor_calls import model_call
 
 SCOPES = ("page prompt", "tuning suite", "held-out suite")
 TEXT_FORMATS = tuple(f for f in FORMATS if f != "graphml")  # GraphML comes as a file
@@ -83,9 +84,12 @@ class StaticTreeTab:
             depth = whole_number("deepest level", depth, 1, MAX_DEPTH)
             prompts = self._prompts(scope, chosen.prompt)
             request = StaticTreeRequest(model=chosen.model, mode=chosen.mode, drafter=spec, prompts=tuple(prompts),
-                                        depth=depth, max_rank=MAX_RANK, max_new_tokens=tokens)
-            study = model_calls.studied(ModelCall(CallAction.STATIC_TREE, (), static_tree=request),
-                                        lambda event: progress((event.done, event.total), desc=event.label))
+                                        depth=depth, max_rank=MAX_RANK, max_new_tokens=tokens,
+                                        max_prompt_tokens=chosen.max_prompt_tokens)
+            call = ModelCall(CallAction.STATIC_TREE, (), static_tree=request)
+            with model_call(visit, model_calls.call_tokens(call)) as budget:
+                study = model_calls.studied(call, lambda event: progress((event.done, event.total), desc=event.label),
+                                            budget)
         except SpecvizError as error:
             return {self.message: self.policy.shown(f"⚠️ {error}")}
         n = min(study.best_tokens, MAX_SHOWN_N)

@@ -14,7 +14,9 @@ from specviz.engine.sweep_grid import MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, METRICS
 from specviz.errors import SpecvizError
 from specviz.lab import visitors
 from specviz.lab.sweep import SCOPES, Sweep
+from specviz.lab.model_calls import call_tokens
 from specviz.lab.visitor_request import VisitorRequest
+from specviz.panels.visitor_calls import model_call
 
 if TYPE_CHECKING:
     from specviz.panels.page_context import PageContext
@@ -76,8 +78,10 @@ class SweepTab:
         try:
             request = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
             sweep = Sweep(self.policy, self.suite)
-            sweep.run(request, scope, category, (axis_1, axis_2), sweep_tokens,
-                      lambda event: progress((event.done, event.total), desc=event.label))
+            planned = sweep.plan(request, scope, category, (axis_1, axis_2), sweep_tokens)
+            with model_call(visit, call_tokens(Sweep.call_of(planned))) as budget:
+                sweep.run_planned(planned, lambda event: progress((event.done, event.total), desc=event.label),
+                                  budget)
             folder = visitors.files_folder(getattr(visit, "session_hash", None))
             path = sweep.write_csv(folder)
             visitors.keep_within(folder, self.policy.max_session_files_bytes)

@@ -5,7 +5,12 @@ step. On the typed records: every field of every record has its declared type (i
 texts of bounded length, statuses known), and every step's tree is a tree: node i has id i, node 0 is the one
 root (parent -1, depth 0), every other node's parent is an earlier node and its depth one more than its
 parent's, and the same holds for the cut nodes that follow the verified ones. A trace that fails is refused
-with a message that says where and what; one that passes lays out in time linear in its size."""
+with a message that says where and what; one that passes lays out in time linear in its size.
+
+Caps on totals as well as items, so that what the page draws of a trace is bounded by construction: a token's
+text, the tokens a step commits (at most its tree's depth plus the bonus token) and a whole trace commits, the
+sources of a node (registered names, each once), the cost curve (tree sizes a step can have), and every free-form
+object (params, a node's meta): at most two levels of scalars and a bounded count of entries."""
 
 from __future__ import annotations
 
@@ -17,13 +22,22 @@ from enum import Enum
 from functools import cache
 
 from specviz.errors import SpecvizError
+from specviz.tree.sources import is_source
 
 MAX_DEPTH = 24                # nesting of JSON objects and lists (a real trace nests about 8 deep)
 MAX_STEPS = 5_000             # a 512-token run has at most 512 steps
 MAX_NODES = 1_024             # per step, verified and cut together (the largest budget is 256)
-MAX_TEXT = 10_000             # characters of one text field (a token's text is a few)
 MAX_PROMPT_TEXT = 500_000     # characters of the decoded prompt
 MAX_INT = 2 ** 53             # ids, token ids, counts: anything larger is not from a run
+MAX_TOKEN_TEXT = 256          # characters of a token's text or a node's (real vocabularies' longest are far shorter)
+MAX_TRACE_TOKENS = 65_536     # tokens all steps of a trace commit together
+MAX_TOKEN_TEXTS = 262_144     # entries of token_texts (a vocabulary's size)
+MAX_LIST = 1 << 20            # items of any list (prompt ids, a chart's values)
+MAX_CURVE_POINTS = 256        # cost_curve's measured sizes (the app measures about a dozen)
+MAX_CURVE_MS = 1e7            # milliseconds of one verify in cost_curve
+MAX_FREE_ENTRIES = 64         # entries of a free-form object (params, a node's meta) at each of its levels
+MAX_FREE_KEY = 64             # characters of a free-form object's key
+MAX_FREE_DEPTH = 2            # levels of a free-form object (a node's meta: source -> what it said)
 
 
 def check_raw(data) -> None:
@@ -60,11 +74,41 @@ def _check_depth(data) -> None:
 def check_trace(trace) -> None:
     """Every field's type, every step's tree (see the module's note); SpecvizError naming the first fault."""
     _check_record(trace, "the trace")
-    for text in trace.token_texts.values():
-        if len(text) > MAX_TEXT:
-            raise SpecvizError(f"A token text of this trace is longer than {MAX_TEXT:,} characters.")
+    if len(trace.token_texts) > MAX_TOKEN_TEXTS:
+        raise SpecvizError(f"This trace names {len(trace.token_texts):,} token texts; at most {MAX_TOKEN_TEXTS:,} "
+                           "are read.")
+    for key, text in trace.token_texts.items():
+        if not key.isascii() or not key.isdigit() or len(text) > MAX_TOKEN_TEXT:
+            raise SpecvizError(f"This trace is damaged: token_texts maps token ids (digits) to texts of at most "
+                               f"{MAX_TOKEN_TEXT} characters.")
+    _check_cost_curve(trace.cost_curve)
+    committed = 0
     for i, step in enumerate(trace.steps):
         _check_tree(step, f"step {i}")
+        committed += len(step.accepted_tokens)
+        if committed > MAX_TRACE_TOKENS:
+            raise SpecvizError(f"This trace commits more than {MAX_TRACE_TOKENS:,} tokens; a trace may commit at "
+                               f"most {MAX_TRACE_TOKENS:,}.")
+    if len(trace.output_ids) > MAX_TRACE_TOKENS:
+        raise SpecvizError(f"This trace has {len(trace.output_ids):,} output tokens; at most "
+                           f"{MAX_TRACE_TOKENS:,} are read.")
+
+
+def _check_cost_curve(curve) -> None:
+    """None, or {"sizes": [...], "ms": [...]}: sizes a tree can have (whole, increasing, 1 to MAX_NODES), each
+    with a finite verify time."""
+    if curve is None:
+        return
+    wanted = (f"cost_curve is {{\"sizes\": [...], \"ms\": [...]}} with at most {MAX_CURVE_POINTS} increasing "
+              f"tree sizes from 1 to {MAX_NODES:,}, each with a finite time in ms")
+    sizes, ms = curve.get("sizes"), curve.get("ms")
+    if set(curve) != {"sizes", "ms"} or not isinstance(sizes, list) or not isinstance(ms, list) \
+            or not 1 <= len(sizes) <= MAX_CURVE_POINTS or len(sizes) != len(ms):
+        raise SpecvizError(f"This trace is damaged: {wanted}.")
+    if not all(type(n) is int and 1 <= n <= MAX_NODES for n in sizes) or sizes != sorted(set(sizes)):
+        raise SpecvizError(f"This trace is damaged: {wanted}.")
+    if not all(type(t) in (int, float) and math.isfinite(t) and 0 <= t <= MAX_CURVE_MS for t in ms):
+        raise SpecvizError(f"This trace is damaged: {wanted}.")
 
 
 def _check_tree(step, where: str) -> None:
@@ -84,9 +128,21 @@ def _check_tree(step, where: str) -> None:
         elif node.depth != depths[node.parent] + 1:
             raise SpecvizError(f"This trace is damaged: node {i} of {where} has depth {node.depth}, one more than "
                                f"its parent's ({depths[node.parent]}) was expected.")
-        if len(node.text) > MAX_TEXT:
-            raise SpecvizError(f"Node {i} of {where} has a text longer than {MAX_TEXT:,} characters.")
+        if len(node.text) > MAX_TOKEN_TEXT:
+            raise SpecvizError(f"Node {i} of {where} has a text longer than {MAX_TOKEN_TEXT} characters.")
+        _check_sources(node.sources, f"node {i} of {where}")
         depths.append(node.depth)
+    _check_commits(step, max(depths), where)
+    for name, count in step.allocation.items():
+        if not is_source(name) or not 0 <= count <= MAX_NODES:
+            raise SpecvizError(f"This trace is damaged: the allocation of {where} names {_short(name)} with "
+                               f"{count}; it maps source names to node counts up to {MAX_NODES:,}.")
+    timings = step.timings_ms
+    for f in dataclasses.fields(timings):
+        value = getattr(timings, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise SpecvizError(f"This trace is damaged: the {f.name} time of {where} is {_short(value)}; a time is "
+                               "a finite number of milliseconds.")
     cut = step.cut_nodes
     if cut is None:
         return
@@ -100,6 +156,35 @@ def _check_tree(step, where: str) -> None:
         if not 0 <= parent < len(nodes) + i:
             raise SpecvizError(f"This trace is damaged: cut node {i} of {where} has parent {parent}; a node's "
                                "parent is an earlier node of its step.")
+        if len(cut.sources[i]) > MAX_TOKEN_TEXT:
+            raise SpecvizError(f"This trace is damaged: cut node {i} of {where} names too many sources.")
+        _check_sources(cut.source_list(i), f"cut node {i} of {where}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_sources(names, where: str) -> None:
+    """A node's sources: registered names (tree.sources), each once, so a node names at most every source."""
+    if len(set(names)) != len(names) or not all(is_source(name) for name in names):
+        raise SpecvizError(f"This trace is damaged: {where} names sources that no drafter has (or one twice); "
+                           "each source is a registered name, named once.")
+
+
+def _check_commits(step, deepest: int, where: str) -> None:
+    """A step commits its accepted path and the bonus token: at most its tree's depth plus one, each with an
+    origin."""
+    committed = len(step.accepted_tokens)
+    if committed > deepest + 1:
+        raise SpecvizError(f"This trace is damaged: {where} commits {committed:,} tokens with a tree {deepest} deep; "
+                           "a step commits at most its tree's depth plus the bonus token.")
+    if len(step.accepted_origins) != committed:
+        raise SpecvizError(f"This trace is damaged: {where} has {len(step.accepted_origins):,} origins for "
+                           f"{committed:,} committed tokens.")
+    if any(len(str(origin)) > MAX_TOKEN_TEXT for origin in step.accepted_origins):
+        raise SpecvizError(f"This trace is damaged: an origin of {where} is longer than {MAX_TOKEN_TEXT} characters.")
 
 
 # ---- types ---------------------------------------------------------------------------------------------------
@@ -136,7 +221,7 @@ def _fits(value, hint, where: str) -> bool:
         # the file
         return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                                  and not math.isnan(value))
-    if hint is str:  # the decoded prompt's bound here; a node's or a token's text is held to MAX_TEXT below
+    if hint is str:  # the decoded prompt's bound here; a node's or a token's text is held to MAX_TOKEN_TEXT below
         return isinstance(value, str) and len(value) <= MAX_PROMPT_TEXT
     if isinstance(hint, type) and issubclass(hint, Enum):
         return isinstance(value, hint)
@@ -146,18 +231,39 @@ def _fits(value, hint, where: str) -> bool:
         _check_record(value, where)
         return True
     if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) > MAX_LIST:
             return False
         item = args[0] if args else typing.Any
         return all(_fits(v, item, where) for v in value)
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
+    if hint is dict:
+        return _free_form(value, 1)
+    if origin is dict:
+        if not isinstance(value, dict) or len(value) > MAX_TOKEN_TEXTS:
             return False
-        key, item = args if args else (str, typing.Any)
+        key, item = args
         return all(_fits(k, key, where) and _fits(v, item, where) for k, v in value.items())
     if hint in (list, tuple):
         return isinstance(value, (list, tuple))
     return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _free_form(value, level: int) -> bool:
+    """A free-form object (params, a node's meta, before cost_curve's own check): MAX_FREE_DEPTH levels of objects
+    or lists, at most MAX_FREE_ENTRIES entries each, short keys, scalars of bounded size at the leaves."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= MAX_INT
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return len(value) <= MAX_TOKEN_TEXT
+    if level > MAX_FREE_DEPTH or not isinstance(value, (dict, list)):
+        return False
+    if isinstance(value, list):  # a cost curve's columns are the longest lists a free-form object holds
+        return len(value) <= MAX_CURVE_POINTS and all(_free_form(v, level + 1) for v in value)
+    return len(value) <= MAX_FREE_ENTRIES and all(
+        isinstance(k, str) and len(k) <= MAX_FREE_KEY and _free_form(v, level + 1) for k, v in value.items())
 
 
 def _type_name(hint) -> str:

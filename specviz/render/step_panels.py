@@ -45,25 +45,56 @@ def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorde
                 animate_last: bool = False) -> str:
     """The prompt (marked when the run is a recording), then the generated text, each token marked by how it
     was produced (colour and underline; hover names it), every token HTML-escaped. animate_last: the last
-    step's tokens appear at the step animation's commit phase."""
+    step's tokens appear at the step animation's commit phase. What is drawn is bounded whatever the run holds:
+    the newest MAX_SHOWN_TOKENS tokens and MAX_SHOWN_TEXT characters of their text, the prompt's first
+    MAX_SHOWN_PROMPT characters, each cut said on the page."""
+    shown, skipped = _newest_tokens(records, token_text)
     spans = []
-    for index, record in enumerate(records):
-        new = animate_last and index == len(records) - 1
-        for k, (token, origin) in enumerate(zip(record.accepted_tokens, record.accepted_origins)):
-            css = origin_class(origin) + (" tok-new" if new else "")
-            timing = f' style="--c:{round(COMMIT_AT + 0.08 * k / max(1, len(record.accepted_tokens)), 3)}"' if new else ""
-            title = html.escape(f"step {record.step}: {origin} (click: show this step)", quote=True)
-            spans.append(f'<span class="tok tok-{css}" data-token="{len(spans)}" title="{title}"{timing}>'
-                         f'{html.escape(token_text(token))}</span>')
+    for index, record, k, token, origin in shown:
+        new = animate_last and record is records[-1]
+        css = origin_class(origin) + (" tok-new" if new else "")
+        timing = f' style="--c:{round(COMMIT_AT + 0.08 * k / max(1, len(record.accepted_tokens)), 3)}"' if new else ""
+        title = html.escape(f"step {record.step}: {origin} (click: show this step)", quote=True)
+        spans.append(f'<span class="tok tok-{css}" data-token="{index}" title="{title}"{timing}>'
+                     f'{html.escape(token_text(token)[:MAX_TOKEN_CHARS])}</span>')
     legend = source_legend_html()
-    body = "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
+    cut = f'<span class="empty">… {skipped:,} earlier tokens not shown (the timeline shows their steps) </span>' \
+        if skipped else ""
+    body = cut + "".join(spans) or '<span class="empty">Nothing generated yet.</span>'
     head = ""
     if prompt:
         badge = '<span class="badge">recorded run</span> ' if recorded else ""
-        head = f'<div class="prompt">{badge}<strong>Prompt</strong>: {html.escape(prompt)}</div>'
+        more = len(prompt) - MAX_SHOWN_PROMPT
+        tail = f" <em>… {more:,} more characters not shown</em>" if more > 0 else ""
+        head = (f'<div class="prompt">{badge}<strong>Prompt</strong>: {html.escape(prompt[:MAX_SHOWN_PROMPT])}'
+                f'{tail}</div>')
     # the generated text comes last, in a plain div (ui.app_load.text_of reads it from there)
     return (f'<div class="{"tv-anim" if animate_last else "tv-static"}">{head}'
             f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div></div>')
+
+
+# the text panel's bounds: a replayed trace may hold 65,536 tokens; a live Run of 512 fits whole
+MAX_SHOWN_TOKENS = 2_048
+MAX_SHOWN_TEXT = 32_000      # characters of the shown tokens' text together
+MAX_TOKEN_CHARS = 256        # characters of one token's text (records.trace_check's MAX_TOKEN_TEXT)
+MAX_SHOWN_PROMPT = 32_000    # characters of the prompt (public mode's longest prompt fits)
+
+
+def _newest_tokens(records: list[StepRecord], token_text) -> tuple[list, int]:
+    """The newest committed tokens within the panel's bounds, oldest first, each (index in the run, its record,
+    its place in the step, token, origin); and how many earlier ones are left out."""
+    shown, chars = [], 0
+    index = sum(len(r.accepted_tokens) for r in records)
+    for record in reversed(records):
+        committed = list(zip(record.accepted_tokens, record.accepted_origins))
+        index -= len(record.accepted_tokens)
+        for k in range(len(committed) - 1, -1, -1):
+            if len(shown) >= MAX_SHOWN_TOKENS or chars >= MAX_SHOWN_TEXT:
+                return shown[::-1], index + k + 1
+            token, origin = committed[k]
+            shown.append((index + k, record, k, token, origin))
+            chars += 8 + min(len(token_text(token)), MAX_TOKEN_CHARS)  # markup counts, even for an empty text
+    return shown[::-1], 0
 
 
 def source_legend_html() -> str:

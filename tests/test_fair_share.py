@@ -1,0 +1,299 @@
+"""Issue 58: every request's cost bounded by what it sends, one policy on every path, a fair share per visitor.
+The trace holes the cost fuzzer found (tests/test_cost_fuzz.py) are refused by the checks; the page's text is
+drawn within stated bounds; sweeps, share links and studies go through the public policy; one visitor holds one
+call at a time, a bounded rate and a bounded part of the sessions, and a call stops at its deadline keeping what
+it made; private events are not callable by name and every event answers hostile values by index."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from specviz.errors import SpecvizError
+from specviz.lab import visitors
+from specviz.lab.fair_share import CallBudget, FairShare, ShareLimits, Visitor
+from specviz.lab.live_sessions import LiveSessions
+from specviz.lab.public_policy import Policy
+from specviz.records.trace import Trace
+from test_cost_fuzz import TraceShape, build_trace
+
+PUBLIC = Policy.for_public()
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = Path(__file__).resolve().parent / "public_server.py"
+
+
+def shape(**changes) -> TraceShape:
+    base = dict(steps=3, nodes=4, committed=2, text_chars=1, sources=1, foreign_sources=False, curve_points=0,
+                curve_top=1, null_timing=False, param_items=1)
+    return TraceShape(**{**base, **changes})
+
+
+def refusal(data) -> str:
+    with pytest.raises(SpecvizError) as raised:
+        Trace.from_dict(json.loads(json.dumps(data)))
+    message = str(raised.value)
+    assert "\n" not in message and len(message) < 400, message
+    return message
+
+
+# ---- 1. cost bounded by input: the trace holes -------------------------------------------------------------------
+def test_a_checked_trace_of_the_same_shape_loads():
+    trace = Trace.from_dict(build_trace(shape(curve_points=2, curve_top=16)))
+    assert len(trace.steps) == 3 and trace.cost_curve == {"sizes": [8, 16], "ms": [1.0, 2.0]}
+
+
+def test_the_trace_holes_the_fuzzer_found_are_refused():
+    # 20 KB that drew an 80 MB answer: 2,000 committed tokens of a 10,000-character text
+    assert "commits 2,000 tokens" in refusal(build_trace(shape(committed=2_000)))
+    assert "token_texts" in refusal(build_trace(shape(text_chars=10_000)))
+    # a 372-byte cost curve that allocated what it said
+    assert "cost_curve" in refusal(build_trace(shape(curve_points=2, curve_top=2_000_000)))
+    assert "cost_curve" in refusal({**build_trace(shape()), "cost_curve": {"sizes": [1, 2], "ms": [1]}})
+    # sources per node: quadratic to draw; now registered names, each once
+    assert "sources" in refusal(build_trace(shape(sources=40_000, foreign_sources=True)))
+    assert "sources" in refusal(build_trace(shape(sources=2)))
+    # a null time in the middle step broke the session at /go_to
+    assert "draft time of step 1" in refusal(build_trace(shape(null_timing=True)))
+    # any free-form object: params, a node's meta
+    assert "params" in refusal(build_trace(shape(param_items=65)))
+    deep = build_trace(shape())
+    deep["steps"][0]["nodes"][1]["meta"] = {"logits": {"a": {"b": 1}}}
+    assert "meta" in refusal(deep)
+    foreign = build_trace(shape())
+    foreign["steps"][0]["allocation"] = {"nobody": 3}
+    assert "allocation" in refusal(foreign)
+
+
+def test_the_text_panel_is_bounded_whatever_a_run_commits():
+    from specviz.render.step_panels import MAX_SHOWN_TOKENS, tokens_html
+
+    trace = Trace.from_dict(build_trace(shape(steps=40, nodes=1_000, committed=1_000, text_chars=256)))
+    html = tokens_html(trace.steps, trace.token_text, prompt="p" * 100_000)
+    assert "earlier tokens not shown" in html and "more characters not shown" in html
+    assert html.count('data-token="') <= MAX_SHOWN_TOKENS
+    assert len(html) < 1_000_000
+    assert f'data-token="{40 * 1_000 - 1}"' in html  # the newest token keeps its index in the run
+
+
+# ---- 2. one policy, every path ----------------------------------------------------------------------------------
+def test_a_sweep_axis_cannot_turn_on_what_public_mode_keeps_off():
+    from specviz.lab.sweep import Sweep
+    from specviz.lab.visitor_request import VisitorRequest
+    from test_app import settings
+
+    request = VisitorRequest.from_inputs({k: v for k, v in settings(method="reader", model=PUBLIC.default_model)
+                                          .items() if k != "max_new_tokens"}, 8, PUBLIC)
+    with pytest.raises(SpecvizError, match="datastore_grow"):
+        Sweep(PUBLIC, ()).plan(request, "page prompt", None, ("datastore_grow=0,1", ""), 8)
+    planned = Sweep(PUBLIC, ()).plan(request, "page prompt", None, ("budget=4,8", ""), 8)
+    assert planned.max_prompt_tokens == PUBLIC.max_prompt_tokens  # the study and the sweep carry the prompt limit
+
+
+def test_a_share_link_asks_for_no_more_tokens_than_a_step_may():
+    settings, notes = PUBLIC.link_settings({"max_new_tokens": 1_024, "method": "pld"}, [])
+    assert "max_new_tokens" not in settings and any("1024" in n or "1,024" in n for n in notes)
+    assert PUBLIC.link_settings({"max_new_tokens": 512}, [])[0] == {"max_new_tokens": 512}
+
+
+def test_a_sweeps_prompt_is_held_to_the_prompt_limit(lm):
+    from specviz.engine.suite import SuiteItem
+    from specviz.lab.lab_state import check_prompt_tokens
+
+    item = SuiteItem.of("word " * 400, id="long")
+    check_prompt_tokens(lm, [item], None)
+    with pytest.raises(SpecvizError, match="at most 100 tokens"):
+        check_prompt_tokens(lm, [item], 100)
+
+
+# ---- 3. a fair share per visitor ---------------------------------------------------------------------------------
+def test_one_call_at_a_time_per_session_and_address_and_a_rate():
+    share = FairShare(ShareLimits(tokens_per_minute=100))
+    me, my_other_tab, someone = Visitor("s1", "a1"), Visitor("s2", "a1"), Visitor("s3", "a2")
+    with share.model_call(me, 10):
+        for second in (me, my_other_tab):
+            with pytest.raises(SpecvizError, match="still running"):
+                with share.model_call(second, 10):
+                    pass
+        with share.model_call(someone, 10):  # another visitor is served meanwhile
+            assert share.running() == 2
+    with share.model_call(me, 80):
+        pass
+    with pytest.raises(SpecvizError, match="100 new tokens per visitor per minute"):
+        with share.model_call(my_other_tab, 20):
+            pass
+    with FairShare(None).model_call(me, 10**9) as budget:  # private use: no share
+        assert budget.deadline is None
+
+
+def test_a_call_stops_when_its_visitor_leaves_or_its_time_is_up():
+    share = FairShare(ShareLimits(call_seconds=0.05))
+    with share.model_call(Visitor("s1", "a1"), 1) as budget:
+        budget.check()
+        assert share.cancel("s1") == 1
+        with pytest.raises(SpecvizError, match="left the page"):
+            budget.check()
+    with share.model_call(Visitor("s1", "a1"), 1) as budget:
+        time.sleep(0.1)
+        with pytest.raises(SpecvizError, match="limit of 0 s per call"):
+            budget.check()
+
+
+def test_a_run_past_its_deadline_stops_and_keeps_what_it_made(lm):
+    from specviz.lab.lab import Lab
+    from test_app import PROMPT
+
+    lab = Lab()
+    lab.apply("", PROMPT, "pld", 8, {})
+    budget = CallBudget(time.monotonic() + 0.5, seconds=0.5)
+    with pytest.raises(SpecvizError, match="what it generated is kept"):
+        for _ in lab.run(400, every_s=0.05, budget=budget):
+            pass
+    made = len(lab.session.output_ids)
+    assert 0 < made < 400
+    lab.step(400)  # the session goes on from there
+    assert len(lab.session.output_ids) > made
+
+
+class HeldSession:
+    """What LiveSessions reads of a Lab."""
+
+    def __init__(self, address: str, tokens: int = 100):
+        self.visitor_address, self.held_tokens, self.holds_state = address, tokens, True
+        self.stepping, self.released = threading.Lock(), None
+
+    def release_with(self, message: str) -> None:
+        self.holds_state, self.released = False, message
+
+
+def test_a_visitor_over_their_share_lets_their_own_sessions_go():
+    live = LiveSessions(limit=12, token_limit=10_000)
+    live.visitor_limit, live.visitor_token_limit = 3, 4_000
+    honest = HeldSession("honest")
+    live.touch(honest)
+    greedy = [HeldSession("greedy") for _ in range(6)]
+    for held in greedy:
+        live.touch(held)
+    assert honest.released is None
+    assert sum(h.holds_state for h in greedy) == 3 and "per visitor" in greedy[0].released
+    big = HeldSession("greedy", tokens=3_950)
+    live.touch(big)
+    assert honest.released is None and sum(h.holds_state for h in greedy) == 0
+
+
+def test_the_door_bounds_what_one_visitor_has_in_the_queue():
+    share = FairShare(ShareLimits(events_waiting=2, address_events_waiting=3))
+    assert share.admits("s1", "a1", {"s1": {"e1"}}) is None
+    assert "This session already has 2" in share.admits("s1", "a1", {"s1": {"e1", "e2"}})
+    assert share.admits("s2", "a1", {}) is None
+    pending = {"s1": {"e1"}, "s2": {"e2"}, "s3": {"e3"}}
+    assert "Your address already has 3" in share.admits("s3", "a1", pending)
+    assert share.admits("s9", "a2", pending) is None
+    assert FairShare(None).admits("s1", "a1", {"s1": set(range(100))}) is None
+
+
+def test_downloads_are_bounded_across_sessions_and_go_when_a_session_expires(tmp_path):
+    kept = visitors.TOTAL_FILES_BYTES[0]
+    visitors.TOTAL_FILES_BYTES[0] = 3_000
+    try:
+        folders = [visitors.files_folder(f"disk-{n}") for n in range(3)]
+        for n, folder in enumerate(folders):
+            (folder / "file.bin").write_bytes(b"x" * 1_400)
+            os.utime(folder / "file.bin", (n + 1, n + 1))
+            visitors.keep_within(folder, 64 * 2**20)
+        assert not (folders[0] / "file.bin").exists() and (folders[2] / "file.bin").exists()
+    finally:
+        visitors.TOTAL_FILES_BYTES[0] = kept
+
+    class Holder:
+        released = 0
+
+        def release(self):
+            self.released += 1
+
+    holder = Holder()
+    visitors.register("expiring", holder)
+    folder = visitors.files_folder("expiring")
+    assert visitors.release_holder(holder) == 1 and holder.released == 1 and not folder.exists()
+
+
+# ---- every event of the page, called as an attacker would -------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    from test_app import free_port
+
+    port = free_port()
+    env = {**os.environ, "SPACE_ID": "specviz/events", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off"}
+    process = subprocess.Popen([sys.executable, str(SERVER), str(port)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(url + "/", timeout=2).read(1)
+            break
+        except OSError:
+            assert process.poll() is None
+            time.sleep(0.5)
+    yield url
+    process.kill()
+    process.wait(10)
+
+
+def post(url: str, path: str, body: dict, address: str = "192.0.2.7") -> tuple[int, dict]:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "X-Forwarded-For": address})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def completed(url: str, session: str, event_id: str, seconds: float = 60) -> dict:
+    """The queue's last message for event_id (its SSE stream), within seconds."""
+    deadline = time.monotonic() + seconds
+    with urllib.request.urlopen(f"{url}/gradio_api/queue/data?session_hash={session}", timeout=seconds) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("event_id") == event_id and message.get("msg") == "process_completed":
+                    return message
+            assert time.monotonic() < deadline, f"no answer to {event_id} within {seconds} s"
+    raise AssertionError("the stream closed before the answer")
+
+
+def test_every_event_by_name_and_by_index_with_hostile_values(server):
+    config = json.loads(urllib.request.urlopen(server + "/config", timeout=30).read())
+    events = config["dependencies"]
+    assert len(events) > 30  # the page registers every panel's events
+    hostile = ["²", "9" * 5_000, None, [[]], {"a": 1}, 1e308, -1]
+    private = [e for e in events if e.get("api_visibility") == "private" and e.get("backend_fn")]
+    assert any(e["api_name"] == "load_model" for e in private) and private
+    for event in private:  # not callable by name at all
+        status, answer = post(server, f"/gradio_api/call/{event['api_name']}", {"data": []})
+        assert status == 404 and "not of the API" in answer["detail"], event["api_name"]
+    for n, event in enumerate(e for e in events if e.get("backend_fn")):
+        session = f"fuzz-{n}"
+        data = [hostile[(n + k) % len(hostile)] for k in range(len(event["inputs"]))]
+        started = time.monotonic()
+        status, answer = post(server, "/gradio_api/queue/join",
+                              {"data": data, "fn_index": event["id"], "session_hash": session,
+                               "event_data": None, "trigger_id": None}, address=f"192.0.2.{n % 200}")
+        assert status in (200, 422), (event["api_name"], status, answer)
+        if status == 200:
+            done = completed(server, session, answer["event_id"])
+            if not done.get("success"):  # Gradio's own refusal of a value (it quotes it): a sentence, no trace
+                text = str((done.get("output") or {}).get("error") or "")
+                bound = 2_000 + len(json.dumps(data))
+                assert "Traceback" not in text and "\n" not in text.strip() and len(text) < bound, \
+                    (event["api_name"], text[:600])
+        assert time.monotonic() - started < 60, event["api_name"]
+    # the server is still there for an honest visitor
+    status, answer = post(server, "/gradio_api/call/counters", {"data": []})
+    assert status == 200 and answer.get("event_id")
