@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,11 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from test_app import free_port, settings  # noqa: E402
+from public_server import started  # noqa: E402
+from test_app import settings  # noqa: E402
 from test_cost_fuzz import TraceShape, build_trace  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = Path(__file__).resolve().parent / "public_server.py"
 
 
 def rss_mb(pid: int) -> float:
@@ -30,21 +27,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def start() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "SPACE_ID": "specviz/report", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off"}
-    process = subprocess.Popen([sys.executable, str(SERVER), str(port)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url, timeout=2).read(1)
-            return process, url
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("no server")
 
 
 def trace_file(folder: Path, name: str, shape: TraceShape, **changes) -> str:
@@ -85,7 +67,7 @@ def main() -> None:
             "axis_1": "datastore_grow=1", "axis_2": "", "scope": "page prompt", "category": "code-edit",
             "sweep_tokens": 8, "metric": "speedup", **settings(method="reader", model=model, max_new_tokens=8)}),
     }
-    process, url = start()
+    process, url = started()
     client = Client(url, verbose=False)
     print(f"server up, {rss_mb(process.pid):.0f} MB resident")
     rows = []
@@ -114,8 +96,8 @@ def main() -> None:
         if "go_to" in what:
             timed("  /go_to 1", lambda: client.submit(1, api_name="/go_to").result(timeout=args.timeout))
         timed("  /accounting", lambda: client.submit(api_name="/accounting").result(timeout=args.timeout))
-    request = urllib.request.Request(url + "gradio_api/call/load_model",
-                                     data=json.dumps({"data": ["HuggingFaceTB/SmolLM2-360M-Instruct", "bf16"]}).encode(),
+    body = json.dumps({"data": ["HuggingFaceTB/SmolLM2-360M-Instruct", "bf16"]}).encode()
+    request = urllib.request.Request(url + "gradio_api/call/load_model", data=body,
                                      headers={"Content-Type": "application/json"}, method="POST")
 
     def private_by_name():

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app_page import named
-from test_app import free_port
+from public_server import started
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = Path(__file__).resolve().parent / "public_server.py"
 LONG = os.environ.get("SPECVIZ_LONG_TESTS") == "1" or "--long" in sys.argv
 EXAMPLES = 400 if LONG else 40
 # an answer's bounds, from what the request sent: a fixed part (the page's own markup of one step) and a part per
@@ -52,31 +48,14 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = free_port()
-    env = {**os.environ, "SPACE_ID": "specviz/cost-fuzz", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off"}
     # the server's log goes to a file: a pipe nobody reads fills up with Gradio's logged refusals and stalls it
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    log = open(log_path, "w")
-    process = subprocess.Popen([sys.executable, str(SERVER), str(port)], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=2).read(1)
-            break
-        except OSError:
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            time.sleep(0.5)
-    else:
+    with open(tmp_path_factory.mktemp("server") / "server.log", "w") as log:
+        process, url = started(log)
+        found = Server(url, process.pid)
+        found.start_bytes = found.resident_bytes()
+        yield found
         process.kill()
-        pytest.fail("the public-mode server did not come up in 120 s")
-    found = Server(url, process.pid)
-    found.start_bytes = found.resident_bytes()
-    yield found
-    process.kill()
-    process.wait(10)
-    log.close()
+        process.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,9 @@ it made; private events are not callable by name and every event answers hostile
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -21,11 +18,10 @@ from specviz.lab.fair_share import CallBudget, FairShare, ShareLimits, Visitor
 from specviz.lab.live_sessions import LiveSessions
 from specviz.lab.public_policy import Policy
 from specviz.records.trace import Trace
+from public_server import started
 from test_cost_fuzz import TraceShape, build_trace
 
 PUBLIC = Policy.for_public()
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = Path(__file__).resolve().parent / "public_server.py"
 
 
 def shape(**changes) -> TraceShape:
@@ -124,8 +120,11 @@ def test_one_call_at_a_time_per_session_and_address_and_a_rate():
             assert share.running() == 2
     with share.model_call(me, 80):
         pass
-    with pytest.raises(SpecvizError, match="100 new tokens per visitor per minute"):
+    with pytest.raises(SpecvizError, match="100 new tokens per visitor per minute and .*: try again in"):
         with share.model_call(my_other_tab, 20):
+            pass
+    with pytest.raises(SpecvizError, match="asks for 101 new tokens .* ask for fewer"):  # never, not later
+        with share.model_call(someone, 101):
             pass
     with FairShare(None).model_call(me, 10**9) as budget:  # private use: no share
         assert budget.deadline is None
@@ -184,6 +183,9 @@ def test_a_visitor_over_their_share_lets_their_own_sessions_go():
     big = HeldSession("greedy", tokens=3_950)
     live.touch(big)
     assert honest.released is None and sum(h.holds_state for h in greedy) == 0
+    side_a, side_b = HeldSession("ab", tokens=2_500), HeldSession("ab", tokens=1_400)
+    live.touch(side_a, side_b)  # both sides of one A/B call: neither lets the other go
+    assert side_a.released is None and side_b.released is None
 
 
 def test_the_door_bounds_what_one_visitor_has_in_the_queue():
@@ -216,30 +218,20 @@ def test_downloads_are_bounded_across_sessions_and_go_when_a_session_expires(tmp
         def release(self):
             self.released += 1
 
-    holder = Holder()
-    visitors.register("expiring", holder)
+    holder, in_use = Holder(), Holder()
+    visitors.register("expiring", holder, in_use)
     folder = visitors.files_folder("expiring")
-    assert visitors.release_holder(holder) == 1 and holder.released == 1 and not folder.exists()
+    # one state expires (its time to live counts from its last change): the session's other state stays
+    assert visitors.release_holder(holder) == 1 and holder.released == 1 and in_use.released == 0
+    assert folder.exists()
+    assert visitors.release_holder(in_use) == 1 and not folder.exists()  # nothing of the session is left
 
 
 # ---- every event of the page, called as an attacker would -------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():
-    from test_app import free_port
-
-    port = free_port()
-    env = {**os.environ, "SPACE_ID": "specviz/events", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off"}
-    process = subprocess.Popen([sys.executable, str(SERVER), str(port)], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(url + "/", timeout=2).read(1)
-            break
-        except OSError:
-            assert process.poll() is None
-            time.sleep(0.5)
-    yield url
+    process, url = started()
+    yield url.rstrip("/")
     process.kill()
     process.wait(10)
 
@@ -294,6 +286,9 @@ def test_every_event_by_name_and_by_index_with_hostile_values(server):
                 assert "Traceback" not in text and "\n" not in text.strip() and len(text) < bound, \
                     (event["api_name"], text[:600])
         assert time.monotonic() - started < 60, event["api_name"]
+    # a session hash is short and plain; a call by name without one is counted all the same
+    status, answer = post(server, "/gradio_api/queue/join", {"data": [], "fn_index": 0, "session_hash": "x" * 65})
+    assert status == 400 and "session hash" in answer["detail"]
     # the server is still there for an honest visitor
     status, answer = post(server, "/gradio_api/call/counters", {"data": []})
     assert status == 200 and answer.get("event_id")

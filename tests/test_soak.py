@@ -149,6 +149,16 @@ def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path, addres
         seen[kind] += 1
 
 
+GREEDY_OUTCOMES = {"still running": "refused: one call at a time", "per minute": "refused: tokens per minute",
+                   "per call": "stopped at the call's deadline, output kept", "sessions per visitor": "released"}
+
+
+def greedy_outcome(message: str) -> str:
+    if "⚠️" not in message:
+        return "served"
+    return next((what for key, what in GREEDY_OUTCOMES.items() if key in message), f"other: {message[:80]}")
+
+
 def greedy(url: str, stop: threading.Event, seen: Counter, address: str) -> None:
     """One visitor holding as much as it can: six sessions from one address, each asking for the longest Run on
     the longest prompt and piling more requests into the queue without waiting for them."""
@@ -162,7 +172,7 @@ def greedy(url: str, stop: threading.Event, seen: Counter, address: str) -> None
         for job in jobs:
             try:
                 out = named(job.result(timeout=600))
-                seen["refused" if "⚠️" in out["message"] else "served"] += 1
+                seen[greedy_outcome(out["message"])] += 1
             except Exception:  # noqa: BLE001 (the door's refusals and Gradio's come back as errors: an answer)
                 seen["refused at the door"] += 1
             if stop.is_set():

@@ -70,8 +70,7 @@ class Compare:
         if self.a.wanted is None or self.b.wanted is None:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
         call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
-        LIVE.touch(self.a)
-        LIVE.touch(self.b)
+        LIVE.touch(self.a, self.b)
         generations = (self.a.generation, self.b.generation)
         replies = model_calls.call(call, [self.a.state, self.b.state], budget)
         try:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from specviz.errors import SpecvizError
 
 NO_SESSION = "no-session"   # a call that carries no session (a test calling a handler directly)
-MAX_SESSIONS_PER_ADDRESS = 256  # sessions the door remembers per address (their pending events are counted)
+MAX_SESSIONS_PER_ADDRESS = 256  # idle sessions the door remembers per address (sessions with pending events stay)
+MAX_ADDRESSES = 50_000          # addresses the door and the token windows remember
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,14 @@ class FairShare:
 
     def _charge(self, address: str, tokens: int, limits: ShareLimits) -> None:
         """Count tokens against the address's minute (call with the lock held)."""
+        if tokens > limits.tokens_per_minute:
+            raise SpecvizError(f"This call asks for {tokens:,} new tokens and this Space generates at most "
+                               f"{limits.tokens_per_minute:,} per visitor per minute: ask for fewer (fewer prompts, "
+                               "points or tokens).")
         now = time.monotonic()
+        if len(self._tokens) > MAX_ADDRESSES:  # forget the addresses whose minute is over
+            for key in [k for k, w in self._tokens.items() if not w or now - w[-1][0] > 60]:
+                self._tokens.pop(key, None)
         window = self._tokens.setdefault(address, deque())
         while window and now - window[0][0] > 60:
             window.popleft()
@@ -146,24 +154,36 @@ class FairShare:
             return sum(len(v) for k, v in self._running.items() if k.startswith("s:"))
 
     # ---- memory a visitor holds ---------------------------------------------------------------------------
-    def hold_replay(self, lab, trace, visitor: Visitor, size: int) -> None:
-        """lab now replays trace, read from an upload of size bytes: count it; refused (one sentence) when it would
-        take the visitor or the process past its budget even after the visitor's own older uploads are let go."""
+    def check_replay(self, lab, visitor: Visitor, size: int) -> None:
+        """Before lab reads an upload of size bytes: refused (one sentence) when it would take the process past its
+        budget even once the visitor's own other uploads are let go, or the visitor past theirs on its own.
+        Changes nothing: the visitor's shown run stays as it is when refused."""
         limits = self.limits
         if limits is None:
             return
         with self._lock:
-            held = self._live_replays()
-            mine = [e for e in held if e[2] == visitor.address and e[0]() is not lab]
+            others = sum(e[3] for e in self._live_replays() if e[0]() is not lab and e[2] != visitor.address)
+        if size > limits.replay_bytes or others + size > limits.process_replay_bytes:
+            raise SpecvizError("This Space holds as many uploaded traces as it can right now: try again in a few "
+                               "minutes, or replay a shipped trace.")
+
+    def hold_replay(self, lab, trace, visitor: Visitor, size: int) -> None:
+        """lab now replays trace, read from an upload of size bytes (check_replay allowed it): count it, and let
+        the visitor's own oldest uploads go where they and this one pass the visitor's budget."""
+        limits = self.limits
+        if limits is None:
+            return
+        with self._lock:
+            mine = [e for e in self._live_replays() if e[2] == visitor.address and e[0]() is not lab]
+            let_go = []
             while mine and sum(e[3] for e in mine) + size > limits.replay_bytes:
                 oldest = mine.pop(0)
                 self._replays.pop(id(oldest[0]()), None)
-                oldest[0]().drop_replay("⚠️ Your older uploaded trace was let go to make room for your new one.")
-            others = sum(e[3] for e in self._live_replays() if e[0]() is not lab)
-            if size > limits.replay_bytes or others + size > limits.process_replay_bytes:
-                raise SpecvizError("This Space holds as many uploaded traces as it can right now: try again in a few "
-                                   "minutes, or replay a shipped trace.")
+                let_go.append(oldest[0]())
             self._replays[id(lab)] = (weakref.ref(lab), weakref.ref(trace), visitor.address, size)
+        for old in let_go:
+            if old is not None:
+                old.drop_replay("⚠️ Your older uploaded trace was let go to make room for your new one.")
 
     def _live_replays(self) -> list[tuple]:
         """Uploads still shown by their session, oldest first (dropped ones forgotten); call with the lock held."""
@@ -188,19 +208,21 @@ class FairShare:
         if limits is None:
             return None
         with self._lock:
-            sessions = self._sessions.setdefault(address, {})
-            if session:
-                sessions.pop(session, None)
-                sessions[session] = None
-                while len(sessions) > MAX_SESSIONS_PER_ADDRESS:  # the oldest are forgotten, not counted forever
-                    sessions.pop(next(iter(sessions)))
-            of_address = list(sessions)
+            of_address = list(self._sessions.get(address, ()))
         if session and len(pending.get(session, ())) >= limits.events_waiting:
             return (f"This session already has {limits.events_waiting} requests waiting or running on this Space: "
                     "wait for them to finish.")
-        if sum(len(pending.get(s, ())) for s in of_address) >= limits.address_events_waiting:
+        if sum(len(pending.get(s, ())) for s in {*of_address, session}) >= limits.address_events_waiting:
             return (f"Your address already has {limits.address_events_waiting} requests waiting or running on this "
                     "Space: wait for them to finish.")
+        with self._lock:  # admitted: the session counts for its address from now on
+            sessions = self._sessions.setdefault(address, {})
+            sessions.pop(session, None)
+            sessions[session] = None
+            for old in [s for s in sessions if not pending.get(s)][:-MAX_SESSIONS_PER_ADDRESS or None]:
+                sessions.pop(old, None)  # sessions with nothing pending, oldest first, beyond the ones remembered
+            while len(self._sessions) > MAX_ADDRESSES:  # the addresses seen longest ago
+                self._sessions.pop(next(iter(self._sessions)))
         return None
 
 

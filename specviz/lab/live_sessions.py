@@ -30,42 +30,38 @@ class LiveSessions:
         self._labs: OrderedDict[int, weakref.ref] = OrderedDict()   # id -> Lab, least recently used first
         self._lock = threading.Lock()
 
-    def touch(self, lab) -> None:
-        """lab is about to run a model call: it is the most recently used; release the oldest idle ones until
-        the sessions, and the context tokens they hold, are within the limits (lab itself counts as one more
-        session)."""
+    def touch(self, *labs) -> None:
+        """labs (a Lab, or both A/B sides) are about to run one model call: they are the most recently used;
+        release the oldest idle others until the sessions, and the context tokens they hold, are within the limits,
+        the visitor's own first (labs count as sessions held, whatever they hold now)."""
         with self._lock:
-            self._labs.pop(id(lab), None)
-            self._labs[id(lab)] = weakref.ref(lab)
+            for lab in labs:
+                self._labs.pop(id(lab), None)
+                self._labs[id(lab)] = weakref.ref(lab)
             if self.limit is None and self.token_limit is None and self.visitor_limit is None:
                 return
-            others = [old for old in self._alive() if old is not lab and old.holds_state]
+            current = {id(lab) for lab in labs}
+            others = [old for old in self._alive() if id(old) not in current and old.holds_state]
+            address = labs[0].visitor_address
             # a visitor over their own share lets their own least recently used sessions go first
-            own = self._over(lab, [old for old in others if lab.visitor_address and
-                                   old.visitor_address == lab.visitor_address],
+            own = self._over(labs, [old for old in others if address and old.visitor_address == address],
                              self.visitor_limit, self.visitor_token_limit)
-            others = [old for old in others if old not in own]
-            count, tokens = len(others) + 1, sum(old.held_tokens for old in others) + lab.held_tokens
-            released = []
-            for old in others:  # least recently used first
-                if (self.limit is None or count <= self.limit) and \
-                        (self.token_limit is None or tokens <= self.token_limit):
-                    break
-                if old.stepping.locked():  # busy: a call is running on it
-                    continue
-                released.append(old)
-                count, tokens = count - 1, tokens - old.held_tokens
+            chosen = {id(old) for old in own}
+            others = [old for old in others if id(old) not in chosen]
+            released = self._over(labs, others, self.limit, self.token_limit)
+            kept = self.limit or len(others) - len(released) + len(labs)  # the count a token limit left
         for old in own:
             old.release_with(VISITOR_MESSAGE.format(limit=self.visitor_limit))
         for old in released:
-            old.release_with(ROOM_MESSAGE.format(limit=self.limit or count))
+            old.release_with(ROOM_MESSAGE.format(limit=kept))
 
     @staticmethod
-    def _over(lab, held: list, limit: int | None, token_limit: int | None) -> list:
-        """Which of held (least recently used first) to release so that they and lab keep within the limits."""
+    def _over(labs: tuple, held: list, limit: int | None, token_limit: int | None) -> list:
+        """Which of held (least recently used first) to release so that they and labs keep within the limits."""
         if limit is None and token_limit is None:
             return []
-        count, tokens = len(held) + 1, sum(old.held_tokens for old in held) + lab.held_tokens
+        count = len(held) + len(labs)
+        tokens = sum(old.held_tokens for old in held) + sum(lab.held_tokens for lab in labs)
         chosen = []
         for old in held:
             if (limit is None or count <= limit) and (token_limit is None or tokens <= token_limit):

@@ -88,11 +88,11 @@ def check_duration(call: ModelCall) -> None:
         return
     fits = int((MAX_CALL_S - CALL_BASE_S) / SECONDS_PER_TOKEN)
     if call.action is CallAction.STATIC_TREE:
-        raise SpecvizError(f"This study runs about {call_tokens(call)} forwards, about {seconds} s of GPU time, and a call "
-                           f"may take at most {MAX_CALL_S} s here: fewer prompts or tokens per prompt.")
+        raise SpecvizError(f"This study runs about {call_tokens(call)} forwards, about {seconds} s of GPU time, and "
+                           f"a call may take at most {MAX_CALL_S} s here: fewer prompts or tokens per prompt.")
     if call.action is CallAction.SWEEP:
-        raise SpecvizError(f"This sweep generates up to {call_tokens(call)} tokens, about {seconds} s of GPU time, and a "
-                           f"call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
+        raise SpecvizError(f"This sweep generates up to {call_tokens(call)} tokens, about {seconds} s of GPU time, "
+                           f"and a call may take at most {MAX_CALL_S} s here: fewer points or tokens (at most {fits} "
                            "tokens in all, the ar references included).")
     per_token = call_tokens(call) // max(1, call.max_new_tokens)
     raise SpecvizError(f"A Run of {call.max_new_tokens} new tokens needs about {seconds} s of GPU time and a call "

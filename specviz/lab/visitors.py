@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -48,15 +49,25 @@ def release(session_hash: str | None) -> int:
 
 
 def release_holder(obj) -> int:
-    """A session's state expired (gr.State's time to live): release every session that registered obj, with its
-    folder; obj itself is released even where no session registered it. How many objects were released."""
+    """One of a session's objects expired (gr.State's time to live counts from its last change, so a session's
+    A/B state can expire while its Lab is in use): release that object alone and forget it; the session's folder
+    goes once nothing of the session is left. How many objects were released (1)."""
     with _lock:
-        keys = [key for key, refs in _open.items() if any(r() is obj for r in refs)]
-    released = sum(release(key) for key in keys)
-    if not keys:
-        obj.release()
-        released += 1
-    return released
+        emptied = []
+        for key, refs in list(_open.items()):
+            kept = [r for r in refs if r() is not None and r() is not obj]
+            if len(kept) != len(refs):
+                _open[key] = kept
+                if not kept:
+                    emptied.append(key)
+        folders = [_folders.pop(key, None) for key in emptied]
+        for key in emptied:
+            _open.pop(key, None)
+    for folder in folders:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    obj.release()
+    return 1
 
 
 def open_sessions() -> int:
@@ -80,8 +91,6 @@ def files_folder(session_hash: str | None) -> Path:
 
 def _remove_stale_folders() -> None:
     """Session folders whose newest change is older than FOLDER_MAX_AGE_S; call with the lock held."""
-    import time
-
     now = time.time()
     for key, folder in list(_folders.items()):
         try:
@@ -95,20 +104,38 @@ def _remove_stale_folders() -> None:
 
 def keep_within(folder: Path, max_bytes: int | None) -> None:
     """Remove the folder's oldest files until what is left takes at most max_bytes (the newest always stays),
-    then every session's oldest files until all of them take at most TOTAL_FILES_BYTES."""
-    if max_bytes is not None:
-        _trim(sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.stat().st_mtime_ns), max_bytes)
-    total_limit = TOTAL_FILES_BYTES[0]
-    if total_limit is not None and _FILES_ROOT:
-        files = sorted((f for f in _FILES_ROOT[0].glob("*/*") if f.is_file()), key=lambda f: f.stat().st_mtime_ns)
-        _trim(files, total_limit)
+    then every session's oldest files until all of them take at most TOTAL_FILES_BYTES (files younger than
+    FRESH_S stay: another session may be about to hand one to its browser)."""
+    with _lock:  # one trim at a time: another session's trim or release may be removing these files
+        if max_bytes is not None:
+            _trim(_oldest_first(folder.glob("*")), max_bytes)
+        total_limit = TOTAL_FILES_BYTES[0]
+        if total_limit is not None and _FILES_ROOT:
+            _trim(_oldest_first(_FILES_ROOT[0].glob("*/*")), total_limit, keep_after=time.time() - FRESH_S)
 
 
-def _trim(files: list[Path], max_bytes: int) -> None:
-    """Unlink the oldest of files (oldest first) until the rest take at most max_bytes; the newest stays."""
-    total = sum(f.stat().st_size for f in files)
-    for old in files[:-1]:
-        if total <= max_bytes:
+FRESH_S = 60
+
+
+def _oldest_first(paths) -> list[tuple[Path, int, float]]:
+    """(file, size, mtime) of the plain files among paths, oldest first; a file gone meanwhile is left out."""
+    found = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            found.append((path, stat.st_size, stat.st_mtime))
+    return sorted(found, key=lambda entry: entry[2])
+
+
+def _trim(files: list[tuple[Path, int, float]], max_bytes: int, keep_after: float | None = None) -> None:
+    """Unlink the oldest of files until the rest take at most max_bytes; the newest stays, and so does any file
+    changed after keep_after."""
+    total = sum(size for _, size, _ in files)
+    for path, size, mtime in files[:-1]:
+        if total <= max_bytes or (keep_after is not None and mtime > keep_after):
             break
-        total -= old.stat().st_size
-        old.unlink(missing_ok=True)
+        total -= size
+        path.unlink(missing_ok=True)

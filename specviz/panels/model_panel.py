@@ -74,6 +74,8 @@ class ModelPanel:
         return self.policy.shown(status.message), gr.Timer(active=status.training)
 
     def on_load_model(self, name, mode=""):
+        if self.policy.public:  # no button on a public Space; its event still has an index a client can call
+            return "⚠️ This Space loads its models itself: pick one in the Model box and press Step."
         try:
             name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
             mode = self.policy.check_mode(text_value("mode", mode, MAX_NAME_CHARS))

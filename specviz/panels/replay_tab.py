@@ -54,12 +54,10 @@ class ReplayTab:
                 raise SpecvizError("Upload a trace file (JSON).")
             size = os.path.getsize(path)
             self.policy.check_upload(size)
+            visitor = visitor_of(request)
+            SHARE.check_replay(lab, visitor, size)  # the uploads visitors hold in memory (lab.fair_share)
             lab.load_trace(path)
-            try:  # the uploads a visitor and the process hold in memory (lab.fair_share)
-                SHARE.hold_replay(lab, lab.replay, visitor_of(request), size)
-            except SpecvizError:
-                lab.drop_replay("")
-                raise
+            SHARE.hold_replay(lab, lab.replay, visitor, size)
         except OSError:
             return self.out.failed(lab, SpecvizError("That upload could not be read: upload the trace file again."))
         except SpecvizError as error:
