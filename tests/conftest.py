@@ -109,3 +109,17 @@ def tree_logits_native_and_not(lm, switch: str, prompt: str):
     finally:
         setattr(decoder, switch, True)
     return results[0], results[1]
+
+
+@pytest.fixture(scope="session")
+def public_server(tmp_path_factory):
+    """The page in public mode as a server of its own (tests/public_server.py), shared by the tests that attack it
+    from outside (test_fair_share, test_cost_fuzz): (its process, its URL). Its log goes to a file: a pipe nobody
+    reads fills up with Gradio's logged refusals and stalls it."""
+    from public_server import started
+
+    with open(tmp_path_factory.mktemp("public-server") / "server.log", "w") as log:
+        process, url = started(log)
+        yield process, url
+        process.kill()
+        process.wait(10)

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app_page import named
-from public_server import started
 
 LONG = os.environ.get("SPECVIZ_LONG_TESTS") == "1" or "--long" in sys.argv
 EXAMPLES = 400 if LONG else 40
+TRACE_EXAMPLES = 400 if LONG else 8   # per dimension (six of them)
 # an answer's bounds, from what the request sent: a fixed part (the page's own markup of one step) and a part per
 # byte sent. Before issue 58's fixes a 20 KB trace drew an 80 MB answer (4,000 bytes per byte sent)
 ANSWER_FIXED_BYTES = 512 * 1024
@@ -47,15 +47,11 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    # the server's log goes to a file: a pipe nobody reads fills up with Gradio's logged refusals and stalls it
-    with open(tmp_path_factory.mktemp("server") / "server.log", "w") as log:
-        process, url = started(log)
-        found = Server(url, process.pid)
-        found.start_bytes = found.resident_bytes()
-        yield found
-        process.kill()
-        process.wait(10)
+def server(public_server):
+    process, url = public_server
+    found = Server(url, process.pid)
+    found.start_bytes = found.resident_bytes()
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +117,25 @@ def scaled(top: int) -> st.SearchStrategy[int]:
     return st.integers(0, 16).map(lambda k: max(1, round(top ** (k / 16))))
 
 
-SHAPES = st.builds(TraceShape, steps=scaled(64), nodes=scaled(1_200), committed=scaled(4_000),
-                   text_chars=scaled(12_000), sources=scaled(50_000), foreign_sources=st.booleans(),
-                   curve_points=st.integers(0, 3).map(lambda k: (0, 2, 64, 5_000)[k]),
-                   curve_top=scaled(5_000_000), null_timing=st.booleans(), param_items=scaled(20_000))
+SMALL = dict(steps=3, nodes=2, committed=1, text_chars=1, sources=1, foreign_sources=False, curve_points=0,
+             curve_top=1, null_timing=False, param_items=1)
+# every size together, and each hole's sizes alone (the rest small): a failure of one dimension is a finding of its
+# own (Hypothesis reports one failure per place it fails, so one test over every size at once names few holes)
+DIMENSIONS = {
+    "every size": dict(steps=scaled(64), nodes=scaled(1_200), committed=scaled(4_000), text_chars=scaled(12_000),
+                       sources=scaled(50_000), foreign_sources=st.booleans(),
+                       curve_points=st.integers(0, 3).map(lambda k: (0, 2, 64, 5_000)[k]),
+                       curve_top=scaled(5_000_000), null_timing=st.booleans(), param_items=scaled(20_000)),
+    "committed tokens and their text": dict(nodes=scaled(1_200), committed=scaled(4_000), text_chars=scaled(12_000)),
+    "cost curve": dict(curve_points=st.sampled_from([2, 64]), curve_top=scaled(5_000_000)),
+    "sources per node": dict(sources=scaled(50_000), foreign_sources=st.booleans()),
+    "times": dict(steps=scaled(64), null_timing=st.booleans()),
+    "free-form params": dict(param_items=scaled(20_000)),
+}
+
+
+def shapes(dimension: str) -> st.SearchStrategy[TraceShape]:
+    return st.builds(TraceShape, **{**{k: st.just(v) for k, v in SMALL.items()}, **DIMENSIONS[dimension]})
 
 
 def trace_bytes(data: dict) -> bytes:
@@ -186,12 +197,15 @@ def assert_memory(server: Server, what: str) -> None:
 
 
 # ---- the fuzz tests -------------------------------------------------------------------------------------------
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
+@pytest.mark.parametrize("dimension", list(DIMENSIONS))
+@settings(max_examples=TRACE_EXAMPLES, deadline=None, derandomize=not LONG,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(shape=SHAPES)
-def test_a_trace_costs_what_it_sends(server, client, tmp_path_factory, shape):
+@given(draw=st.data())
+def test_a_trace_costs_what_it_sends(server, client, tmp_path_factory, dimension, draw):
     from gradio_client import handle_file
 
+    shape = draw.draw(shapes(dimension))
+    client.predict(api_name="/reset")  # each example from a session with nothing shown: only its own trace counts
     data = trace_bytes(build_trace(shape))
     if len(data) > MAX_UPLOAD:  # the upload limit refuses it before any of ours: nothing of ours to fuzz
         return

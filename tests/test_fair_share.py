@@ -18,7 +18,6 @@ from specviz.lab.fair_share import CallBudget, FairShare, ShareLimits, Visitor
 from specviz.lab.live_sessions import LiveSessions
 from specviz.lab.public_policy import Policy
 from specviz.records.trace import Trace
-from public_server import started
 from test_cost_fuzz import TraceShape, build_trace
 
 PUBLIC = Policy.for_public()
@@ -229,11 +228,8 @@ def test_downloads_are_bounded_across_sessions_and_go_when_a_session_expires(tmp
 
 # ---- every event of the page, called as an attacker would -------------------------------------------------------
 @pytest.fixture(scope="module")
-def server():
-    process, url = started()
-    yield url.rstrip("/")
-    process.kill()
-    process.wait(10)
+def server(public_server):
+    return public_server[1].rstrip("/")
 
 
 def post(url: str, path: str, body: dict, address: str = "192.0.2.7") -> tuple[int, dict]:
