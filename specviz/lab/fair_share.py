@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError
+from specviz.lab.visitors import SHARED_KEY as NO_SESSION  # a call that carries no session (a direct call)
 
-NO_SESSION = "no-session"   # a call that carries no session (a test calling a handler directly)
 MAX_SESSIONS_PER_ADDRESS = 256  # idle sessions the door remembers per address (sessions with pending events stay)
 MAX_ADDRESSES = 50_000          # addresses the door and the token windows remember
 
@@ -195,10 +195,6 @@ class FairShare:
             else:
                 live.append(entry)
         return live
-
-    def replay_bytes(self) -> int:
-        with self._lock:
-            return sum(e[3] for e in self._live_replays())
 
     # ---- the queue's door ------------------------------------------------------------------------------
     def admits(self, session: str | None, address: str, pending: dict) -> str | None:

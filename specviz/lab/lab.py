@@ -488,9 +488,8 @@ class Lab:
             if self.replay is None:
                 raise
             name, k = self.replay_name, self.shown_step()
-            self.replay, self.at, self.selected_node, self.playing, self.autoplay = None, None, None, False, False
-            self.message = (f"⚠️ Step {k} of {md_text(name)} could not be drawn ({type(error).__name__}): the "
-                            "trace is damaged, so the page is back on your own run.")
+            self.drop_replay(f"⚠️ Step {k} of {md_text(name)} could not be drawn ({type(error).__name__}): the "
+                             "trace is damaged, so the page is back on your own run.")
             return self.view()
 
     def view(self) -> LabView:
