@@ -64,3 +64,57 @@ def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch
     times = costmodel._measure(lm, (1, 4), 32, 3, kernels)
     assert order[:8] == [1, 1, 4, 4] * 2  # warm-up round, then the first timed round: both kernels
     assert [len(t) for t in times["stock"]] == [1, 1] and [len(t) for t in times[kernels[0]]] == [3, 3]
+
+
+def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_models, tmp_path, monkeypatch):
+    """The curve a newcomer's machine stored while a head trained beside it read twice the quiet figures and
+    priced every later tree. Now the others' CPU time is read before and while it is measured: beside two
+    busy loops the curve is used and not stored (it says why and how busy), and once they stop it is stored
+    with how quiet the machine was."""
+    import subprocess
+    import sys
+    import time
+
+    from specviz.engine import costmodel
+    from specviz.runtime import machine_load
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    lm = load_model(tiny_models["same"], linear="stock")
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        busy = costmodel.calibrate(lm, sizes=(1, 2, 4), context_len=32, repeats=3)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert busy.busy is not None and "other processes used" in busy.busy, busy.busy
+    assert busy.machine_load.others_cores > machine_load.QUIET_OTHERS_CORES
+    assert not costmodel.stored_path(lm).exists() and costmodel.load(lm) is None
+    time.sleep(0.5)
+    quiet = costmodel.calibrate(lm, sizes=(1, 2, 4), context_len=32, repeats=3)
+    assert quiet.busy is None and quiet.machine_load.quiet, quiet.machine_load
+    stored = json.loads(costmodel.stored_path(lm).read_text())
+    assert stored["machine_load"]["others_cores"] <= machine_load.QUIET_OTHERS_CORES
+    assert costmodel.load(lm).ms == quiet.ms
+
+
+def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_the_full_one(tiny_models, tmp_path,
+                                                                                            monkeypatch):
+    """A first step is planned on a quick curve (a few sizes, the model's own kernel, never stored); the full
+    calibration comes later, stops before its next forward when a visitor's call starts, and is stored when it
+    ends on a quiet machine."""
+    from specviz.engine import costmodel
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(costmodel, "_process_curves", {})
+    lm = load_model(tiny_models["same"], linear="stock")
+    quick = costmodel.quick_curve(lm)
+    assert quick.sizes == list(costmodel.QUICK_SIZES) and not costmodel.settled(lm)
+    assert costmodel.load_or_calibrate(lm) is quick  # this process plans with it; nothing stored
+    asked = []
+    assert costmodel.recalibrate(lm, stop=lambda: asked.append(1) or len(asked) > 3) is None
+    assert len(asked) == 4 and not costmodel.settled(lm) and costmodel.load_or_calibrate(lm) is quick
+    full = costmodel.recalibrate(lm)
+    assert full is not None and full.busy is None and costmodel.settled(lm)
+    assert costmodel.load_or_calibrate(lm).ms == full.ms

@@ -438,6 +438,25 @@ def test_the_target_writes_answers_to_train_on_with_their_features(tiny):
     assert answer == list(reference.output_ids)[:len(answer)]
 
 
+def test_a_row_that_ends_leaves_the_batch_and_the_others_write_on_unchanged(tiny, monkeypatch):
+    """Rows that wrote their end token leave the batch (and the cache): every answer and its features are what
+    the same prompt gets alone in a batch of one."""
+    from specviz.training.train_head import _generate
+
+    prompts = [tiny.tokenizer.encode(p) for p in ("Say hello.", "Count to three, then stop.", "Hi there", "Go")]
+    alone = [_generate(tiny, [p], 8, 0.0, 0, 1)[0] for p in prompts]
+    # an end token that some answers write early and others never: rows leave the batch at different steps
+    written = [t for _, answer, _ in alone for t in answer[1:4]]
+    monkeypatch.setattr(tiny, "eos_ids", set(tiny.eos_ids) | {written[0], written[4]})
+    alone = [_generate(tiny, [p], 8, 0.0, 0, 1)[0] for p in prompts]
+    together = _generate(tiny, prompts, 8, 0.0, 0, 4)
+    lengths = {len(answer) for _, answer, _ in together}
+    assert len(lengths) > 1 and min(lengths) < 8  # some rows left early
+    for (prompt, answer, features), (prompt_1, answer_1, features_1) in zip(together, alone):
+        assert prompt == prompt_1 and answer == answer_1
+        assert torch.allclose(features, features_1, atol=1e-4, rtol=1e-3)
+
+
 def test_the_target_writes_new_requests_it_can_answer(tiny):
     config = replace(TINY_CONFIG, requests_per_prompt=2, generate_batch=4)
     requests = self_instruct(tiny, ["Give me three tips for a tidy desk."], config, SuiteGuard())
@@ -447,12 +466,14 @@ def test_the_target_writes_new_requests_it_can_answer(tiny):
     assert usable_request("ok") is None
 
 
-def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkeypatch, tmp_path):
-    """ui.head_training: a missing head starts one niced `train-head` child per target (a second call while
-    it runs starts none), the status says it is training, then ready once the file is there; switched off,
-    it starts nothing and says how to train by hand."""
+def test_a_missing_head_is_trained_only_when_asked_once_and_the_page_says_so(monkeypatch, tmp_path):
+    """lab.head_training: nothing trains a head by itself (the start-up never does: a newcomer's machine once
+    spent 46 minutes of both cores on it); the status offers the button, whose start is one niced `train-head`
+    child per target (a second press while it runs starts none); the status says it is training, then ready once
+    the file is there; switched off (a Space), it offers nothing, refuses to start and says how to train by hand."""
     from types import SimpleNamespace
 
+    from specviz.errors import SpecvizError
     from specviz.lab import head_training
     from specviz.lab.head_training import HeadState
     from specviz.runtime import shared_resources
@@ -473,11 +494,17 @@ def test_the_app_trains_a_missing_head_in_the_background_once_and_says_so(monkey
     monkeypatch.setattr(head_training, "_children", {})
     target = SimpleNamespace(name="some-target")
     monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "off")
-    off = head_training.start_if_missing(target)
-    assert off.state is HeadState.OFF and "train-head" in off.message and started == []
+    off = head_training.status(target)
+    assert off.state is HeadState.OFF and "train-head" in off.message and not off.offer
+    with pytest.raises(SpecvizError, match="does not train"):
+        head_training.start(target)
+    assert started == []
     monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "on")
-    first = head_training.start_if_missing(target)
-    again = head_training.start_if_missing(target)
+    offered = head_training.status(target)
+    assert offered.state is HeadState.OFF and offered.offer and "button below trains one" in offered.message
+    assert started == []  # asking where it stands starts nothing
+    first = head_training.start(target)
+    again = head_training.start(target)
     assert len(started) == 1
     assert started[0][1:] == ["-m", "specviz", "train-head", "--model", "some-target", "--device", "cpu"]
     assert first.state is again.state is HeadState.TRAINING and first.training

@@ -25,10 +25,27 @@ from specviz.deploy.space_bundle import (REQUIRED_KEYS, ZEROGPU_PYTHONS, ZEROGPU
 @pytest.fixture
 def heads(tmp_path, monkeypatch):
     """A heads folder holding a head file for the default model (its bytes only matter where the app loads it)."""
+    from specviz.deploy import space_bundle
+
     folder = tmp_path / "heads"
     folder.mkdir()
     monkeypatch.setenv("SPECVIZ_HEADS", str(folder))
+    monkeypatch.setattr(space_bundle, "TRAINED", tmp_path / "no-trained-files")  # as if the repository shipped none
     return folder
+
+
+def test_the_repositorys_own_head_and_table_travel_in_assets(tmp_path, monkeypatch):
+    """With no head in this machine's cache the bundle still has the default model's: the repository's own
+    (assets/trained), which the Space reads there."""
+    from specviz.drafters.copy_logit_seed import FORMAT
+    from specviz.runtime.shipped import TRAINED
+
+    monkeypatch.setenv("SPECVIZ_HEADS", str(tmp_path / "empty-heads"))
+    files, notes = write_bundle(tmp_path / "space")
+    name = head_file_name(DEFAULT_MODEL)
+    assert f"assets/trained/heads/{name}" in files and f"shipped/heads/{name}" not in files
+    assert any(f.startswith("assets/trained/copy_logits/") and f.endswith(f"-{FORMAT}.npz") for f in files)
+    assert (tmp_path / "space" / "assets" / "trained" / "heads" / name).read_bytes() == (TRAINED / "heads" / name).read_bytes()
 
 
 def test_bundle_holds_exactly_what_a_space_needs(tmp_path, heads):

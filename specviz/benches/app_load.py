@@ -181,22 +181,30 @@ def time_replay(path: Path) -> dict:
 
 
 def measure_startup(env: dict | None = None, prompt: str = "Say hello in three languages.",
-                    timeout_s: float = 900) -> dict:
+                    timeout_s: float = 900, app: Path = ROOT / "app.py", quiet_timeout_s: float = 900) -> dict:
     """A fresh `python app.py` (give SPECVIZ_CACHE a new folder for a cold start): seconds from starting the
     process to the first page served, to the first live step a visitor gets back (a /step sent as soon as the
-    page is up, with the page's default method), and to the start-up's own "live steps ready" line."""
+    page is up, with the page's default method), to the start-up's own "live steps ready" line, and to a quiet
+    machine (its "nothing left in the background" line); and the CPU seconds the server spent between its first
+    step and that line, and in the 30 s after it (nothing may keep the cores busy behind the visitor)."""
     import urllib.request
 
     from gradio_client import Client
 
+    from specviz.benches.browser_run import _tree_cpu_s
+
     port = free_port()
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, str(app), "--port", str(port)], cwd=app.parent,
                                env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(iter(process.stdout.readline, "")), daemon=True).start()
     url = f"http://127.0.0.1:{port}/"
+
+    def seen(*marks: str) -> str | None:
+        return next((line.strip() for line in log if any(mark in line for mark in marks)), None)
+
     try:
         page_s = None
         while page_s is None:
@@ -211,15 +219,28 @@ def measure_startup(env: dict | None = None, prompt: str = "Say hello in three l
         client = Client(url, verbose=False)
         out = client.predict(prompt=prompt, max_new_tokens=8, api_name="/step")
         step_s = time.perf_counter() - started
+        cpu_at_step = _tree_cpu_s(process.pid)
         if "steps** 1" not in out[2]:
             raise SpecvizError(f"The first step failed: {out[7]}")
-        while not any("live steps ready" in line or "warm-up failed" in line for line in log):
-            if time.perf_counter() - started > timeout_s:
-                break
+        while not seen("live steps ready", "warm-up failed") and time.perf_counter() - started < timeout_s:
             time.sleep(0.2)
-        ready = next((line.strip() for line in log if "live steps ready" in line or "warm-up failed" in line), "")
+        ready = seen("live steps ready", "warm-up failed") or ""
+        cpu_at_ready = _tree_cpu_s(process.pid)
+        time.sleep(30)
+        cpu_after_ready = _tree_cpu_s(process.pid) - cpu_at_ready
+        while not seen("nothing left in the background") and time.perf_counter() - started < quiet_timeout_s:
+            time.sleep(0.2)
+        quiet_s = time.perf_counter() - started if seen("nothing left in the background") else None
+        cpu_at_quiet = _tree_cpu_s(process.pid)
+        time.sleep(30)
+        cpu_after = _tree_cpu_s(process.pid) - cpu_at_quiet
         client.close()
     finally:
         process.terminate()
         process.wait(30)
-    return {"page_s": round(page_s, 2), "first_step_s": round(step_s, 2), "ready_line": ready}
+    return {"page_s": round(page_s, 2), "first_step_s": round(step_s, 2),
+            "quiet_s": round(quiet_s, 2) if quiet_s is not None else None,
+            "cpu_s_first_step_to_quiet": round(cpu_at_quiet - cpu_at_step, 1),
+            "cpu_s_in_30_s_after_ready": round(cpu_after_ready, 1),
+            "cpu_s_in_30_s_after_quiet": round(cpu_after, 2), "ready_line": ready,
+            "background_lines": [line.strip() for line in log if "full cost curve" in line or "background" in line]}

@@ -4,7 +4,7 @@ users run, in the order `--help` lists them; the maintenance commands behind the
 `dev` (specviz/commands/dev/). common_args.py holds what several commands share."""
 
 from specviz.commands import (bench, calibrate, datastore, draft_quality, generate, params, space_bundle,
-                              static_tree, sweep, train_head)
+                              static_tree, sweep, train_head, trained_files)
 
-COMMANDS = (generate, bench, sweep, calibrate, datastore, train_head, draft_quality, static_tree, space_bundle,
-            params)
+COMMANDS = (generate, bench, sweep, calibrate, datastore, train_head, trained_files, draft_quality, static_tree,
+            space_bundle, params)

@@ -21,8 +21,11 @@ def run(args) -> None:
                                repeats=positive("--repeats", args.repeats, 100))
     print(cost.table())
     print(f"linear kernel by tree size: {lm.linear_summary()}")
+    load = cost.machine_load
+    print(f"the machine meanwhile: other processes used {load.others_cores:.2f} of {load.cores} cores, load average "
+          f"{load.load_before:.2f} before and {load.load_after:.2f} after")
     if cost.busy is None:
         print(f"saved to {costmodel.stored_path(lm)}")
     else:
-        print(f"not saved: {cost.busy} in each of {costmodel.CALIBRATION_ATTEMPTS} attempts (something else was "
-              f"running?); calibrate again on a quiet machine")
+        print(f"not saved: {cost.busy}; this run used it, and the next one measures again (calibrate again on a "
+              "quiet machine)")

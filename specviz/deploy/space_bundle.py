@@ -24,7 +24,7 @@ from specviz.runtime.loading import (DEFAULT_MODEL, GGUF_DESCRIPTION, GGUF_FILE,
                                     ensure_default_model_folder, packaged_gguf_dir)
 from specviz.drafters.copy_logit_seed import FORMAT as SEED_FORMAT
 from specviz.runtime.cache_dir import cache_root
-from specviz.runtime.shipped import COPY_LOGITS, HEADS, MODELS
+from specviz.runtime.shipped import COPY_LOGITS, HEADS, MODELS, TRAINED
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "spaces_config"
@@ -113,7 +113,9 @@ def _shipped(out: Path, models: list[str]) -> list[str]:
     copy_description(ensure_default_model_folder(), described)
     # the default model's warm copy-logit table, where this machine has built it (else the Space builds it)
     seeds = sorted((cache_root() / "copy_logits").glob(f"*-{DEFAULT_MODEL}-{SEED_FORMAT}.npz"))
-    if seeds:
+    if any((TRAINED / COPY_LOGITS).glob(f"{DEFAULT_MODEL}-*-{SEED_FORMAT}.npz")):
+        pass  # the repository's own copy travels with assets/ (runtime.shipped reads it there)
+    elif seeds:
         (out / "shipped" / COPY_LOGITS).mkdir()
         shutil.copy2(seeds[0], out / "shipped" / COPY_LOGITS / seeds[0].name)
     else:
@@ -121,6 +123,8 @@ def _shipped(out: Path, models: list[str]) -> list[str]:
     for model in dict.fromkeys([DEFAULT_MODEL, *models]):
         name = _head_name(model)
         cached = cached_head_path(name)
+        if (TRAINED / HEADS / name).is_file():
+            continue  # the repository's own head travels with assets/ (runtime.shipped reads it there)
         if cached.is_file():
             shutil.copy2(cached, out / "shipped" / HEADS / name)
         elif name == head_file_name(DEFAULT_MODEL):

@@ -35,6 +35,12 @@ def seed_path(lm):
     return cache_root() / "copy_logits" / f"{_slug(tokenizer_name(lm) + '-' + lm.name)}-{FORMAT}.npz"
 
 
+def shipped_name(lm) -> str:
+    """The file name a shipped table goes by (the repository's assets/trained/, a Space bundle): the model's name
+    and vocabulary size, never a path of the machine that built it."""
+    return f"{_slug(lm.name)}-{len(lm.tokenizer)}-{FORMAT}.npz"
+
+
 @torch.inference_mode()
 def build(lm, corpus=CORPUS, tokens: int = SEED_TOKENS) -> CopyLogitTable:
     """Read the corpus' documents with the target until `tokens` tokens, keeping every token's last row."""
@@ -55,44 +61,63 @@ def build(lm, corpus=CORPUS, tokens: int = SEED_TOKENS) -> CopyLogitTable:
     return table
 
 
-def save(table: CopyLogitTable, path) -> None:
+def save(table: CopyLogitTable, path, vocab_sha256: str = "", half: bool = False) -> None:
+    """The table's rows, with the digest of the vocabulary they index (checked on load); half: probabilities in
+    float16 and compressed (the shipped copy: a third of the bytes; the drafts' order is the same, and a draft's
+    probability only ranks it, never decides acceptance)."""
     rows = table.frozen()
 
     def write(staging) -> None:
         with open(staging, "wb") as f:  # a file object: np.savez would add ".npz" to a name
-            np.savez(f, top_tokens=rows.top_tokens.astype(np.int32), top_probs=rows.top_probs, seen=rows.seen)
+            (np.savez_compressed if half else np.savez)(
+                f, top_tokens=rows.top_tokens.astype(np.int32),
+                top_probs=rows.top_probs.astype(np.float16 if half else np.float32), seen=rows.seen,
+                vocab_sha256=np.array(vocab_sha256))
 
     write_atomically(path, write)
 
 
-def load(path) -> CopyLogitTable:
+def load(path, lm=None) -> CopyLogitTable:
+    """The table in path; with lm, refused (SpecvizError) unless its rows are lm's vocabulary."""
     try:
         with np.load(path) as data:
             rows = FrozenRows(data["top_tokens"].astype(np.int32), data["top_probs"].astype(np.float32),
                               data["seen"].astype(bool))
+            digest = str(data["vocab_sha256"]) if "vocab_sha256" in data.files else ""
             table = CopyLogitTable(int(rows.top_tokens.shape[1]), rows)
     except (OSError, ValueError, KeyError) as exc:
         raise SpecvizError(f"The copy-logit seed '{path}' is unreadable ({exc}); delete it to rebuild it.") from None
+    if lm is not None:
+        from specviz.runtime.draft_head import vocab_digest
+
+        vocab = rows.seen.shape[0]
+        if vocab != lm.vocab_size or rows.top_tokens.shape[0] != vocab or (digest and digest != vocab_digest(lm.tokenizer)) \
+                or (vocab and (int(rows.top_tokens.min()) < 0 or int(rows.top_tokens.max()) >= vocab)):
+            raise SpecvizError(f"The copy-logit seed '{path}' was built for another vocabulary than {lm.name}'s.")
     return table
 
 
 def ensure(lm) -> tuple[CopyLogitTable, float]:
-    """The model's seed table (built and saved on first use) and the seconds that took."""
+    """The model's seed table (shipped, else built and saved on first use) and the seconds that took."""
     path = seed_path(lm)
     started = time.perf_counter()
-    shipped = shipped_file(COPY_LOGITS, path.name)  # a Space bundle's copy (runtime.shipped), read-only
+    # the repository's or a Space bundle's copy (runtime.shipped), read-only; a bundle of older versions named
+    # it like the cache file
+    shipped = shipped_file(COPY_LOGITS, shipped_name(lm)) or shipped_file(COPY_LOGITS, path.name)
     if shipped is not None and not path.is_file():
         try:
-            return load(shipped), time.perf_counter() - started
+            return load(shipped, lm), time.perf_counter() - started
         except SpecvizError as error:
             LOG.warning("the shipped copy-logit seed %s is not used: %s", shipped, error)
     if path.is_file():
         try:
-            return load(path), time.perf_counter() - started
+            return load(path, lm), time.perf_counter() - started
         except SpecvizError as error:
             discard(path, str(error))  # a broken cache file is rebuilt, never trusted
+    from specviz.runtime.draft_head import vocab_digest
+
     table = build(lm)
-    save(table, path)
+    save(table, path, vocab_digest(lm.tokenizer))
     return table, time.perf_counter() - started
 
 

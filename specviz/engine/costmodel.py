@@ -7,9 +7,11 @@ import contextlib
 import json
 import re
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -19,6 +21,7 @@ from specviz.runtime.block_forward import causal_forward
 from specviz.runtime import fast_linear, linear_paths, loaded_model
 from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.machine_load import LoadWatch, MachineLoad, sample
 from specviz.tree.draft_tree import DraftTree
 from specviz.engine.tree_forward import tree_forward
 
@@ -38,6 +41,7 @@ class CostModel:
     path_ms: dict[str, list[float]] = field(default_factory=dict)  # every kernel timed, ms at each size
     processor: str = ""             # runtime.linear_paths.processor_key() of the machine that measured it
     busy: str | None = None         # why it was not stored (why_busy: measured while the machine was busy)
+    machine_load: MachineLoad | None = None  # how quiet the machine was while it was measured
 
     def cost_ms(self, q: int) -> float:
         """Interpolated cost of a forward over q tokens; linear extrapolation past the last size. np.interp's
@@ -111,6 +115,8 @@ NOISY_SPREAD = 0.35
 # a one-token forward of a weight-bound model costs about one read of its weights; this many times that
 # estimate means the cores or the memory were busy elsewhere (measured here: 1.0-1.4x)
 WEIGHT_READ_FACTOR = 4.0
+# the others' use of the machine is sampled this long before a calibration that may be stored
+QUIET_SAMPLE_S = 0.5
 # after the first timed round a linear kernel this much dearer than the best at every size is timed no more
 DROP_SLOWER = 1.5
 
@@ -128,9 +134,13 @@ def load(lm: LoadedModel) -> CostModel | None:
     if not path.is_file():
         return None
     try:
-        cost = CostModel(**json.loads(path.read_text()))
-    except (ValueError, TypeError):
-        return None  # an unreadable file is recalibrated, never trusted
+        fields = json.loads(path.read_text())
+        fields["machine_load"] = MachineLoad(**fields["machine_load"])
+        cost = CostModel(**fields)
+    except (ValueError, TypeError, KeyError):
+        return None  # an unreadable file is recalibrated, never trusted; so is one that says not how quiet it was
+    if cost.busy is not None or not cost.machine_load.quiet:
+        return None
     if not plausible(cost.ms):  # so is one measured during a burst of load (older versions)
         return None
     if cost.processor != linear_paths.processor_key():
@@ -139,13 +149,14 @@ def load(lm: LoadedModel) -> CostModel | None:
     return cost if (cost.paths or [lm.linear] * len(cost.sizes)) == kernels else None
 
 
-def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
-             kernels: list[str | None] = (None,)) -> dict[str | None, list[list[float]]]:
+def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int, kernels: list[str | None] = (None,),
+             stop: Callable[[], bool] | None = None) -> dict[str | None, list[list[float]]] | None:
     """Every timed forward (ms) per linear kernel and size: a tree forward (a chain of q tokens) on a cache of
     context_len tokens, with each kernel of `kernels` forced (None: as the model runs now). Sizes and kernels
     take turns (each round times each pair once), so a burst of load in the middle lands in one round of every
     pair, and the medians leave it out, instead of spoiling every repeat of a few. After the first timed round
-    a kernel dearer than DROP_SLOWER x the best at every size is timed no more (it keeps that round)."""
+    a kernel dearer than DROP_SLOWER x the best at every size is timed no more (it keeps that round). None
+    where stop() said so before a forward (a visitor's call came: it goes first)."""
     generator = torch.Generator().manual_seed(0)
     context = torch.randint(100, lm.vocab_size - 1, (context_len,), generator=generator).tolist()
     cache = lm.new_cache()  # the static cache where verify forwards are captured: the curve prices that path
@@ -160,6 +171,8 @@ def _measure(lm: LoadedModel, sizes, context_len: int, repeats: int,
     for round_ in range(repeats + 1):  # the first round warms every shape up
         for i, tree in enumerate(trees):
             for kernel in timed:
+                if stop is not None and stop():
+                    return None
                 with lm.decoder.forcing(kernel) if kernel is not None else contextlib.nullcontext():
                     started = time.perf_counter()
                     tree_forward(lm, cache, tree, context_len)
@@ -201,10 +214,14 @@ def weight_read_ms(lm: LoadedModel) -> float | None:
     return weight_bytes / _bandwidth["cpu"] * 1000
 
 
-def why_busy(lm: LoadedModel, times: dict[str | None, list[list[float]]], ms: list[float]) -> str | None:
-    """Why a measured curve cannot be this machine's own (None: it can): a bigger tree much cheaper than a
-    smaller one, repeats spread far beyond a quiet machine's, or a one-token forward far dearer than reading
-    the weights once."""
+def why_busy(lm: LoadedModel, times: dict[str | None, list[list[float]]], ms: list[float],
+             loads: tuple[MachineLoad, ...] = ()) -> str | None:
+    """Why a measured curve cannot be this machine's own (None: it can): other processes busy before or while
+    it was measured (loads: runtime.machine_load), a bigger tree much cheaper than a smaller one, repeats
+    spread far beyond a quiet machine's, or a one-token forward far dearer than reading the weights once."""
+    for load in loads:
+        if load.why_busy() is not None:
+            return load.why_busy()
     if not plausible(ms):
         return "a bigger tree measured much cheaper than a smaller one"
     spreads = [spread(t) for per_size in times.values() for t in per_size if len(t) > 1]
@@ -218,21 +235,30 @@ def why_busy(lm: LoadedModel, times: dict[str | None, list[list[float]]], ms: li
 
 
 def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, repeats: int = 5,
-              save: bool = True, attempts: int = CALIBRATION_ATTEMPTS) -> CostModel:
+              save: bool = True, attempts: int = CALIBRATION_ATTEMPTS, every_kernel: bool = True,
+              stop: Callable[[], bool] | None = None) -> CostModel | None:
     """The verify cost curve, measured (see _measure) until it is plausible (why_busy), at most `attempts`
     times. Where the model can run several linear kernels (LoadedModel.linear_candidates) each is timed and
     the fastest per size kept (runtime.linear_paths.choose): the choice is stored and applied to the model,
-    and the curve is its cost. A curve still implausible after that is used but not saved (nor its choice):
-    the next session measures again."""
-    kernels = lm.linear_candidates() if lm.measures_linear_paths() else [None]
+    and the curve is its cost.
+    A curve still implausible after that, or measured while other processes used the machine (before or
+    during: runtime.machine_load), is used but not saved (nor its choice): a later calibration measures again.
+    every_kernel=False times the model's own kernel alone (the quick curve a first step needs). None where
+    stop() ended it early (checked before each forward)."""
+    kernels = lm.linear_candidates() if lm.measures_linear_paths() and every_kernel else [None]
     for _ in range(attempts):
-        times = _measure(lm, sizes, context_len, repeats, kernels)
+        before = sample(QUIET_SAMPLE_S) if save else None
+        with LoadWatch() as watch:
+            times = _measure(lm, sizes, context_len, repeats, kernels, stop)
+        if times is None:
+            return None
         medians = {k: [round(statistics.median(t), 3) for t in per_size] for k, per_size in times.items()}
         choice = linear_paths.choose(list(sizes), medians) if kernels != [None] else None
         ms = choice.chosen_ms() if choice is not None else medians[None]
-        busy = why_busy(lm, times, ms)
-        if busy is None:
-            break
+        loads = tuple(load for load in (before, watch.result) if load is not None)
+        busy = why_busy(lm, times, ms, loads)
+        if busy is None or any(not load.quiet for load in loads):
+            break  # quiet and plausible; or others are busy, and measuring again now would not help
     if choice is not None:
         lm.apply_linear_choice(choice)
         if save and busy is None:
@@ -241,12 +267,56 @@ def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, 
                      device=lm.device.type, dtype=str(lm.dtype).replace("torch.", ""),
                      threads=torch.get_num_threads(), paths=list(choice.paths) if choice else None,
                      path_ms={k: list(v) for k, v in medians.items()} if choice else {},
-                     processor=linear_paths.processor_key(), busy=busy)
+                     processor=linear_paths.processor_key(), busy=busy, machine_load=watch.result)
     if save and busy is None:
         text = json.dumps(asdict(cost), indent=1)  # whole or not at all: a reader never sees half a curve
         write_atomically(stored_path(lm), lambda staging: staging.write_text(text))
     return cost
 
 
+# the sizes of the quick curve a first step is planned with (about a second; the full calibration comes later)
+QUICK_SIZES = (1, 4, 16, 64)
+_process_curves: dict[Path, CostModel] = {}   # per stored_path: what this process measured and did not store
+_measuring = threading.Lock()                 # one calibration at a time (two would time each other)
+
+
 def load_or_calibrate(lm: LoadedModel) -> CostModel:
-    return load(lm) or calibrate(lm)
+    """The stored curve; else the one this process measured already (quick, or measured under load); else a
+    full calibration now (stored where the machine was quiet)."""
+    stored = load(lm)
+    if stored is not None:
+        return stored
+    with _measuring:
+        key = stored_path(lm)
+        if key not in _process_curves:
+            _process_curves[key] = calibrate(lm)
+        return _process_curves[key]
+
+
+def quick_curve(lm: LoadedModel) -> CostModel:
+    """The stored curve, else one good enough for a first step: the model's own kernel at QUICK_SIZES, two
+    repeats (about a second of forwards on a 2-core CPU), never stored; this process plans with it until
+    recalibrate() stores a full one."""
+    stored = load(lm)
+    if stored is not None:
+        return stored
+    with _measuring:
+        key = stored_path(lm)
+        if key not in _process_curves:
+            _process_curves[key] = calibrate(lm, QUICK_SIZES, repeats=2, save=False, attempts=1, every_kernel=False)
+        return _process_curves[key]
+
+
+def settled(lm: LoadedModel) -> bool:
+    """Whether this machine has a stored curve for lm (measured on a quiet machine)."""
+    return load(lm) is not None
+
+
+def recalibrate(lm: LoadedModel, stop: Callable[[], bool] | None = None) -> CostModel | None:
+    """A full calibration now, stored where the machine was quiet (then every later session reads it); this
+    process plans with it either way. None where stop() ended it (nothing changes)."""
+    with _measuring:
+        cost = calibrate(lm, stop=stop)
+        if cost is not None:
+            _process_curves[stored_path(lm)] = cost
+        return cost

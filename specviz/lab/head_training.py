@@ -1,8 +1,10 @@
-"""The app trains the draft head in the background when its target has none: `python -m specviz train-head`
-in a child process at a lower priority (the app's visitors keep the machine first), its log beside the
-head's file, at most one per target across the app's processes (a lock file holds the child's pid).
+"""Training a draft head from the page: the Model box's button starts `python -m specviz train-head` in a child
+process at a lower priority (the app's visitors keep the machine first), its log beside the head's file, at most
+one per target across the app's processes (a lock file holds the child's pid). Nothing starts it by itself: the
+default model's head ships in assets/trained, and another model drafts with the copy-logit tree until someone
+presses the button, which says how long it takes here.
 
-SPECVIZ_HEAD_TRAINING=off (the tests set it; the default on a Space, which ships its heads) starts nothing; the
+SPECVIZ_HEAD_TRAINING=off (the tests set it; the default on a Space, which ships its heads) offers no button; the
 status then says how to train by hand.
 """
 
@@ -17,12 +19,19 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import TRAIN_HINT, head_path
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.shared_resources import loaded_model
 
 ROOT = Path(__file__).resolve().parents[2]
 NICENESS = 10
+# what `train-head` costs, for the button's estimate: the target forwards about this many tokens (the text it
+# writes and reads), at about this many times a 64-token forward's cost per token (generation in batches and the
+# features), and the head's own training takes about this long (measured on the default model, 2 cores)
+TRAINING_FORWARD_TOKENS = 300_000
+FORWARD_OVERHEAD = 2.0
+TRAINING_STEPS_MINUTES = 4.0
 _children: dict[str, subprocess.Popen] = {}
 
 
@@ -39,6 +48,7 @@ class HeadTraining:
     """Where the head of one target stands: ready, training (since when), or neither, and what to show."""
     state: HeadState
     message: str        # markdown for the page's head status
+    offer: bool = False  # the page offers its button to train one here
 
     @property
     def training(self) -> bool:
@@ -71,27 +81,38 @@ def _running_pid(lm: LoadedModel) -> int | None:
 
 
 def enabled() -> bool:
-    """SPECVIZ_HEAD_TRAINING: on by default, off on a Hugging Face Space (SPACE_ID set), whose bundle ships its heads
-    (runtime.shipped) and whose visitors would wait behind 13 minutes of both vCPUs."""
+    """SPECVIZ_HEAD_TRAINING: the button is offered by default, not on a Hugging Face Space (SPACE_ID set), whose
+    bundle ships its heads (runtime.shipped) and whose visitors would wait behind minutes of both vCPUs."""
     default = "off" if os.environ.get("SPACE_ID") else "on"
     return os.environ.get("SPECVIZ_HEAD_TRAINING", default).strip().lower() not in ("off", "0", "no", "false")
 
 
-def start_if_missing(lm: LoadedModel) -> HeadTraining:
-    """Start training the head for lm in the background when it has none and none is being trained."""
-    if head_path(lm).is_file():
+def estimate_minutes(lm: LoadedModel) -> float:
+    """About how long `train-head` takes for lm here: its text is mostly the target's forwards, priced by this
+    machine's cost curve (a forward of 64 tokens, per token), and the training of the head, about as long again
+    (measured on the default model: docs/benchmarks.md, "The draft head")."""
+    from specviz.engine import costmodel
+    from specviz.runtime.compute_thread import COMPUTE
+
+    per_token_ms = COMPUTE.run(costmodel.quick_curve, lm).cost_ms(64) / 64
+    return TRAINING_FORWARD_TOKENS * per_token_ms * FORWARD_OVERHEAD / 60_000 + TRAINING_STEPS_MINUTES
+
+
+def start(lm: LoadedModel) -> HeadTraining:
+    """Start training the head for lm in the background (the Model box's button); nothing when it has one or one
+    is being trained. SpecvizError where training here is off (a public Space)."""
+    if head_path(lm).is_file() or _running_pid(lm) is not None:
         return status(lm)
     if not enabled():
-        return status(lm)
-    if _running_pid(lm) is None:
-        path = head_path(lm)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        log = _log(lm).open("w")
-        command = [sys.executable, "-m", "specviz", "train-head", "--model", lm.name, "--device", "cpu"]
-        child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 preexec_fn=lambda: os.nice(NICENESS))
-        _lock(lm).write_text(f"{child.pid} {time.time():.0f}\n")
-        _children[lm.name] = child
+        raise SpecvizError(f"This app does not train draft heads ({TRAIN_HINT} on your own machine).")
+    path = head_path(lm)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = _log(lm).open("w")
+    command = [sys.executable, "-m", "specviz", "train-head", "--model", lm.name, "--device", "cpu"]
+    child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             preexec_fn=lambda: os.nice(NICENESS))
+    _lock(lm).write_text(f"{child.pid} {time.time():.0f}\n")
+    _children[lm.name] = child
     return status(lm)
 
 
@@ -106,17 +127,34 @@ def status(lm: LoadedModel) -> HeadTraining:
         except (OSError, ValueError, IndexError):
             since = ""
         return HeadTraining(HeadState.TRAINING,
-                            f"⏳ A draft head for {lm.name} is being trained in the background{since} (about 15 "
-                            "minutes on 2 cores); until it is ready the model source drafts with the target's own "
-                            "weights.")
+                            f"⏳ A draft head for {lm.name} is being trained in the background{since} (its log: "
+                            f"{_log(lm)}); until it is ready the model source drafts with the target's own weights.")
     if not enabled():
         return HeadTraining(HeadState.OFF, f"No draft head for {lm.name} yet ({TRAIN_HINT}); the model source "
                                            "drafts with the target's own weights.")
     child = _children.get(lm.name)
     if child is not None and child.poll() not in (None, 0):
         return HeadTraining(HeadState.FAILED, f"⚠️ Training the draft head for {lm.name} failed (see {_log(lm)}); "
-                                              "the model source drafts with the target's own weights.")
-    return HeadTraining(HeadState.OFF, f"No draft head for {lm.name} yet ({TRAIN_HINT}).")
+                                              "the model source drafts with the target's own weights.", offer=True)
+    return HeadTraining(HeadState.OFF, f"No draft head for {lm.name} yet: the model source drafts with the target's "
+                                       f"own weights. The button below trains one here (or run `python -m specviz "
+                                       "train-head`).", offer=True)
+
+
+def button_label(name: str | None) -> str:
+    """The Model box's button for the page's model (loaded), with what training costs here."""
+    lm = loaded_model(name)
+    if lm is None:
+        return "Train a draft head"
+    return f"Train a draft head for {lm.name} (about {estimate_minutes(lm):.0f} minutes of both cores here)"
+
+
+def start_for_model(name: str | None) -> HeadTraining:
+    """The button: train a head for the page's model (loaded already: the status offered the button)."""
+    lm = loaded_model(name)
+    if lm is None:
+        raise SpecvizError("The model is still loading: press the button again once it is loaded.")
+    return start(lm)
 
 
 def status_for_model(name: str | None) -> HeadTraining | None:

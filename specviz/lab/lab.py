@@ -514,7 +514,8 @@ class Lab:
         return LabView(
             tree=tree_html(record, token_text, animate=animate, highlight=self.selected_node, panels=panels,
                            run=f"replay:{self.replay_name}" if self.replay is not None else
-                           ("live" if self.session is not None else ""), steps=len(records)),
+                           ("live" if self.session is not None else ""), steps=len(records),
+                           streaming=self.streaming),
             text_html=tokens_html(shown, token_text, self.shown_prompt(), recorded=self.replay is not None,
                                   animate_last=animate) + (AUTOPLAY_FLAG if self.autoplay else ""),
             counters=self.counters_markdown() if newest_live else self.timeline_markdown(),

@@ -18,8 +18,10 @@ from typing import Callable, Iterator
 
 from specviz.engine.static_study import StaticTreeStudy, StudyProgress, last_study
 from specviz.errors import SpecvizError
+from specviz.runtime.compute_thread import COMPUTE
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
 from specviz.lab.fair_share import UNLIMITED, CallBudget
+from specviz.lab.call_activity import ACTIVITY
 from specviz.lab.fork_guard import GUARD
 from specviz.lab.lab_state import (CallAction, CarriedStates, LabState, ModelCall, ModelReply, perform_static_tree,
                                   perform_sweep, step_sessions)
@@ -192,24 +194,8 @@ def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITE
         check_duration(call_)
     here = entry is run_model
     try:
-        replies = entry(call_, CarriedStates(states, device))
-        first = True
-        while True:
-            # no fork while this process computes (ui.fork_guard): CPU work holds the guard shared while it makes
-            # each reply, a GPU call holds it alone until its first reply, by when its worker is forked
-            with GUARD.computing() if here else GUARD.forking() if first else nullcontext():
-                reply = next(replies, None)
-            first = False
-            if reply is None:
-                break
-            if reply.error is not None:
-                raise SpecvizError(reply.error)
-            yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
-            try:
-                budget.check()
-            except SpecvizError:
-                getattr(replies, "close", lambda: None)()  # the worker stops at its next reply
-                raise
+        with ACTIVITY.running():  # background work waits while a visitor's call runs (lab.call_activity)
+            yield from _replies(entry(call_, CarriedStates(states, device)), here, budget)
     except SpecvizError:
         raise
     except Exception as error:  # noqa: BLE001 (spaces raises gradio's Error, or RuntimeError from its client)
@@ -217,6 +203,29 @@ def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITE
         if message is None:
             raise
         raise SpecvizError(message) from None
+
+
+def _replies(replies, here: bool, budget: CallBudget) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
+    """The replies of one call as call() yields them, its budget checked after each."""
+    first = True
+    while True:
+        # no fork while this process computes (ui.fork_guard): CPU work holds the guard shared while it makes
+        # each reply, a GPU call holds it alone until its first reply, by when its worker is forked
+        with GUARD.computing() if here else GUARD.forking() if first else nullcontext():
+            # computed on the process's one compute thread (runtime.compute_thread) when the model runs here
+            reply = COMPUTE.run(next, replies, None) if here else next(replies, None)
+        first = False
+        if reply is None:
+            break
+        if reply.error is not None:
+            raise SpecvizError(reply.error)
+        yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
+        try:
+            budget.check()
+        except SpecvizError:
+            close = getattr(replies, "close", lambda: None)  # the worker stops at its next reply
+            COMPUTE.run(close) if here else close()
+            raise
 
 
 def studied(call_: ModelCall, progress: Callable[[StudyProgress], None],

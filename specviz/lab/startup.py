@@ -1,9 +1,14 @@
-"""Start-up before the first visitor: the page serves the recorded replay at once while a background thread loads
-the model, builds the native kernels, reads the datastore, the warm copy-logit table and the cost curve (each
-built and stored on first use), and takes one tree step through the app's model function; the page says when live
-steps are ready. When the model has no draft head yet, its training starts in a child process (ui.head_training;
-the page says how it goes). On ZeroGPU the models are placed on cuda on the main thread before the page is served
-(spaces moves them to the GPU inside each call) and everything that runs the model happens in that first call."""
+"""Start-up before the first visitor: the page serves the recorded replay at once while a background thread gets
+the first live step ready: the model, the datastore, the native kernels, the warm copy-logit table (shipped in
+assets/trained for the default model) and a quick cost curve, then one tree step through the app's model function.
+The page shows each stage as it goes (`Startup.markdown`, with a progress bar).
+
+What the first step does not need comes after it, between visitors' calls (lab.call_activity) and only while
+other processes leave the machine quiet (runtime.machine_load): the full cost curve with every linear kernel
+timed, stored for later starts. Nothing is trained here: a model without a draft head drafts with the copy-logit
+tree until someone trains one (`train-head`, or the Model box's button). On ZeroGPU the models are placed on cuda
+on the main thread before the page is served (spaces moves them to the GPU inside each call) and everything that
+runs the model happens in that first call."""
 
 from __future__ import annotations
 
@@ -14,8 +19,15 @@ from dataclasses import dataclass, field
 
 from specviz.errors import SpecvizError
 from specviz.lab.fork_guard import GUARD
+from specviz.runtime.compute_thread import COMPUTE
 
 STARTED = time.monotonic()  # this module is imported as the app starts
+# what the first live step waits for, in order (the progress bar counts them)
+PLAN = ("loading the model", "reading READER's datastore", "building the native kernels",
+        "reading the warm copy-logit table", "measuring a quick cost curve", "taking one tree step")
+IDLE_BEFORE_S = 5.0        # background work starts once no visitor's call has run for this long
+RETRY_BUSY_S = 60.0        # and tries again this long after finding the machine busy
+MAX_TRIES = 30             # at most this many tries a process (then the next start measures again)
 
 
 @dataclass
@@ -24,21 +36,41 @@ class Startup:
     ready_s: float | None = None
     error: str | None = None
     current: str = "waiting to start"
+    background: str | None = None   # what runs after the first step, between visitors' calls
+    settled_s: float | None = None  # when no background work was left
 
     def mark(self, stage: str) -> None:
         self.stages.append((stage, round(time.monotonic() - STARTED, 2)))
+
+    def begin(self, stage: str) -> None:
+        self.current = stage
 
     @property
     def ready(self) -> bool:
         return self.ready_s is not None
 
+    def progress(self) -> tuple[int, int]:
+        """(stages of PLAN done, all of them)."""
+        done = PLAN.index(self.current) if self.current in PLAN else (len(PLAN) if self.ready else 0)
+        return done, len(PLAN)
+
     def markdown(self) -> str:
         if self.error:
             return f"⚠️ Live steps are not available: {self.error} The recorded runs still replay."
         if self.ready:
-            return f"✅ Live steps are ready (the model warmed up {self.ready_s:.0f} s after start-up)."
-        return (f"⏳ Getting live steps ready ({self.current}); meanwhile a recorded run replays: Step or Run waits "
-                "for the model.")
+            line = f"✅ Live steps are ready (the model warmed up {self.ready_s:.0f} s after start-up)."
+            if self.background:
+                line += (f" Between your steps this machine is still {self.background}; until then the planner "
+                         "prices trees by a quick measurement.")
+            return line
+        done, total = self.progress()
+        elapsed = time.monotonic() - STARTED
+        finished = ", ".join(f"{what} ✓ {at:.0f} s" for what, at in self.stages)
+        return (f"⏳ Getting live steps ready: **{self.current}** (stage {done + 1} of {total}, {elapsed:.0f} s "
+                f"so far) <progress value=\"{done}\" max=\"{total}\" style=\"width:12em;vertical-align:middle\">"
+                f"</progress>  \nMeanwhile a recorded run replays; a Step pressed now waits until the stages above "
+                f"are done (a cold start takes about 20 s on 2 cores, a warm one a few)."
+                + (f"  \nDone: {finished}." if finished else ""))
 
 
 STATUS = Startup()
@@ -55,49 +87,52 @@ def place_models(names: list[str], mode: str = "") -> None:
 
 
 def _prepare(model: str, zero_gpu: bool, status: Startup):
-    """The warm-up's part in this process: the model, datastore, head check and, where the model runs here, the
-    kernels, warm table and cost curve."""
-    from specviz.engine import costmodel
+    """The warm-up's part in this process: the model, datastore and, where the model runs here, the kernels, warm
+    table and a quick cost curve."""
     from specviz.drafters.copy_logit_seed import shared_copy_logit_seed
+    from specviz.engine import costmodel
     from specviz.index import datastore
-    from specviz.runtime.shared_resources import shared_model
     from specviz.lab import head_training
+    from specviz.runtime.native.build import build_all
+    from specviz.runtime.shared_resources import shared_model
 
-    status.current = "loading the model"
+    status.begin(PLAN[0])
+    if not zero_gpu:  # a cold cache compiles the kernels on the core the model's loading leaves free
+        threading.Thread(target=build_all, daemon=True, name="specviz-kernel-builds").start()
     lm = shared_model(model)
     status.mark("model loaded")
     print(f"specviz: {lm.name} loaded on {lm.device}", flush=True)
-    status.current = "reading READER's datastore"
+    status.begin(PLAN[1])
     datastore.ensure(lm)     # tokenises the shipped corpus once per tokenizer (no model forward)
     datastore.shared_datastore(lm)
     status.mark("datastore ready")
-    training = head_training.start_if_missing(lm)  # the draft head, once per model, in a child process
-    status.mark(f"draft head {training.state.value}")
-    print(f"specviz: {training.message}", flush=True)
+    print(f"specviz: {head_training.status(lm).message}", flush=True)
     # these run the model: on ZeroGPU only inside a GPU call (the step below pays them), unless the model is
     # placed on the Space's CPUs (runtime.placement)
     if not zero_gpu or lm.device.type == "cpu":
-        status.current = "building the native kernels"
+        status.begin(PLAN[2])
         backend = lm.forward_backend()
         status.mark(f"kernels ready ({backend})")
-        status.current = "filling the warm copy-logit table"
+        status.begin(PLAN[3])
         shared_copy_logit_seed(lm)
         status.mark("warm table ready")
-        status.current = "measuring the verify cost curve"
-        costmodel.load_or_calibrate(lm)
-        status.mark("cost curve ready")
+        status.begin(PLAN[4])
+        cost = costmodel.quick_curve(lm)
+        status.mark("cost curve stored earlier" if costmodel.settled(lm) else
+                    f"quick cost curve ({len(cost.sizes)} sizes)")
     return lm
 
 
 def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
-    """Everything the first live step would otherwise pay for, then one tree step through ui.gpu."""
+    """Everything the first live step would otherwise pay for, then one tree step through lab.model_calls; then
+    the work the first step did not need (settle)."""
     from specviz.lab.lab import Lab
     from specviz.methods import AUTO_BUDGET
 
     try:
-        with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (ui.fork_guard)
-            lm = _prepare(model, zero_gpu, status)
-        status.current = "taking one tree step"
+        with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (lab.fork_guard)
+            lm = COMPUTE.run(_prepare, model, zero_gpu, status)  # on the thread every step runs on
+        status.begin(PLAN[5])
         lab = Lab()
         lab.apply(model, prompt, method, AUTO_BUDGET, {})
         lab.step(2)
@@ -111,6 +146,46 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         status.current = "failed"
         traceback.print_exc()
         print(f"specviz: warm-up failed: {status.error}", flush=True)
+        return
+    if not zero_gpu or lm.device.type == "cpu":
+        settle(lm, status)
+
+
+def settle(lm, status: Startup = STATUS, idle_before_s: float = IDLE_BEFORE_S, retry_s: float = RETRY_BUSY_S,
+           tries: int = MAX_TRIES) -> None:
+    """The full cost curve (every linear kernel timed at every size), measured only between visitors' calls
+    (it stops before its next forward when one starts) and stored only when other processes left the machine
+    quiet; tried again later otherwise."""
+    from specviz.engine import costmodel
+    from specviz.lab.call_activity import ACTIVITY
+    from specviz.runtime.machine_load import sample
+
+    if costmodel.settled(lm):
+        status.settled_s = round(time.monotonic() - STARTED, 2)
+        print(f"specviz: nothing left in the background {status.settled_s:.1f} s after start (the cost curve was "
+              "stored earlier)", flush=True)
+        return
+    status.background = "measuring the full cost curve"
+    for _ in range(tries):
+        while ACTIVITY.idle_s() < idle_before_s:
+            time.sleep(1.0)
+        load = sample(1.0)
+        if not load.quiet:
+            print(f"specviz: the full cost curve waits: {load.why_busy()}", flush=True)
+            time.sleep(retry_s)
+            continue
+        with GUARD.computing():
+            cost = COMPUTE.run(costmodel.recalibrate, lm, lambda: ACTIVITY.busy)
+        if cost is not None and cost.busy is None:
+            status.mark("full cost curve stored")
+            print(f"specviz: full cost curve stored ({costmodel.stored_path(lm).name}); nothing left in the "
+                  f"background {time.monotonic() - STARTED:.1f} s after start", flush=True)
+            break
+        why = "a visitor's call came" if cost is None else cost.busy
+        print(f"specviz: the full cost curve was not stored ({why}); trying again later", flush=True)
+        time.sleep(retry_s if cost is not None else 0)
+    status.background = None
+    status.settled_s = round(time.monotonic() - STARTED, 2)
 
 
 def start_in_background(model: str, prompt: str, method: str, zero_gpu: bool = False) -> threading.Thread:

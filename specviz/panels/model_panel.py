@@ -51,6 +51,7 @@ class ModelPanel:
             self.mode = gr.Dropdown(RUN_MODES, value=os.environ.get("SPECVIZ_MODE", ""), label=MODE_LABEL,
                                     elem_id="run-mode")
         self.head_status = gr.Markdown(elem_id="head-status")
+        self.train_head = gr.Button("Train a draft head", visible=False, size="sm", elem_id="train-head")
         self.load = gr.Button("Load model", visible=not policy.public)
         self.model_status = gr.Markdown()
         self.head_timer = gr.Timer(HEAD_STATUS_EVERY_S, active=False)
@@ -58,8 +59,10 @@ class ModelPanel:
 
     def wire(self, demo: gr.Blocks) -> None:
         private = dict(api_visibility="private")
-        demo.load(self.on_head_status, self.model, [self.head_status, self.head_timer], **private)
-        self.head_timer.tick(self.on_head_status, self.model, [self.head_status, self.head_timer], **private)
+        shown = [self.head_status, self.head_timer, self.train_head]
+        demo.load(self.on_head_status, self.model, shown, **private)
+        self.head_timer.tick(self.on_head_status, self.model, shown, **private)
+        self.train_head.click(self.on_train_head, self.model, shown, **private)
         self.load.click(self.on_load_model, [self.model, self.mode], self.model_status, api_name="load_model",
                         api_visibility="private" if self.policy.public else "public", **self.model_events)
 
@@ -67,11 +70,27 @@ class ModelPanel:
         """Where the draft head of the page's model stands; the timer keeps asking while it trains (or while the
         model still loads)."""
         if not isinstance(name, str) and name is not None:
-            return "", gr.Timer(active=False)
+            return "", gr.Timer(active=False), gr.Button(visible=False)
         status = head_training.status_for_model(name)
         if status is None:
-            return "", gr.Timer(active=True)
-        return self.policy.shown(status.message), gr.Timer(active=status.training)
+            return "", gr.Timer(active=True), gr.Button(visible=False)
+        return self.shown_status(name, status)
+
+    def shown_status(self, name, status: head_training.HeadTraining):
+        offer = status.offer and not self.policy.public
+        label = head_training.button_label(name) if offer else "Train a draft head"
+        return (self.policy.shown(status.message), gr.Timer(active=status.training),
+                gr.Button(label, visible=offer))
+
+    def on_train_head(self, name):
+        """The button: train the page's model's head in a child process (never on a public Space)."""
+        if self.policy.public or (not isinstance(name, str) and name is not None):
+            return "⚠️ This Space ships its draft heads and trains none.", gr.Timer(active=False), gr.Button(visible=False)
+        try:
+            name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
+            return self.shown_status(name, head_training.start_for_model(name))
+        except SpecvizError as error:
+            return self.policy.shown(f"⚠️ {error}"), gr.Timer(active=False), gr.Button(visible=False)
 
     def on_load_model(self, name, mode=""):
         if self.policy.public:  # no button on a public Space; its event still has an index a client can call

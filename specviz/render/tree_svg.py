@@ -164,12 +164,16 @@ def svg_element(tree: ShownTree, css: str, highlight: int | None = None, animate
 # ---- the page's tree box ------------------------------------------------------------------------------------
 def tree_html(record: StepRecord | None, token_text: Callable[[int], str], animate: bool = False,
               highlight: int | None = None, empty: str = "No step yet: press Step or Run, or replay a trace.",
-              panels: dict[str, bool] | None = None, run: str = "", steps: int | None = None) -> str:
+              panels: dict[str, bool] | None = None, run: str = "", steps: int | None = None,
+              streaming: bool = False) -> str:
     """The tree box: its title, the offered / verified switch, the step's phases (animated while it plays),
     the drawing (both views when the planner cut something; CSS shows the one the switch picked), the
     legend and the hover tip. panels: which of the page's other panels have something to show, as flags
     (data-has-NAME) the page's CSS hides the others by. run ("live", "replay:NAME") and steps (the run's steps
-    so far) are written as data-run and data-steps: the page's state as data, for scripts and tests."""
+    so far) are written as data-run and data-steps: the page's state as data, for scripts and tests. streaming
+    (a Run's steps as they come): the verified tree alone, the cut nodes counted on the switch and drawn when the
+    Run stops (the browser draws beside the server on a laptop: most of an offered tree is cut, and each
+    streamed step would redraw it)."""
     flags = "".join(f' data-has-{name}="{int(bool(shown))}"' for name, shown in (panels or {}).items())
     flags += f' data-run="{attr(run)}"' if run else ""
     flags += f' data-steps="{int(steps)}"' if steps is not None else ""
@@ -178,14 +182,16 @@ def tree_html(record: StepRecord | None, token_text: Callable[[int], str], anima
                 '</div></div>')
     offered = shown_tree(record, token_text, offered=True)
     verified = shown_tree(record, token_text, offered=False) if offered.has_cut else offered
-    if offered.has_cut:
+    if offered.has_cut and streaming:
+        drawings = svg_element(verified, "tv-only", highlight, False)
+    elif offered.has_cut:
         drawings = (svg_element(offered, "tv-offered", highlight, animate)
                     + svg_element(verified, "tv-verified", highlight, animate))
     else:
         drawings = svg_element(offered, "tv-only", highlight, animate)
     mode = "tv-anim" if animate else "tv-static"
     return (f'<div class="tv {mode}" data-step="{attr(record.step)}"{flags}>'
-            f'<div class="tv-bar"><span class="tv-title">{escape(offered.title)}</span>{_switch(offered)}'
+            f'<div class="tv-bar"><span class="tv-title">{escape(offered.title)}</span>{_switch(offered, streaming)}'
             f'{_phases(offered, record)}</div><div class="tv-frame"><div class="tv-scroll">{drawings}</div>{MORE_HINTS}</div>'
             f'{legend_html(offered)}<div class="tv-tip" role="tooltip"></div></div>')
 
@@ -196,9 +202,11 @@ MORE_HINTS = ('<span class="tv-more tv-more-up" aria-hidden="true">&#8593; more 
 MIN_LABEL_PX = 14   # the smallest label size the page's script may narrow a tall tree to
 
 
-def _switch(tree: ShownTree) -> str:
-    disabled = "" if tree.has_cut else " disabled"
-    why = ("" if tree.has_cut else ' title="The planner cut nothing this step: what was offered was verified."')
+def _switch(tree: ShownTree, streaming: bool = False) -> str:
+    disabled = "" if tree.has_cut and not streaming else " disabled"
+    why = (' title="While Run streams steps the verified tree is drawn alone; the cut nodes are drawn when it stops."'
+           if tree.has_cut and streaming else "" if tree.has_cut else
+           ' title="The planner cut nothing this step: what was offered was verified."')
     return (f'<span class="tv-switch" role="group" aria-label="which tree"{why}>'
             f'<button type="button" class="tv-sw tv-sw-offered" data-tree-view="offered"{disabled}>'
             f'offered {tree.verified + tree.cut}</button>'

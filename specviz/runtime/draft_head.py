@@ -341,11 +341,12 @@ def head_path(lm: LoadedModel) -> Path:
     return shipped_file(HEADS, name) or cached_head_path(name)
 
 
-def save_head(network: HeadNetwork, record: HeadRecord, path: Path) -> Path:
-    """Write the trained weights and the draft vocabulary with the record, atomically."""
+def save_head(network: HeadNetwork, record: HeadRecord, path: Path, dtype: torch.dtype = torch.float32) -> Path:
+    """Write the trained weights (in dtype: float16 for the copy the repository ships) and the draft vocabulary
+    with the record, atomically. A head is always loaded into fp32 parameters."""
     from safetensors.torch import save_file
 
-    tensors = {**{k: v.float().cpu() for k, v in network.trained_state().items()},
+    tensors = {**{k: v.to(dtype).cpu() for k, v in network.trained_state().items()},
                "draft_ids": network.draft_ids.cpu().long().contiguous()}
     return write_atomically(path, lambda staging: save_file(tensors, str(staging),
                                                             metadata={"specviz": record.to_json()}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+from contextlib import contextmanager
 import shutil
 import tempfile
 import time
@@ -105,6 +106,29 @@ def copy_description(source: Path, target: Path) -> None:
             shutil.copy2(source / name, target / name)
 
 
+@contextmanager
+def _one_gguf_read():
+    """Within it, every `gguf.GGUFReader` of one file is the same reader: parsing the fields of the default GGUF
+    (its 49,152 tokens and merges, element by element) takes about 4 s a time on a 2-core machine, and
+    transformers' tokenizer and config and our weights would each parse them (12 s of a cold start's first
+    step). The readers only read the file."""
+    import gguf
+
+    real, readers = gguf.GGUFReader, {}
+
+    def shared(path, *args, **kwargs):
+        key = (os.path.realpath(str(path)), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = real(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+
+
 def ensure_default_model_folder() -> Path:
     """Dequantise the packaged GGUF once and save it as safetensors; later loads read that folder."""
     target = _dequantised_cache_dir()
@@ -121,17 +145,19 @@ def ensure_default_model_folder() -> Path:
     gguf_dir = packaged_gguf_dir()
     described = shipped_folder(MODELS, GGUF_DESCRIPTION)  # a Space bundle's config and tokenizer of this GGUF
     tokenizer = None
-    if described is not None:
-        config = AutoConfig.from_pretrained(described)
-    else:  # each of these reads the GGUF's fields (2.5 to 3.5 s here)
-        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
-        config = AutoConfig.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
-    if hasattr(config, "quantization_config"):  # save_pretrained refuses a config that says GGUF
-        del config.quantization_config
-    # the weights read in one pass (runtime.gguf_weights: transformers' own GGUF loader takes three times as long)
-    with torch.device("meta"):
-        plain = LlamaForCausalLM(config)
-    plain.load_state_dict(llama_state_dict(gguf_dir / GGUF_FILE, plain), assign=True)
+    with _one_gguf_read():  # the tokenizer, the config and the weights each parse the file's fields otherwise
+        if described is not None:
+            config = AutoConfig.from_pretrained(described)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
+            config = AutoConfig.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
+        if hasattr(config, "quantization_config"):  # save_pretrained refuses a config that says GGUF
+            del config.quantization_config
+        # the weights read in one pass (runtime.gguf_weights: transformers' own GGUF loader takes three times as
+        # long)
+        with torch.device("meta"):
+            plain = LlamaForCausalLM(config)
+        plain.load_state_dict(llama_state_dict(gguf_dir / GGUF_FILE, plain), assign=True)
     plain.generation_config = GenerationConfig.from_model_config(config)
     target.parent.mkdir(parents=True, exist_ok=True)
     # write into a temporary sibling, then rename: a crash never leaves a half-written cache behind

@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import (HeadNetwork, HeadRecord, head_path, save_head, target_identity,
                                         target_shape)
+from specviz.runtime.linear_paths import processor_name
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.training.progress_bar import ProgressBar
 from specviz.training.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
                                        python_code, python_reference, request_prompt, shipped_answers,
                                        topic_questions, usable_request)
@@ -99,11 +101,14 @@ def _log_default(line: str) -> None:
 # ---- 1. text ---------------------------------------------------------------------------------------------
 @torch.inference_mode()
 def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperature: float, seed: int,
-              batch_size: int) -> list[tuple[list[int], list[int], torch.Tensor]]:
+              batch_size: int, progress: Callable[[int], None] | None = None
+              ) -> list[tuple[list[int], list[int], torch.Tensor]]:
     """The target's answers to prompts (token ids), greedy at temperature 0, else sampled (top-p 0.95,
     seeded), in left-padded batches of similar lengths: (prompt, answer up to and with its end token, the
     target's features at every position of prompt + answer) each, in the prompts' order. The features come
-    from the generating forwards themselves (no second pass); the last token's row is zeros (never fed)."""
+    from the generating forwards themselves (no second pass); the last token's row is zeros (never fed). A row
+    that wrote its end token leaves the batch (its cache rows too): the forwards after it read the weights
+    for the rows still writing only. progress(n): n more answers done."""
     from transformers.cache_utils import DynamicCache
 
     tokenizer = lm.tokenizer
@@ -123,8 +128,10 @@ def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperatu
         cache = DynamicCache(config=lm.model.config)
         hidden = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
                          use_cache=True).last_hidden_state
-        rows, tokens = [hidden.float().cpu()], []
-        done = torch.zeros(len(chosen), dtype=torch.bool)
+        prefill = hidden.float().cpu()
+        rows = [[prefill[row, width - len(e):]] for row, e in enumerate(encoded)]  # each row's features
+        tokens: list[list[int]] = [[] for _ in encoded]
+        alive = list(range(len(encoded)))   # the batch's rows still writing, in the cache's order
         for step in range(max_new):
             logits = head(hidden[:, -1]).float().cpu()
             if temperature > 0:  # top-p 0.95 within the best SAMPLE_TOP tokens (a full sort per step is slow)
@@ -134,24 +141,33 @@ def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperatu
                 token = index.gather(-1, torch.multinomial(ranked, 1, generator=generator))[:, 0]
             else:
                 token = logits.argmax(-1)
-            tokens.append(token)
-            done |= torch.isin(token, ends)
-            if bool(done.all()) or step == max_new - 1:
+            for j, row in enumerate(alive):
+                tokens[row].append(int(token[j]))
+            if step == max_new - 1:
                 break
+            keep = (~torch.isin(token, ends)).nonzero()[:, 0]
+            if len(keep) == 0:
+                break
+            if len(keep) < len(alive):  # finished rows leave the batch
+                cache.batch_select_indices(keep.to(lm.device))
+                attention, positions, token = attention[keep], positions[keep], token[keep]
+                alive = [alive[j] for j in keep.tolist()]
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
             hidden = decoder(input_ids=token[:, None].to(lm.device), attention_mask=attention,
                              position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
-            rows.append(hidden.float().cpu())
-        answers = torch.stack(tokens, dim=1).tolist()
-        features = torch.cat(rows, dim=1)
+            written = hidden[:, -1].float().cpu()
+            for j, row in enumerate(alive):
+                rows[row].append(written[j:j + 1])
         for row, index in enumerate(chosen):
-            answer = answers[row]
+            answer = tokens[row]
             answer = answer[:next((i + 1 for i, t in enumerate(answer) if t in lm.eos_ids), len(answer))]
             prompt, n = encoded[row], len(encoded[row]) + len(answer)
-            mine = features[row, width - len(prompt):width - len(prompt) + n]
+            mine = torch.cat(rows[row])[:n]
             mine = torch.cat([mine, torch.zeros(n - len(mine), mine.shape[-1])])
             results[index] = (prompt, answer, mine)
+        if progress is not None:
+            progress(len(chosen))
     return [results[i] for i in range(len(prompts))]
 
 
@@ -166,8 +182,9 @@ def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, s
     started = time.perf_counter()
     encoded = [encode(lm.tokenizer, [{"role": "user", "content": p}], lm.max_context) for p in prompts]
     found = []
+    bar = ProgressBar(f"{source}: the target writes", len(encoded), log)
     for prompt, answer, features in _generate(lm, encoded, config.generate_tokens, temperature, seed,
-                                              config.generate_batch):
+                                              config.generate_batch, bar.advance):
         if not answer or len(prompt) >= config.seq_len - 1:
             continue
         if guard is not None and guard.leaks(lm.tokenizer.decode(answer, skip_special_tokens=True)):
@@ -179,14 +196,16 @@ def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, s
     return found
 
 
-def self_instruct(lm: LoadedModel, examples: list[str], config: TrainConfig, guard: SuiteGuard) -> list[str]:
+def self_instruct(lm: LoadedModel, examples: list[str], config: TrainConfig, guard: SuiteGuard,
+                  log: Callable[[str], None] = _log_default) -> list[str]:
     """New requests the target writes after the project's prompts (config.requests_per_prompt sampled tries
     each; the usable ones, without repeats or suite text)."""
     from specviz.runtime.prompts import encode
 
     asks = [request_prompt(e) for e in examples for _ in range(config.requests_per_prompt)]
     encoded = [encode(lm.tokenizer, [{"role": "user", "content": a}], lm.max_context) for a in asks]
-    written = _generate(lm, encoded, REQUEST_TOKENS, 1.0, config.seed + 1, config.generate_batch)
+    bar = ProgressBar("self-instruct: the target writes requests", len(encoded), log)
+    written = _generate(lm, encoded, REQUEST_TOKENS, 1.0, config.seed + 1, config.generate_batch, bar.advance)
     requests = [usable_request(lm.tokenizer.decode(answer, skip_special_tokens=True)) for _, answer, _ in written]
     return list(dict.fromkeys(r for r in requests if r and not guard.leaks(r)))
 
@@ -208,7 +227,7 @@ def collect(lm: LoadedModel, config: TrainConfig, log: Callable[[str], None] = _
     if questions:
         found += generate_answers(lm, questions, config, "python-questions", 0.0, config.seed, guard, log)
     if config.requests_per_prompt:
-        requests = self_instruct(lm, examples, config, guard)
+        requests = self_instruct(lm, examples, config, guard, log)
         log(f"self-instruct: the target wrote {len(requests)} usable new requests")
         found += generate_answers(lm, requests, config, "self-instruct", 0.0, config.seed, guard, log)
     return found, dropped
@@ -248,12 +267,11 @@ def draft_vocabulary(lm: LoadedModel, sequences: list[Sequence], size: int) -> t
 def add_features(lm: LoadedModel, sequences: list[Sequence], log: Callable[[str], None] = _log_default) -> None:
     """Each sequence's target features, one causal forward of the base model each."""
     decoder = lm.model.get_decoder()
-    started = time.perf_counter()
-    for i, s in enumerate(sequences):
+    bar = ProgressBar("features: the target reads the shipped text", len(sequences), log)
+    for s in sequences:
         hidden = decoder(input_ids=s.ids[None].to(lm.device)).last_hidden_state[0]
         s.features = hidden.float().cpu()
-        if (i + 1) % 50 == 0:
-            log(f"features of {i + 1}/{len(sequences)} conversations, {time.perf_counter() - started:.0f} s")
+        bar.advance()
 
 
 # ---- 4. training --------------------------------------------------------------------------------------------
@@ -376,6 +394,7 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
         1 + math.cos(math.pi * min(1.0, s / max(1, total_steps)))))
     autocast = config.bf16 and lm.device.type == "cpu" and _cpu_has_bf16()
     step, recent = 0, []
+    bar = ProgressBar("training the head", total_steps, log)
     for epoch in range(config.epochs):
         for batch in _batches(training, config.batch, rng):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -388,9 +407,9 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
             schedule.step()
             step += 1
             recent.append(float(loss.detach()))
-            if step % 25 == 0:
-                log(f"epoch {epoch + 1} step {step}/{total_steps}: loss {sum(recent[-25:]) / len(recent[-25:]):.4f}, "
-                    f"{time.perf_counter() - clock:.0f} s")
+            bar.advance()
+            if step % 200 == 0:
+                log(f"epoch {epoch + 1} step {step}/{total_steps}: loss {sum(recent[-25:]) / len(recent[-25:]):.4f}")
     report.steps, report.final_loss = step, round(sum(recent[-25:]) / max(1, len(recent[-25:])), 5)
     phase("training")
     report.top1_by_depth = evaluate(network, embed, holdout, config)
@@ -399,7 +418,7 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
     network.eval()
     record = HeadRecord(target=target_identity(lm), shape=shape, training={
         "config": asdict(config), "report": {k: v for k, v in asdict(report).items() if k != "path"},
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__, "machine": processor_name(),
         "threads": torch.get_num_threads()})
     save_head(network, record, Path(report.path))
     return report

@@ -10,7 +10,10 @@ from specviz.errors import SpecvizError
 def register(subparsers) -> None:
     parser = subparsers.add_parser("app-load", help="the app under load (concurrent visitors) and over time "
                                    "(memory)")
-    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup"], default="concurrency")
+    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup", "browser"],
+                        default="concurrency", help="browser: a Run in headless Chromium against the same Run through "
+                        "the API, on one server (--method, --max-new-tokens, --repeats)")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trace", default=None, help="--part replay: the trace to replay")
     parser.add_argument("--suite", default="assets/heldout.jsonl")
     parser.add_argument("--visitors", type=int, default=8)
@@ -40,6 +43,13 @@ def run(args) -> dict:
     if args.part == "startup":
         report = app_load.measure_startup(env)
         return emit(", ".join(f"{k} {v}" for k, v in report.items()), report, args.json)
+    if args.part == "browser":
+        from specviz.benches import browser_run
+
+        report = browser_run.measure(args.method, args.max_new_tokens, args.repeats, env)
+        lines = [f"{side}: " + ", ".join(f"{k} {v}" for k, v in figures.items())
+                 for side, figures in report["median"].items()]
+        return emit("\n".join(lines), report, args.json)
     if args.part == "concurrency":
         return concurrency(args, env)
     return memory(args, env)

@@ -80,8 +80,20 @@ def with_includes(source: Path, seen: set[Path] | None = None) -> list[Path]:
     return files
 
 
+_building: dict[Path, threading.Lock] = {}
+_building_lock = threading.Lock()
+
+
 def build(source: Path, compiler_path: str) -> Path:
-    """The shared library of one kernel source, compiled now unless the cache has this very build."""
+    """The shared library of one kernel source, compiled now unless the cache has this very build (a second
+    thread asking for the same source waits for the first's compile: build_all may run beside a first use)."""
+    with _building_lock:
+        lock = _building.setdefault(source, threading.Lock())
+    with lock:
+        return _build(source, compiler_path)
+
+
+def _build(source: Path, compiler_path: str) -> Path:
 
     text = b"".join(path.read_bytes() for path in with_includes(source))
     build_flags = flags()
@@ -106,6 +118,27 @@ def build(source: Path, compiler_path: str) -> Path:
         if older != target and re.fullmatch(re.escape(stem) + r"-[0-9a-f]{16}\.so", older.name):
             older.unlink(missing_ok=True)
     return target
+
+
+SOURCES = sorted(Path(__file__).parent.glob("*_kernel.cc"))
+
+
+def build_all() -> None:
+    """Compile every kernel's source at once, a compiler per core (a cold cache's builds take turns otherwise:
+    the first step waits for all of them); each kernel then loads its build and checks itself on first use,
+    and a build that failed here fails there again with its message."""
+    if turned_off() or (compiler_path := compiler()) is None:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(source: Path) -> None:
+        try:
+            build(source, compiler_path)
+        except (OSError, RuntimeError, subprocess.SubprocessError):
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(SOURCES), os.cpu_count() or 1))) as pool:
+        list(pool.map(one, SOURCES))
 
 
 class Kernel:

@@ -1,0 +1,159 @@
+"""A Run of the default prompt through the page in headless Chromium against the same Run through the API, on one
+machine: the page's drawing shares the cores with the server (a teacher's laptop runs both). Reports each Run's
+tokens/s and speedup over ar (the page's own counters), and the browser's CPU seconds per step (every Chromium
+process's user + system time over the Run, from /proc)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from specviz.benches.app_load import Server, params_list, step_settings
+from specviz.errors import SpecvizError
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def _tree_cpu_s(root_pid: int) -> float:
+    """User + system seconds of root_pid and every process below it (the browser's renderer, GPU and utility
+    processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root_pid]
+    ticks = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except OSError:
+            pass
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def _figures(counters_text: str) -> dict:
+    """steps, tokens, tokens/s and the speedup over ar out of the counters line as the page shows it."""
+    found = {}
+    for key, pattern in (("steps", r"steps\**\s*(\d+)"), ("tokens", r"tokens\**\s*(\d+)"),
+                         ("tokens_per_s", r"tokens/s\**\s*([\d.]+)"), ("speedup", r"([\d.]+)\s*[x×]\s*ar")):
+        match = re.search(pattern, counters_text)
+        if match:
+            found[key] = float(match.group(1))
+    return found
+
+
+def api_run(url: str, prompt: str, method: str, max_new_tokens: int) -> dict:
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    try:
+        out = client.predict(**step_settings(params_list(), prompt, method, max_new_tokens), api_name="/run")
+        counters = client.predict(api_name="/counters")
+    finally:
+        client.close()
+    figures = counters["figures"]
+    versus = counters.get("versus_ar") or {}
+    return {"steps": figures["steps"], "tokens": figures["new_tokens"], "tokens_per_s": figures["tokens_per_s"],
+            "speedup": versus.get("speedup"), "counters": out[2][:300] if isinstance(out, (list, tuple)) else ""}
+
+
+def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int, int] = (1440, 900),
+                timeout_s: float = 300) -> dict:
+    """The page's own Run button on its default prompt, read back from its counters line."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            pid = browser.process.pid if hasattr(browser, "process") else None
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            page.goto(url, wait_until="load")
+            page.wait_for_selector("#run-btn", timeout=60_000)
+            deadline = time.time() + timeout_s
+            while "ready" not in (page.text_content("#live-status") or ""):
+                if time.time() > deadline:
+                    raise SpecvizError("live steps never became ready")
+                time.sleep(0.5)
+            page.click("#reset-btn")   # the first touch stops the first visit's replay
+            time.sleep(2)
+            browser_pids = _browser_pids()
+            cpu_before = sum(_tree_cpu_s(p) for p in browser_pids)
+            started = time.perf_counter()
+            page.click("#run-btn")
+            last, still_since = "", time.time()
+            while time.time() < deadline:
+                text = page.text_content("#counters") or ""
+                figures = _figures(text)
+                if text != last:
+                    last, still_since = text, time.time()
+                if figures.get("tokens", 0) >= max_new_tokens or (figures.get("steps") and time.time() - still_since > 8):
+                    break
+                time.sleep(0.25)
+            wall = time.perf_counter() - started
+            cpu = sum(_tree_cpu_s(p) for p in browser_pids) - cpu_before
+            figures = _figures(page.text_content("#counters") or "")
+        finally:
+            browser.close()
+    steps = figures.get("steps") or 1
+    return {**figures, "browser_cpu_s": round(cpu, 2), "browser_cpu_ms_per_step": round(1000 * cpu / steps, 1),
+            "wall_s": round(wall, 2)}
+
+
+def _browser_pids() -> list[int]:
+    """Chromium's top processes (the headless shell and its children are summed by _tree_cpu_s)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if "chrom" in Path(command).name:
+                try:
+                    parent_command = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")[0].decode()
+                except OSError:
+                    parent_command = ""
+                if "chrom" not in Path(parent_command).name:
+                    found.append(int(entry.name))
+    return found
+
+
+def measure(method: str = "unified", max_new_tokens: int = 128, repeats: int = 3, env: dict | None = None) -> dict:
+    """Interleaved API and browser Runs of the page's default prompt on one server; medians and every run."""
+    import statistics
+
+    from specviz.panels.page_context import PageContext
+    from specviz.lab.public_policy import Policy
+
+    context = PageContext.of(Policy.private())
+    prompt = context.examples[next(iter(context.examples))]
+    server = Server(env)
+    try:
+        deadline = time.time() + 600
+        while not any("live steps ready" in line for line in server.log):
+            if time.time() > deadline:
+                raise SpecvizError("live steps never became ready")
+            time.sleep(0.5)
+        while not any("nothing left in the background" in line for line in server.log) and time.time() < deadline:
+            time.sleep(1)
+        runs = {"api": [], "browser": []}
+        for _ in range(repeats):
+            runs["api"].append(api_run(server.url, prompt, method, max_new_tokens))
+            runs["browser"].append(browser_run(server.url, method, max_new_tokens))
+    finally:
+        server.close()
+    median = {side: {key: statistics.median([r[key] for r in rs if r.get(key) is not None])
+                     for key in ("tokens_per_s", "speedup", "steps", "browser_cpu_ms_per_step")
+                     if any(r.get(key) is not None for r in rs)} for side, rs in runs.items()}
+    return {"method": method, "max_new_tokens": max_new_tokens, "median": median, "runs": runs}

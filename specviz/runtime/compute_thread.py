@@ -1,0 +1,48 @@
+"""One thread runs the model's computations in a process that serves visitors: callers hand their work here and
+wait for it. OpenMP (torch's and the native kernels') keeps a team of worker threads per thread that starts
+parallel work; with several such threads (Gradio runs each handler on a worker of its own pool) their idle teams
+throttle one another, and a verify forward of one token took 26.9 ms from a second thread where the first took
+19.0 ([docs](../../docs/benchmarks.md#one-thread-computes)). A single thread that computes keeps the speed the
+command line measures."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class ComputeThread:
+    def __init__(self, name: str = "specviz-compute"):
+        self.name = name
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            work, args, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(work(*args))
+            except BaseException as error:  # noqa: BLE001 (the caller re-raises it in its own thread)
+                future.set_exception(error)
+
+    def run(self, work: Callable[..., T], *args) -> T:
+        """work(*args) on the compute thread (at once when called from it), its result or its exception here."""
+        if threading.current_thread() is self._thread:
+            return work(*args)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+        future: Future = Future()
+        self._jobs.put((work, args, future))
+        return future.result()
+
+
+COMPUTE = ComputeThread()
