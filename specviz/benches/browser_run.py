@@ -45,7 +45,7 @@ def _figures(counters_text: str) -> dict:
     """steps, tokens, tokens/s and the speedup over ar out of the counters line as the page shows it."""
     found = {}
     for key, pattern in (("steps", r"steps\**\s*(\d+)"), ("tokens", r"tokens\**\s*(\d+)"),
-                         ("tokens_per_s", r"tokens/s\**\s*([\d.]+)"), ("speedup", r"([\d.]+)\s*[x×]\s*ar")):
+                         ("tokens_per_s", r"tokens/s\**\s*([\d.]+)"), ("speedup", r"speedup vs ar\**\s*([\d.]+)x")):
         match = re.search(pattern, counters_text)
         if match:
             found[key] = float(match.group(1))
@@ -96,7 +96,9 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
                 figures = _figures(text)
                 if text != last:
                     last, still_since = text, time.time()
-                if figures.get("tokens", 0) >= max_new_tokens or (figures.get("steps") and time.time() - still_since > 8):
+                done = (page.text_content("#message") or "").strip().startswith("Done")
+                if figures.get("tokens", 0) >= max_new_tokens or done or \
+                        (figures.get("steps") and time.time() - still_since > 8):
                     break
                 time.sleep(0.25)
             wall = time.perf_counter() - started
@@ -133,11 +135,12 @@ def measure(method: str = "unified", max_new_tokens: int = 128, repeats: int = 3
     """Interleaved API and browser Runs of the page's default prompt on one server; medians and every run."""
     import statistics
 
-    from specviz.panels.page_context import PageContext
+    from specviz.lab.first_visit import first_view
     from specviz.lab.public_policy import Policy
+    from specviz.panels.page_context import PageContext
 
-    context = PageContext.of(Policy.private())
-    prompt = context.examples[next(iter(context.examples))]
+    context = PageContext.of(Policy.private())  # the prompt the page opens with (the browser's Run uses it)
+    prompt = first_view(context.traces.get(context.first_trace), context.first_trace, context.examples).prompt
     server = Server(env)
     try:
         deadline = time.time() + 600

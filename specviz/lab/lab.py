@@ -34,6 +34,12 @@ from specviz.lab.visitor_request import checked_settings
 AUTOPLAY_FLAG = '<span class="autoplay-flag" hidden></span>'
 
 
+# a Run shows its newest step at most this often: a browser on the same cores as the server draws each one (its
+# CPU per step, docs/benchmarks.md "The first minutes on a new machine"), and the steps between are on the
+# timeline when the Run ends
+RUN_FRAME_S = 0.5
+
+
 @dataclass
 class Lab:
     """One browser session as the page sees it: its model-side state (LabState, changed only by model calls
@@ -116,7 +122,7 @@ class Lab:
             for message in self._call(CallAction.STEP, max_new_tokens, budget=budget):
                 self.message = message
 
-    def run(self, max_new_tokens: int, every_s: float = 0.25, budget: CallBudget = UNLIMITED):
+    def run(self, max_new_tokens: int, every_s: float = RUN_FRAME_S, budget: CallBudget = UNLIMITED):
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
         call; Stop closes it). The session's lock is held while the call works, not while the page shows a
         reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
@@ -523,6 +529,9 @@ class Lab:
             method_step="  \n".join(filter(None, [respec_step_markdown(record, token_text),
                                                    search_step_markdown(record), transfer])),
             token_diff_html=diff,
-            prediction=prediction_figure(records), message=self.message, document_html=document,
-            node_choices=choices, distribution=self.distribution(choices[0][1] if choices else None),
+            # while Run streams steps in, the page keeps its figures as they were (STREAMING_KEPT), so none is
+            # built for it
+            prediction=None if self.streaming else prediction_figure(records), message=self.message,
+            document_html=document, node_choices=choices,
+            distribution=None if self.streaming else self.distribution(choices[0][1] if choices else None),
             steps=len(records), shown_step=k, caption=self.step_caption())

@@ -16,6 +16,10 @@ from specviz.render.views import LabView
 
 # LabView's fields in order, each a widget, except steps and shown_step: together they set the timeline slider
 WIDGET_FIELDS = tuple("timeline" if name == "steps" else name for name in LabView.names() if name != "shown_step")
+# what a streamed Run step leaves as it was (sent with the Run's last reply): the figures and panels below the
+# stage. A browser on the same cores as the server redrew two plotly figures and five panels a step otherwise.
+STREAMING_KEPT = ("prediction", "distribution", "node_choices", "budget_split", "method_step", "token_diff_html",
+                  "document_html")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class LabOutputs:
         values["timeline"] = gr.update(maximum=max(view.steps - 1, 1), value=view.shown_step or 0,
                                        interactive=view.steps > 1)
         values["message"] = self.policy.shown(values["message"])
+        if lab.streaming:
+            values.update({name: gr.skip() for name in STREAMING_KEPT})
         return {self.lab: lab, **{self.widgets[name]: value for name, value in values.items()}}
 
     def failed(self, lab: Lab | None, error: Exception) -> dict:

@@ -79,8 +79,10 @@ class Stage:
         private = dict(api_visibility="private")
         model_events = self.context.model_events
         self.step_btn.click(self.on_step, [lab], outputs, inputs_kwargs=run_inputs, api_name="step", **model_events)
+        # a Run's own steps show how it goes: no progress overlay over the outputs (its timer and spinner repaint
+        # every output many times a second, on the server's cores where the browser shares them)
         run_event = self.run_btn.click(self.on_run, [lab], outputs, inputs_kwargs=run_inputs, api_name="run",
-                                       **model_events)
+                                       show_progress="hidden", **model_events)
         after_run(run_event)
         self.stop_btn.click(self.on_stop, lab, outputs, cancels=[run_event], api_name="stop")
         self.reset_btn.click(self.on_reset, lab, outputs, api_name="reset")
