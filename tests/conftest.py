@@ -4,8 +4,8 @@ import tempfile
 import pytest
 import torch
 
-# hermetic: no draft head of this machine's cache becomes the default draft model, and no test starts the
-# app's background training of one (tests that need a head train a tiny one or make a random one)
+# hermetic: no draft head of this machine's cache or of assets/trained becomes the default draft model, and no
+# test offers the Model box's training button (tests that need a head train a tiny one or make a random one)
 os.environ.setdefault("SPECVIZ_HEADS", tempfile.mkdtemp(prefix="specviz-test-heads-"))
 os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
 

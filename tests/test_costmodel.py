@@ -79,6 +79,7 @@ def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_model
     from specviz.runtime import machine_load
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    _tiny_timings_pass(monkeypatch, costmodel)
     lm = load_model(tiny_models["same"], linear="stock")
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -91,8 +92,11 @@ def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_model
     assert busy.busy is not None and "other processes used" in busy.busy, busy.busy
     assert busy.machine_load.others_cores > machine_load.QUIET_OTHERS_CORES
     assert not costmodel.stored_path(lm).exists() and costmodel.load(lm) is None
-    time.sleep(0.5)
-    quiet = costmodel.calibrate(lm, sizes=(1, 2, 4), context_len=32, repeats=3)
+    for _ in range(5):  # the loops' exit takes a moment to show; a CI machine's own blips, a few tries
+        time.sleep(0.5)
+        quiet = costmodel.calibrate(lm, sizes=(1, 2, 4), context_len=32, repeats=3)
+        if quiet.busy is None:
+            break
     assert quiet.busy is None and quiet.machine_load.quiet, quiet.machine_load
     stored = json.loads(costmodel.stored_path(lm).read_text())
     assert stored["machine_load"]["others_cores"] <= machine_load.QUIET_OTHERS_CORES
@@ -106,8 +110,12 @@ def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_t
     ends on a quiet machine."""
     from specviz.engine import costmodel
 
+    from specviz.runtime import machine_load
+
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(costmodel, "_process_curves", {})
+    monkeypatch.setattr(costmodel, "sample", lambda seconds=0.5: machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5))
+    _tiny_timings_pass(monkeypatch, costmodel)
     lm = load_model(tiny_models["same"], linear="stock")
     quick = costmodel.quick_curve(lm)
     assert quick.sizes == list(costmodel.QUICK_SIZES) and not costmodel.settled(lm)
@@ -118,3 +126,12 @@ def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_t
     full = costmodel.recalibrate(lm)
     assert full is not None and full.busy is None and costmodel.settled(lm)
     assert costmodel.load_or_calibrate(lm).ms == full.ms
+
+
+def _tiny_timings_pass(monkeypatch, costmodel) -> None:
+    """A tiny model's forwards take a millisecond or two: their order and spread are noise, which the plausibility
+    checks (made for a real model's curve) would call a busy machine. The tests using this check the machine's
+    load alone."""
+    monkeypatch.setattr(costmodel, "plausible", lambda ms: True)
+    monkeypatch.setattr(costmodel, "NOISY_SPREAD", float("inf"))
+    monkeypatch.setattr(costmodel, "weight_read_ms", lambda lm: None)

@@ -141,8 +141,8 @@ def test_a_forced_kernel_is_the_only_one_measured(tiny_models, tmp_path, monkeyp
     assert "stock at every size (asked for)" == lm.linear_summary()
     kernels_timed = []
     real = costmodel._measure
-    monkeypatch.setattr(costmodel, "_measure", lambda lm_, sizes, c, r, kernels: kernels_timed.append(kernels)
-                        or real(lm_, sizes, c, r, kernels))
+    monkeypatch.setattr(costmodel, "_measure", lambda lm_, sizes, c, r, kernels, *rest: kernels_timed.append(kernels)
+                        or real(lm_, sizes, c, r, kernels, *rest))
     monkeypatch.setattr(costmodel, "why_busy", lambda *args: None)
     cost = costmodel.calibrate(lm, sizes=(1, 4), context_len=32, repeats=1)
     assert kernels_timed == [[None]] and cost.paths is None and lm.linear_choice is None

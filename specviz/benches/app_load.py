@@ -180,6 +180,31 @@ def time_replay(path: Path) -> dict:
             "accounting_plots_s": round(plots, 3)}
 
 
+def process_tree_cpu_s(root_pid: int) -> float:
+    """User + system seconds of root_pid and every process below it (the browser's renderer, GPU and utility
+    processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root_pid]
+    ticks = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except OSError:
+            pass
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def measure_startup(env: dict | None = None, prompt: str = "Say hello in three languages.",
                     timeout_s: float = 900, app: Path = ROOT / "app.py", quiet_timeout_s: float = 900) -> dict:
     """A fresh `python app.py` (give SPECVIZ_CACHE a new folder for a cold start): seconds from starting the
@@ -191,7 +216,6 @@ def measure_startup(env: dict | None = None, prompt: str = "Say hello in three l
 
     from gradio_client import Client
 
-    from specviz.benches.browser_run import _tree_cpu_s
 
     port = free_port()
     started = time.perf_counter()
@@ -219,21 +243,21 @@ def measure_startup(env: dict | None = None, prompt: str = "Say hello in three l
         client = Client(url, verbose=False)
         out = client.predict(prompt=prompt, max_new_tokens=8, api_name="/step")
         step_s = time.perf_counter() - started
-        cpu_at_step = _tree_cpu_s(process.pid)
+        cpu_at_step = process_tree_cpu_s(process.pid)
         if "steps** 1" not in out[2]:
             raise SpecvizError(f"The first step failed: {out[7]}")
         while not seen("live steps ready", "warm-up failed") and time.perf_counter() - started < timeout_s:
             time.sleep(0.2)
         ready = seen("live steps ready", "warm-up failed") or ""
-        cpu_at_ready = _tree_cpu_s(process.pid)
+        cpu_at_ready = process_tree_cpu_s(process.pid)
         time.sleep(30)
-        cpu_after_ready = _tree_cpu_s(process.pid) - cpu_at_ready
+        cpu_after_ready = process_tree_cpu_s(process.pid) - cpu_at_ready
         while not seen("nothing left in the background") and time.perf_counter() - started < quiet_timeout_s:
             time.sleep(0.2)
         quiet_s = time.perf_counter() - started if seen("nothing left in the background") else None
-        cpu_at_quiet = _tree_cpu_s(process.pid)
+        cpu_at_quiet = process_tree_cpu_s(process.pid)
         time.sleep(30)
-        cpu_after = _tree_cpu_s(process.pid) - cpu_at_quiet
+        cpu_after = process_tree_cpu_s(process.pid) - cpu_at_quiet
         client.close()
     finally:
         process.terminate()

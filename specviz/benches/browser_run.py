@@ -5,40 +5,14 @@ process's user + system time over the Run, from /proc)."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
 
-from specviz.benches.app_load import Server, params_list, step_settings
+from specviz.benches.app_load import Server, params_list, process_tree_cpu_s, step_settings
 from specviz.errors import SpecvizError
 
 CHROMIUM = "/usr/bin/chromium"
-
-
-def _tree_cpu_s(root_pid: int) -> float:
-    """User + system seconds of root_pid and every process below it (the browser's renderer, GPU and utility
-    processes)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [root_pid]
-    ticks = os.sysconf("SC_CLK_TCK")
-    while todo:
-        pid = todo.pop()
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-        except OSError:
-            pass
-        todo.extend(children.get(pid, []))
-    return total
 
 
 def _figures(counters_text: str) -> dict:
@@ -87,7 +61,7 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
             page.click("#reset-btn")   # the first touch stops the first visit's replay
             time.sleep(2)
             browser_pids = _browser_pids()
-            cpu_before = sum(_tree_cpu_s(p) for p in browser_pids)
+            cpu_before = sum(process_tree_cpu_s(p) for p in browser_pids)
             started = time.perf_counter()
             page.click("#run-btn")
             last, still_since = "", time.time()
@@ -102,7 +76,7 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
                     break
                 time.sleep(0.25)
             wall = time.perf_counter() - started
-            cpu = sum(_tree_cpu_s(p) for p in browser_pids) - cpu_before
+            cpu = sum(process_tree_cpu_s(p) for p in browser_pids) - cpu_before
             figures = _figures(page.text_content("#counters") or "")
         finally:
             browser.close()

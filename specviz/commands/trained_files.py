@@ -18,7 +18,7 @@ def run(args) -> dict:
     from pathlib import Path
 
     from specviz.runtime.shipped import TRAINED
-    from specviz.training.trained_files import write
+    from specviz.deploy.trained_files import write
 
     lm = load_target(args)
     files = write(lm, Path(args.head), Path(args.out) if args.out else TRAINED)

@@ -259,15 +259,18 @@ def calibrate(lm: LoadedModel, sizes=CALIBRATION_SIZES, context_len: int = 512, 
         busy = why_busy(lm, times, ms, loads)
         if busy is None or any(not load.quiet for load in loads):
             break  # quiet and plausible; or others are busy, and measuring again now would not help
+    if choice is not None and busy is not None:  # a choice made under load is noise: the model keeps its kernel
+        choice, ms = None, medians[kernels[0]]
     if choice is not None:
         lm.apply_linear_choice(choice)
-        if save and busy is None:
+        if save:
             linear_paths.save(lm.describe(), choice)
     cost = CostModel(sizes=list(sizes), ms=list(ms), context_len=context_len, model=lm.name,
                      device=lm.device.type, dtype=str(lm.dtype).replace("torch.", ""),
                      threads=torch.get_num_threads(), paths=list(choice.paths) if choice else None,
                      path_ms={k: list(v) for k, v in medians.items()} if choice else {},
-                     processor=linear_paths.processor_key(), busy=busy, machine_load=watch.result)
+                     processor=linear_paths.processor_key(), busy=busy,
+                     machine_load=max(loads, key=lambda load: load.others_cores))  # the busier of the two
     if save and busy is None:
         text = json.dumps(asdict(cost), indent=1)  # whole or not at all: a reader never sees half a curve
         write_atomically(stored_path(lm), lambda staging: staging.write_text(text))
@@ -317,6 +320,11 @@ def recalibrate(lm: LoadedModel, stop: Callable[[], bool] | None = None) -> Cost
     process plans with it either way. None where stop() ended it (nothing changes)."""
     with _measuring:
         cost = calibrate(lm, stop=stop)
-        if cost is not None:
-            _process_curves[stored_path(lm)] = cost
+        if cost is not None and (cost.busy is None or stored_path(lm) not in _process_curves):
+            _process_curves[stored_path(lm)] = cost  # one measured under load never replaces a quiet one
         return cost
+
+
+def known_curve(lm: LoadedModel) -> CostModel | None:
+    """The stored curve, else the one this process measured; None where there is neither (measures nothing)."""
+    return load(lm) or _process_curves.get(stored_path(lm))

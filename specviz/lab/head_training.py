@@ -1,8 +1,8 @@
 """Training a draft head from the page: the Model box's button starts `python -m specviz train-head` in a child
 process at a lower priority (the app's visitors keep the machine first), its log beside the head's file, at most
 one per target across the app's processes (a lock file holds the child's pid). Nothing starts it by itself: the
-default model's head ships in assets/trained, and another model drafts with the copy-logit tree until someone
-presses the button, which says how long it takes here.
+default model's head ships in assets/trained, and another model has none until someone presses the button, which says how long it takes here (meanwhile the model source drafts with the target's own
+weights).
 
 SPECVIZ_HEAD_TRAINING=off (the tests set it; the default on a Space, which ships its heads) offers no button; the
 status then says how to train by hand.
@@ -32,6 +32,7 @@ NICENESS = 10
 TRAINING_FORWARD_TOKENS = 300_000
 FORWARD_OVERHEAD = 2.0
 TRAINING_STEPS_MINUTES = 4.0
+ASSUMED_GFLOPS = 100.0   # a 2-core CPU's batched forward, where no cost curve is known yet
 _children: dict[str, subprocess.Popen] = {}
 
 
@@ -92,9 +93,12 @@ def estimate_minutes(lm: LoadedModel) -> float:
     machine's cost curve (a forward of 64 tokens, per token), and the training of the head, about as long again
     (measured on the default model: docs/benchmarks.md, "The draft head")."""
     from specviz.engine import costmodel
-    from specviz.runtime.compute_thread import COMPUTE
 
-    per_token_ms = COMPUTE.run(costmodel.quick_curve, lm).cost_ms(64) / 64
+    curve = costmodel.known_curve(lm)  # measures nothing: a page's status must not wait for forwards
+    if curve is not None:
+        per_token_ms = curve.cost_ms(64) / 64
+    else:  # no curve yet: two FLOPs a weight a token at ASSUMED_GFLOPS
+        per_token_ms = 2 * sum(p.numel() for p in lm.model.parameters()) / (ASSUMED_GFLOPS * 1e6)
     return TRAINING_FORWARD_TOKENS * per_token_ms * FORWARD_OVERHEAD / 60_000 + TRAINING_STEPS_MINUTES
 
 

@@ -153,6 +153,7 @@ class Lab:
 
     def stop(self) -> None:
         self.stop_requested = True
+        self.streaming = False  # the page's answer to Stop is whole (the Run's own last reply never comes)
         if self.session is None:
             self.message = "Nothing is running."
         else:

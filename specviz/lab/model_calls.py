@@ -206,10 +206,20 @@ def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITE
 
 
 def _replies(replies, here: bool, budget: CallBudget) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
-    """The replies of one call as call() yields them, its budget checked after each."""
+    """The replies of one call as call() yields them, its budget checked after each; closed early (the page left,
+    Stop), the call's generator is closed where it computes."""
+    try:
+        yield from _checked_replies(replies, here, budget)
+    finally:
+        close = getattr(replies, "close", lambda: None)
+        COMPUTE.run(close) if here else close()
+
+
+def _checked_replies(replies, here: bool, budget: CallBudget
+                     ) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
     first = True
     while True:
-        # no fork while this process computes (ui.fork_guard): CPU work holds the guard shared while it makes
+        # no fork while this process computes (lab.fork_guard): CPU work holds the guard shared while it makes
         # each reply, a GPU call holds it alone until its first reply, by when its worker is forked
         with GUARD.computing() if here else GUARD.forking() if first else nullcontext():
             # computed on the process's one compute thread (runtime.compute_thread) when the model runs here
@@ -220,12 +230,7 @@ def _replies(replies, here: bool, budget: CallBudget) -> Iterator[tuple[list[Lab
         if reply.error is not None:
             raise SpecvizError(reply.error)
         yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
-        try:
-            budget.check()
-        except SpecvizError:
-            close = getattr(replies, "close", lambda: None)  # the worker stops at its next reply
-            COMPUTE.run(close) if here else close()
-            raise
+        budget.check()  # past it: SpecvizError, and _replies closes the call (a worker stops at its next reply)
 
 
 def studied(call_: ModelCall, progress: Callable[[StudyProgress], None],

@@ -210,8 +210,7 @@ class Stage:
 
     def on_live_status(self):
         """The start-up line: live steps warming up, or ready (the timer stops once they are)."""
-        return self.policy.shown(STATUS.markdown()), gr.Timer(
-            active=not STATUS.error and not (STATUS.ready and STATUS.background is None))
+        return self.policy.shown(STATUS.markdown()), gr.Timer(active=not (STATUS.ready or STATUS.error))
 
     @staticmethod
     def on_close(request: gr.Request):

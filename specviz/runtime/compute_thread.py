@@ -26,11 +26,14 @@ class ComputeThread:
         while True:
             work, args, future = self._jobs.get()
             if not future.set_running_or_notify_cancel():
+                del work, args, future
                 continue
             try:
                 future.set_result(work(*args))
             except BaseException as error:  # noqa: BLE001 (the caller re-raises it in its own thread)
                 future.set_exception(error)
+            # nothing of a finished job stays reachable from here (its generator holds a visitor's session)
+            del work, args, future
 
     def run(self, work: Callable[..., T], *args) -> T:
         """work(*args) on the compute thread (at once when called from it), its result or its exception here."""

@@ -8,6 +8,7 @@ import os
 from contextlib import contextmanager
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -129,8 +130,16 @@ def _one_gguf_read():
         gguf.GGUFReader = real
 
 
+_dequantising = threading.Lock()  # one dequantisation at a time (the warm-up and a Load button may both ask)
+
+
 def ensure_default_model_folder() -> Path:
     """Dequantise the packaged GGUF once and save it as safetensors; later loads read that folder."""
+    with _dequantising:
+        return _ensure_default_model_folder()
+
+
+def _ensure_default_model_folder() -> Path:
     target = _dequantised_cache_dir()
     if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
         why = _unreadable(target)

@@ -17,6 +17,7 @@ from pathlib import Path
 # busy loop beside us: about 1.0)
 QUIET_OTHERS_CORES = 0.2
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+TICK_SLACK = 2
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,27 @@ class MachineLoad:
                 f"(a quiet machine: under {QUIET_OTHERS_CORES}; load average {self.load_after:.2f})")
 
 
+def _cgroup_ticks() -> int | None:
+    """The CPU time of every process in this container (cgroup v2's cpu.stat, v1's cpuacct.usage) in ticks; None
+    outside one. In a container /proc/stat counts the whole host: other tenants would never let it read quiet."""
+    try:
+        for line in Path("/sys/fs/cgroup/cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return round(int(line.split()[1]) / 1e6 * _TICKS)
+    except (OSError, ValueError):
+        pass
+    try:
+        return round(int(Path("/sys/fs/cgroup/cpuacct/cpuacct.usage").read_text()) / 1e9 * _TICKS)
+    except (OSError, ValueError):
+        return None
+
+
 def _busy_ticks() -> int | None:
-    """Every process's busy CPU ticks since boot (the 'cpu' line of /proc/stat), None where there is none."""
+    """The busy CPU ticks of every process that shares this machine's cores with us: the container's (cgroup)
+    where there is one, else every process's since boot (the 'cpu' line of /proc/stat); None where neither reads."""
+    contained = _cgroup_ticks()
+    if contained is not None:
+        return contained
     try:
         fields = Path("/proc/stat").read_text().splitlines()[0].split()
     except (OSError, IndexError):
@@ -83,7 +103,8 @@ class LoadWatch:
         busy = _busy_ticks()
         others = 0.0
         if busy is not None and self._busy is not None:
-            others = max(0.0, (busy - self._busy) - (_own_ticks() - self._own)) / _TICKS / seconds
+            # both counters move in whole ticks, each on its own clock: a tick or two apart is no one else's work
+            others = max(0, (busy - self._busy) - (_own_ticks() - self._own) - TICK_SLACK) / _TICKS / seconds
         return MachineLoad(round(others, 3), round(self._load, 2), round(_load_average(), 2), os.cpu_count() or 1,
                            round(seconds, 2))
 
