@@ -114,7 +114,19 @@ def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_t
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(costmodel, "_process_curves", {})
-    monkeypatch.setattr(costmodel, "sample", lambda seconds=0.5: machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5))
+    quiet = machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5)  # whatever else this machine runs meanwhile
+
+    class QuietWatch:
+        result = quiet
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(costmodel, "sample", lambda seconds=0.5: quiet)
+    monkeypatch.setattr(costmodel, "LoadWatch", QuietWatch)
     _tiny_timings_pass(monkeypatch, costmodel)
     lm = load_model(tiny_models["same"], linear="stock")
     quick = costmodel.quick_curve(lm)

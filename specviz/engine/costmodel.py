@@ -283,31 +283,30 @@ _process_curves: dict[Path, CostModel] = {}   # per stored_path: what this proce
 _measuring = threading.Lock()                 # one calibration at a time (two would time each other)
 
 
-def load_or_calibrate(lm: LoadedModel) -> CostModel:
-    """The stored curve; else the one this process measured already (quick, or measured under load); else a
-    full calibration now (stored where the machine was quiet)."""
+def _stored_or_measured(lm: LoadedModel, measure: Callable[[], CostModel]) -> CostModel:
+    """The stored curve, else the one this process measured already, else measure() now (kept for this process)."""
     stored = load(lm)
     if stored is not None:
         return stored
     with _measuring:
         key = stored_path(lm)
         if key not in _process_curves:
-            _process_curves[key] = calibrate(lm)
+            _process_curves[key] = measure()
         return _process_curves[key]
+
+
+def load_or_calibrate(lm: LoadedModel) -> CostModel:
+    """The stored curve; else the one this process measured already (quick, or measured under load); else a
+    full calibration now (stored where the machine was quiet)."""
+    return _stored_or_measured(lm, lambda: calibrate(lm))
 
 
 def quick_curve(lm: LoadedModel) -> CostModel:
     """The stored curve, else one good enough for a first step: the model's own kernel at QUICK_SIZES, two
     repeats (about a second of forwards on a 2-core CPU), never stored; this process plans with it until
     recalibrate() stores a full one."""
-    stored = load(lm)
-    if stored is not None:
-        return stored
-    with _measuring:
-        key = stored_path(lm)
-        if key not in _process_curves:
-            _process_curves[key] = calibrate(lm, QUICK_SIZES, repeats=2, save=False, attempts=1, every_kernel=False)
-        return _process_curves[key]
+    return _stored_or_measured(lm, lambda: calibrate(lm, QUICK_SIZES, repeats=2, save=False, attempts=1,
+                                                     every_kernel=False))
 
 
 def settled(lm: LoadedModel) -> bool:
