@@ -123,3 +123,40 @@ def public_server(tmp_path_factory):
         yield process, url
         process.kill()
         process.wait(10)
+
+
+@pytest.fixture
+def quiet_machine(monkeypatch):
+    """The machine's load reads as a quiet one's wherever the cost curve asks (runtime.machine_load's sample and
+    LoadWatch): for tests that check what follows from a quiet machine, not the reading itself, which other jobs
+    on a CI machine would move."""
+    from specviz.engine import costmodel
+    from specviz.runtime import machine_load
+
+    quiet = machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5)
+
+    class QuietWatch:
+        result = quiet
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    for module in (machine_load, costmodel):
+        monkeypatch.setattr(module, "sample", lambda seconds=0.5: quiet)
+    monkeypatch.setattr(costmodel, "LoadWatch", QuietWatch)
+    return quiet
+
+
+@pytest.fixture
+def tiny_timings_pass(monkeypatch):
+    """A tiny model's forwards take a millisecond or two: their order and spread are noise, which the cost curve's
+    plausibility checks (made for a real model's curve) would call a busy machine. Tests using this check the
+    machine's load, or what follows from it, alone."""
+    from specviz.engine import costmodel
+
+    monkeypatch.setattr(costmodel, "plausible", lambda ms: True)
+    monkeypatch.setattr(costmodel, "NOISY_SPREAD", float("inf"))
+    monkeypatch.setattr(costmodel, "weight_read_ms", lambda lm: None)

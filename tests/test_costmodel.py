@@ -66,7 +66,8 @@ def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch
     assert [len(t) for t in times["stock"]] == [1, 1] and [len(t) for t in times[kernels[0]]] == [3, 3]
 
 
-def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_models, tmp_path, monkeypatch):
+def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_models, tmp_path, monkeypatch,
+                                                                     tiny_timings_pass):
     """The curve a newcomer's machine stored while a head trained beside it read twice the quiet figures and
     priced every later tree. Now the others' CPU time is read before and while it is measured: beside two
     busy loops the curve is used and not stored (it says why and how busy), and once they stop it is stored
@@ -79,7 +80,6 @@ def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_model
     from specviz.runtime import machine_load
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    _tiny_timings_pass(monkeypatch, costmodel)
     lm = load_model(tiny_models["same"], linear="stock")
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
@@ -103,31 +103,15 @@ def test_a_calibration_beside_a_busy_process_is_used_but_never_stored(tiny_model
     assert costmodel.load(lm).ms == quiet.ms
 
 
-def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_the_full_one(tiny_models, tmp_path,
-                                                                                            monkeypatch):
+def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_the_full_one(
+        tiny_models, tmp_path, monkeypatch, quiet_machine, tiny_timings_pass):
     """A first step is planned on a quick curve (a few sizes, the model's own kernel, never stored); the full
     calibration comes later, stops before its next forward when a visitor's call starts, and is stored when it
     ends on a quiet machine."""
     from specviz.engine import costmodel
 
-    from specviz.runtime import machine_load
-
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(costmodel, "_process_curves", {})
-    quiet = machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5)  # whatever else this machine runs meanwhile
-
-    class QuietWatch:
-        result = quiet
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-    monkeypatch.setattr(costmodel, "sample", lambda seconds=0.5: quiet)
-    monkeypatch.setattr(costmodel, "LoadWatch", QuietWatch)
-    _tiny_timings_pass(monkeypatch, costmodel)
     lm = load_model(tiny_models["same"], linear="stock")
     quick = costmodel.quick_curve(lm)
     assert quick.sizes == list(costmodel.QUICK_SIZES) and not costmodel.settled(lm)
@@ -139,11 +123,3 @@ def test_the_quick_curve_serves_until_a_full_one_is_stored_and_a_visitor_stops_t
     assert full is not None and full.busy is None and costmodel.settled(lm)
     assert costmodel.load_or_calibrate(lm).ms == full.ms
 
-
-def _tiny_timings_pass(monkeypatch, costmodel) -> None:
-    """A tiny model's forwards take a millisecond or two: their order and spread are noise, which the plausibility
-    checks (made for a real model's curve) would call a busy machine. The tests using this check the machine's
-    load alone."""
-    monkeypatch.setattr(costmodel, "plausible", lambda ms: True)
-    monkeypatch.setattr(costmodel, "NOISY_SPREAD", float("inf"))
-    monkeypatch.setattr(costmodel, "weight_read_ms", lambda lm: None)

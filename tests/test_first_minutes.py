@@ -67,35 +67,17 @@ def test_a_table_for_another_vocabulary_is_refused(lm, tmp_path):
     assert copy_logit_seed.load(path).filled == 10  # read alone, it is what it holds
 
 
-def test_the_start_up_trains_nothing_and_shows_its_stages(tiny_models, tmp_path, monkeypatch):
+def test_the_start_up_trains_nothing_and_shows_its_stages(tiny_models, tmp_path, monkeypatch, quiet_machine,
+                                                           tiny_timings_pass):
     """A newcomer's machine once trained a head for 46 minutes behind their back: the start-up starts no
     child, marks each stage (with a quick cost curve, never stored) and says on the page where it stands."""
     from specviz.engine import costmodel
     from specviz.lab import head_training, startup
     from specviz.runtime.compute_thread import COMPUTE
 
-    from specviz.runtime import machine_load
-
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECVIZ_HEAD_TRAINING", "on")
     monkeypatch.setattr(costmodel, "_process_curves", {})
-    quiet = machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 1.0)  # whatever else this machine runs meanwhile
-    monkeypatch.setattr(machine_load, "sample", lambda seconds=0.5: quiet)
-    monkeypatch.setattr(costmodel, "sample", lambda seconds=0.5: quiet)
-
-    class QuietWatch:  # the kernels' compilers, or anything else this machine runs, are not what this test checks
-        result = quiet
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-    monkeypatch.setattr(costmodel, "LoadWatch", QuietWatch)
-    # a tiny model's timings are noise to the plausibility checks made for a real one's
-    monkeypatch.setattr(costmodel, "plausible", lambda ms: True)
-    monkeypatch.setattr(costmodel, "NOISY_SPREAD", float("inf"))
     started = []
     monkeypatch.setattr(head_training, "start", lambda *a, **k: started.append(a))
     status = startup.Startup()

@@ -7,7 +7,8 @@ from specviz.commands.common_args import emit, load_target, log_line, model_args
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("train-head", help="train the draft head for the target on this machine (cached "
-                                   "per model; 20 minutes on 2 CPU cores for the default model, whose head ships in assets/trained)")
+                                   "per model; 20 minutes on 2 CPU cores for the default model, whose head ships "
+                                   "in assets/trained)")
     parser.add_argument("--out", default=None, help="write the head here (default: the target's cache file)")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--draft-vocab", type=int, default=None, help="tokens the head drafts over (frequency-ranked)")

@@ -91,8 +91,9 @@ def load(path, lm=None) -> CopyLogitTable:
         from specviz.runtime.draft_head import vocab_digest
 
         vocab = rows.seen.shape[0]
-        if vocab != lm.vocab_size or rows.top_tokens.shape[0] != vocab or (digest and digest != vocab_digest(lm.tokenizer)) \
-                or (vocab and (int(rows.top_tokens.min()) < 0 or int(rows.top_tokens.max()) >= vocab)):
+        foreign = digest and digest != vocab_digest(lm.tokenizer)
+        out_of_range = vocab and (int(rows.top_tokens.min()) < 0 or int(rows.top_tokens.max()) >= vocab)
+        if vocab != lm.vocab_size or rows.top_tokens.shape[0] != vocab or foreign or out_of_range:
             raise SpecvizError(f"The copy-logit seed '{path}' was built for another vocabulary than {lm.name}'s.")
     return table
 

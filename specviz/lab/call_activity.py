@@ -14,14 +14,12 @@ class CallActivity:
     def __init__(self):
         self._lock = threading.Lock()
         self._running = 0
-        self._started = 0           # calls started since this process began
         self._last_end = time.monotonic()
 
     @contextmanager
     def running(self):
         with self._lock:
             self._running += 1
-            self._started += 1
         try:
             yield
         finally:
@@ -32,11 +30,6 @@ class CallActivity:
     @property
     def busy(self) -> bool:
         return self._running > 0
-
-    @property
-    def started(self) -> int:
-        """Calls started so far: a background job compares it before and after to know whether one came by."""
-        return self._started
 
     def idle_s(self) -> float:
         """Seconds since the last call ended (0 while one runs)."""

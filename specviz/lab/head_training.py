@@ -1,8 +1,8 @@
 """Training a draft head from the page: the Model box's button starts `python -m specviz train-head` in a child
 process at a lower priority (the app's visitors keep the machine first), its log beside the head's file, at most
 one per target across the app's processes (a lock file holds the child's pid). Nothing starts it by itself: the
-default model's head ships in assets/trained, and another model has none until someone presses the button, which says how long it takes here (meanwhile the model source drafts with the target's own
-weights).
+default model's head ships in assets/trained, and another model has none until someone presses the button, which
+says how long it takes here (meanwhile the model source drafts with the target's own weights).
 
 SPECVIZ_HEAD_TRAINING=off (the tests set it; the default on a Space, which ships its heads) offers no button; the
 status then says how to train by hand.

@@ -85,7 +85,8 @@ class ModelPanel:
     def on_train_head(self, name):
         """The button: train the page's model's head in a child process (never on a public Space)."""
         if self.policy.public or (not isinstance(name, str) and name is not None):
-            return "⚠️ This Space ships its draft heads and trains none.", gr.Timer(active=False), gr.Button(visible=False)
+            return ("⚠️ This Space ships its draft heads and trains none.", gr.Timer(active=False),
+                    gr.Button(visible=False))
         try:
             name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
             return self.shown_status(name, head_training.start_for_model(name))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-from contextlib import contextmanager
 import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
