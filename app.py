@@ -1,5 +1,5 @@
-"""specviz: the Gradio app. It only composes the page (specviz.panels) and launches it; every panel validates
-what a visitor sends and calls specviz.lab, which holds the logic."""
+"""specviz: the Gradio app. It builds the page (specviz.panels.page) and launches it; every panel's handler checks
+what a visitor sends through specviz.lab, which holds the logic, and shows it through specviz.render."""
 
 from __future__ import annotations
 

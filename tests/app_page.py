@@ -41,6 +41,6 @@ def sweep_answer(outputs) -> dict:
 
 
 def counters_of(client) -> dict | None:
-    """The live run's counters as data (/counters: dataclasses.asdict of specviz.lab.counters.LabCounters, with
+    """The live run's counters as data (/counters: dataclasses.asdict of specviz.render.counters.LabCounters, with
     "figures", "mode", "versus_ar", "last_step", ...) in the client's own session; None before a live run."""
     return client.predict(api_name="/counters")

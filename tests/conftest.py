@@ -1,5 +1,6 @@
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +41,35 @@ def lm():
     model = shared_model(None)
     datastore.ensure(model)  # READER's datastore from the shipped corpus (seconds, once per cache)
     return model
+
+
+AR_REFERENCE_TOKENS = 48
+
+
+class ArOutputs(dict):
+    """Greedy ar's first AR_REFERENCE_TOKENS tokens on a suite prompt, by prompt id, each run the first time a test
+    asks for it: what the lossless tests hold each method to (a run of n tokens against the first n)."""
+
+    def __init__(self, lm):
+        from specviz.engine.suite import load_suite
+
+        super().__init__()
+        self.lm = lm
+        self.suite = {item.id: item for item in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl")}
+
+    def __missing__(self, item_id: str) -> list[int]:
+        from specviz.engine.session import Session
+
+        session = Session(self.lm, "ar").start(self.suite[item_id].messages)
+        session.run(AR_REFERENCE_TOKENS)
+        self[item_id] = session.output_ids
+        return self[item_id]
+
+
+@pytest.fixture(scope="session")
+def ar_outputs(lm) -> ArOutputs:
+    """One ArOutputs for the whole run (tests/test_lossless.py, test_reader.py and test_respec.py share it)."""
+    return ArOutputs(lm)
 
 
 @pytest.fixture(scope="session")

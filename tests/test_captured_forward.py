@@ -14,7 +14,7 @@ from specviz.accept import verification
 from specviz.accept.verification import LogitTop, node_target_stats
 from specviz.cli import main
 from specviz.engine.session import Session
-from specviz.engine.tree_forward import tree_forward
+from specviz.engine.tree_forward import tree_forward, verify_tree
 from specviz.errors import SpecvizError
 from specviz.runtime import captured_forward
 from specviz.runtime.block_forward import causal_forward
@@ -98,10 +98,15 @@ def test_static_padded_forward_gives_the_eager_logits_and_compacts_alike(tiny):
     for step in range(3):  # a tree, its accepted path kept (scattered: a gather), then the next tree on top
         tree = _tree(16 + step)
         want, want_features = tree_forward(tiny, eager, tree, len(past), features=True)
-        got, got_features = tree_forward(tiny, static, tree, len(past), features=True)
+        verified = verify_tree(tiny, static, tree, len(past), features=True)
+        got, got_features = verified.logits, verified.features
         assert static.get_seq_length() == len(past) + len(tree) == eager.get_seq_length()
         assert torch.allclose(got, want, atol=1e-5, rtol=0) and torch.allclose(got_features, want_features, atol=1e-5)
-        assert LogitTop.of(got, tree).argmax == LogitTop.of(want, tree).argmax
+        # acceptance reads the summary the device made, handed to it beside the logits
+        assert verified.summary is not None and verified.summary.rows.shape[0] == len(tree)
+        top = LogitTop.of(got, tree, summary=verified.summary)
+        assert top.argmax == LogitTop.of(want, tree).argmax == LogitTop.of(got, tree).argmax
+        assert np.array_equal(top.values_np, verified.summary.rows[:, :verification.TOP_K])
         kept = [0, 1, 4]  # root, then a node whose child is not next in the block
         keep_accepted(eager, len(past), kept)
         keep_accepted(static, len(past), kept)

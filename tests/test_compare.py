@@ -3,6 +3,7 @@
 import pytest
 
 from specviz.errors import SpecvizError
+from specviz.render.compare_view import compare_view
 from specviz.lab.compare import Compare, parse_overrides, side_request
 from specviz.lab.visitor_request import VisitorRequest
 
@@ -29,7 +30,7 @@ def test_overrides_are_parsed_and_checked():
 
 def test_ab_steps_both_and_names_the_bad_side(lm):
     compare = Compare()
-    compare.apply(base_settings(), "", "method=pld")
+    compare.choose(base_settings(), "", "method=pld")
     compare.step(24)
     compare.step(24)
     a, b = compare.a.session, compare.b.session
@@ -38,10 +39,10 @@ def test_ab_steps_both_and_names_the_bad_side(lm):
     for side_a, side_b, side in [("", "budget=0", "Side B"), ("tau=3", "", "Side A"), ("", "method=nope", "Side B"),
                                  ("", "method=rapid eta=10", "Side B")]:
         with pytest.raises(SpecvizError, match=side):
-            compare.apply(base_settings(), side_a, side_b)
+            compare.choose(base_settings(), side_a, side_b)
     assert (compare.a.session.output_ids, compare.b.session.output_ids) == kept  # neither side was touched
     for _ in compare.run(24):
         pass
-    view = compare.view()
+    view = compare_view(compare.a.session, compare.b.session, compare.message)
     assert "A: racer" in view.summary_a and "B: pld" in view.summary_b
     assert "Identical to side A" in view.diff_html  # both lossless at temperature 0

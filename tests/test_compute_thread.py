@@ -31,18 +31,17 @@ def test_a_visitors_step_computes_on_the_compute_thread(lm, monkeypatch):
     from specviz.methods import AUTO_BUDGET
 
     threads = set()
-    real = tree_forward.tree_forward
+    real = tree_forward.verify_tree
 
     def watched(*args, **kwargs):
         threads.add(threading.current_thread().name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tree_forward, "tree_forward", watched)
+    monkeypatch.setattr(tree_forward, "verify_tree", watched)
     import specviz.engine.session as session_module
-    if hasattr(session_module, "tree_forward"):
-        monkeypatch.setattr(session_module, "tree_forward", watched)
+    monkeypatch.setattr(session_module, "verify_tree", watched)
     lab = Lab()
-    lab.apply("", "Name three colours.", "racer", AUTO_BUDGET, {})
+    lab.choose_values("", "Name three colours.", "racer", AUTO_BUDGET, {})
     handler = threading.Thread(target=lambda: lab.step(2), name="a-handler")
     handler.start()
     handler.join()

@@ -147,7 +147,7 @@ def test_a_run_past_its_deadline_stops_and_keeps_what_it_made(lm):
     from test_app import PROMPT
 
     lab = Lab()
-    lab.apply("", PROMPT, "pld", 8, {})
+    lab.choose_values("", PROMPT, "pld", 8, {})
     budget = CallBudget(time.monotonic() + 0.5, seconds=0.5)
     with pytest.raises(SpecvizError, match="what it generated is kept"):
         for _ in lab.run(400, every_s=0.05, budget=budget):

@@ -164,7 +164,7 @@ def test_rollback_leaves_the_head_drafter_as_it_was(lm, head, monkeypatch):
     def failing(*args, **kwargs):  # the verify forward fails after the head drafted
         raise RuntimeError("boom")
     with monkeypatch.context() as patch:
-        patch.setattr("specviz.engine.session.tree_forward", failing)
+        patch.setattr("specviz.engine.session.verify_tree", failing)
         with pytest.raises(RuntimeError, match="boom"):
             session.step()
     assert (drafter.upto, drafter.known, drafter.cache.get_seq_length()) == before

@@ -15,6 +15,7 @@ from app_page import counters_of, launched, named, page_for  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 from specviz.lab import visitors  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
+from specviz.render.session_view import drawn_view  # noqa: E402
 from specviz.lab.live_sessions import LIVE  # noqa: E402
 from specviz.lab.public_policy import Policy  # noqa: E402
 from specviz.lab.server_paths import hide_server_paths  # noqa: E402
@@ -210,9 +211,9 @@ def test_limits_cannot_be_walked_around(lm):
         assert "at most 24 runs" in message and "asks for 26" in message, message
         message = sweep_message("budget=4", "inf")
         assert "new tokens per run must be" in message, message
-        out = page.stage.on_play(lab, 0.0)
+        out = page.stage.on_play(None, lab, 0.0)
         assert "pace" in out[shown_message]
-        out = page.stage.on_go(lab, "nan")
+        out = page.stage.on_go(None, lab, "nan")
         assert "delta must be" in out[shown_message]
     finally:
         page.blocks.close()
@@ -229,16 +230,36 @@ def test_a_share_link_cannot_turn_on_what_public_mode_keeps_off():
 
 
 def test_ab_reset_in_a_loop_does_not_stall_the_others(public_url):
+    """One visitor resets A/B in a loop (each reset asks for a collection of the freed sides) while another steps:
+    every reset answers with both sides back to nothing, and the other visitor's step is answered meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from gradio_client import Client
 
-    client = Client(public_url, verbose=False)
-    client.predict(side_a="", side_b="method=pld", **public_settings(max_new_tokens=6), api_name="/ab_step")
-    started = time.monotonic()
+    looping, honest = Client(public_url, verbose=False), Client(public_url, verbose=False)
+    looping.predict(side_a="", side_b="method=pld", **public_settings(max_new_tokens=6), api_name="/ab_step")
+    with ThreadPoolExecutor(1) as pool:
+        resets = pool.submit(lambda: [looping.predict(api_name="/ab_reset") for _ in range(30)])
+        honest_step_is_answered(honest)
+        answers = resets.result(timeout=300)
+    assert len(answers) == 30
+    assert all(answer[-1] == "Reset." and "not started" in answer[4] and "not started" in answer[5]
+               for answer in answers), answers[-1]
+
+
+def test_collections_asked_for_in_a_loop_run_at_most_once_per_gap(monkeypatch):
+    """What keeps a loop of resets from stalling everyone: 30 requests for a collection within a second run at most
+    one full collection then (a full one holds the interpreter for ~180 ms), the rest waiting out the gap."""
+    from specviz.runtime import gc_pauses
+
+    collections = []
+    monkeypatch.setattr(gc_pauses, "collect_everything", lambda: collections.append(time.monotonic()))
+    monkeypatch.setattr("specviz.runtime.memory_release.give_back_freed_memory", lambda: None)
     for _ in range(30):
-        client.predict(api_name="/ab_reset")
-    took = time.monotonic() - started
-    print(f"30 /ab_reset calls took {took:.2f} s")
-    honest_step_is_answered(client)
+        gc_pauses.request_collection()
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert len(collections) <= 1
 
 
 def test_no_visitors_text_reaches_anothers_drafts(lm):
@@ -250,7 +271,7 @@ def test_no_visitors_text_reaches_anothers_drafts(lm):
     before = (store.documents, len(store.online_documents))
     phrase = "zorblat quintessence of marmalade"
     a = Lab()
-    a.apply("", f"Repeat exactly three times: {phrase}. {phrase}. {phrase}.", "reader", 16, {})
+    a.choose_values("", f"Repeat exactly three times: {phrase}. {phrase}. {phrase}.", "reader", 16, {})
     a.step(24)
     for _ in a.run(24):
         pass
@@ -259,7 +280,7 @@ def test_no_visitors_text_reaches_anothers_drafts(lm):
 
         checked_settings("", "x", "reader", 16, {"datastore_grow": 1}, policy=Policy.for_public())
     b = Lab()
-    b.apply("", "Repeat exactly three times: the quick brown fox. The quick brown fox.", "unified", 16, {})
+    b.choose_values("", "Repeat exactly three times: the quick brown fox. The quick brown fox.", "unified", 16, {})
     for _ in b.run(24):
         pass
     drafted = "".join(n.text for r in b.session.records for n in r.nodes)
@@ -273,11 +294,11 @@ def test_sessions_are_capped_and_the_released_visitor_is_told(lm):
     try:
         labs = [Lab() for _ in range(3)]
         for lab in labs:
-            lab.apply("", "Count: one two three", "pld", 4, {})
+            lab.choose_values("", "Count: one two three", "pld", 4, {})
             lab.step(4)
         assert labs[0].session is None and "make room" in labs[0].message
         assert labs[1].session is not None and labs[2].session is not None
-        labs[0].apply("", "Count: one two three", "pld", 4, {})  # the released visitor's next Step sends the page
+        labs[0].choose_values("", "Count: one two three", "pld", 4, {})  # the released visitor's next Step sends the page
         labs[0].step(4)
         assert labs[0].session is not None and labs[1].session is None
     finally:
@@ -287,7 +308,7 @@ def test_sessions_are_capped_and_the_released_visitor_is_told(lm):
     try:
         labs = [Lab() for _ in range(2)]
         for lab in labs:
-            lab.apply("", "Count: one two three four five", "pld", 4, {})
+            lab.choose_values("", "Count: one two three four five", "pld", 4, {})
             lab.step(4)
         assert labs[0].session is None and "make room" in labs[0].message and labs[1].session is not None
     finally:
@@ -299,7 +320,7 @@ def test_downloads_live_in_the_sessions_folder_and_go_with_it(lm):
         session_hash = "test-visitor-downloads"
 
     lab = Lab()
-    lab.apply("", "Count: one two three", "pld", 4, {})
+    lab.choose_values("", "Count: one two three", "pld", 4, {})
     lab.step(4)
     visitors.register(Visit.session_hash, lab)
     details = page_for().details
@@ -324,7 +345,7 @@ def _loads_or_refuses(tmp_path: Path, data, name: str = "t.json") -> None:
     except SpecvizError as error:
         assert str(error)
     else:
-        lab.view()
+        drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
     assert time.monotonic() - started < HANG_S
 
 
@@ -340,7 +361,7 @@ def _paths(value, prefix=()):
 
 
 def test_mutated_traces_load_or_are_refused(tmp_path):
-    hypothesis = pytest.importorskip("hypothesis")
+    pytest.importorskip("hypothesis")
     from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
     shipped = json.loads(SHIPPED.read_text())
@@ -358,19 +379,24 @@ def test_mutated_traces_load_or_are_refused(tmp_path):
         target[path[-1]] = value
         return data
 
+    tried = {"mutated": 0, "random": 0}
+
     @hsettings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(st.sampled_from(paths), json_values)
     def one_mutation(path, value):
+        tried["mutated"] += 1
         _loads_or_refuses(tmp_path, mutate(path, value))
 
     @hsettings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(json_values)
     def random_json(value):
+        tried["random"] += 1
         _loads_or_refuses(tmp_path, value)
 
     one_mutation()
     random_json()
-    assert hypothesis.__version__
+    # each of the examples asked for reached the loader (none was filtered out or cut short)
+    assert tried["mutated"] >= 150 and tried["random"] >= 60, tried
 
 
 def test_every_shipped_trace_still_replays(tmp_path):

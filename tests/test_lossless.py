@@ -17,16 +17,6 @@ FLAT_COST = CostModel(sizes=[1, 2, 64, 128], ms=[50.0, 55.0, 120.0, 200.0], cont
                       device="cpu", dtype="float32", threads=2)
 
 
-@pytest.fixture(scope="module")
-def ar_outputs(lm):
-    outputs = {}
-    for item in SUITE:
-        session = Session(lm, "ar").start(item.messages)
-        session.run(48)
-        outputs[item.id] = session.output_ids
-    return outputs
-
-
 @pytest.mark.parametrize("item", SUITE, ids=[i.id for i in SUITE])
 def test_pld_is_lossless(lm, ar_outputs, item):
     session = Session(lm, "pld", budget=16).start(item.messages)

@@ -35,12 +35,13 @@ def test_load_model_with_unknown_mode_runs_fp32_eager_and_says_so(tiny_models):
 
 def test_lab_shows_a_mode_fallback_and_keeps_working(lm):
     from specviz.lab.lab import Lab
+    from specviz.render.session_view import live_counters
 
     lab = Lab()
-    lab.apply("", "Say hi.", "racer", 8, {}, mode="warp")
+    lab.choose_values("", "Say hi.", "racer", 8, {}, mode="warp")
     assert "warp" in lab.message and "eager" in lab.message
     lab.step(4)
-    assert lab.session.lm.mode == "fp32" and lab.counters().mode == "fp32"
+    assert lab.session.lm.mode == "fp32" and live_counters(lab.on_screen().live).mode == "fp32"
 
 
 def test_cli_reports_the_fallback_on_stderr(capsys):

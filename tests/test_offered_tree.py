@@ -9,6 +9,7 @@ from specviz.engine.suite import load_suite
 from specviz.records.offered import NOT_RANKED
 from specviz.records.trace import Trace
 from specviz.lab.lab import Lab
+from specviz.render.session_view import live_counters, live_counters_markdown
 
 CODE = next(item for item in load_suite("assets/suite.jsonl") if item.id == "code-rename")
 
@@ -46,20 +47,20 @@ def test_each_auto_step_records_what_the_planner_cut(lm, tmp_path):
 
 def test_ar_is_stepped_between_the_runs_steps(lm):
     lab = Lab()
-    lab.apply(model="", prompt="Repeat exactly: one two three four, one two three four, one two three four.",
+    lab.choose_values(model="", prompt="Repeat exactly: one two three four, one two three four, one two three four.",
               method="racer", budget="auto", params={})
     for _ in range(3):
         lab.step(24)
         assert len(lab.state.paired.ar.output_ids) == len(lab.session.output_ids)  # caught up after every step
     for _ in lab.run(24):
         pass
-    baseline = lab.baseline_so_far()
+    baseline = lab.on_screen().live.baseline
     assert baseline is not None and baseline.output_ids == lab.session.output_ids  # greedy: the same tokens
     assert len(baseline.records) == len(lab.session.output_ids)                    # ar: one token a step
-    versus = lab.counters().versus_ar
+    versus = live_counters(lab.on_screen().live).versus_ar
     assert versus.paired and versus.identical
-    # and the counters line says so (lab.counters.counters_markdown renders the typed counters)
-    assert "stepped between this run's steps" in lab.counters_markdown()
+    # and the counters line says so (render.counters.counters_markdown renders the typed counters)
+    assert "stepped between this run's steps" in live_counters_markdown(lab.on_screen().live)
 
 
 def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm):
@@ -96,13 +97,13 @@ def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same
     outputs = []
     for _ in range(2):
         lab = Lab()
-        lab.apply(model="", prompt=CONTEXT.examples[settings["example"]], method=settings["method"],
+        lab.choose_values(model="", prompt=CONTEXT.examples[settings["example"]], method=settings["method"],
                   budget=settings["budget"], params={}, temperature=settings["temperature"],
                   top_p=settings["top_p"], seed=settings["seed"])
         for _ in lab.run(settings["max_new_tokens"]):
             pass
         outputs.append(list(lab.session.output_ids))
-        assert lab.baseline_so_far().output_ids == lab.session.output_ids
-        counters = lab.counters()
+        assert lab.on_screen().live.baseline.output_ids == lab.session.output_ids
+        counters = live_counters(lab.on_screen().live)
         assert counters.versus_ar.identical and (counters.temperature, counters.seed) == (0.8, 11)
     assert outputs[0] == outputs[1] and len(outputs[0]) == 24

@@ -92,13 +92,13 @@ def test_a_click_keeps_the_rest_of_the_page_and_goes_through_the_door():
     widgets = {"model": "", "draft_model": "", "mode": "", "prompt": "Tell me about tides.", "method": "reader",
                "auto_budget": True, "budget": 16, "temperature": 0.7, "top_p": 0.5, "seed": 0,
                **{p.name: p.default for p in PARAMS}}
-    shown = panel.on_paper_settings("paper", 64, **widgets)
+    shown = panel.on_paper_settings(None, 64, **widgets)
     assert shown[panel.auto_budget] is False and shown[panel.budget] == 60 and shown[panel.temperature] == 0.0
     assert shown[panel.top_p] == 1.0 and shown[panel.params["head_depth"]]["value"] == 8
     assert set(shown) <= set(panel.paper_outputs)
     # settings the door refuses are named in the message; no widget moves
     for bad in ({"prompt": "   "}, {"temperature": "nan"}, {"method": "warp"}):
-        shown = panel.on_paper_settings("paper", 64, **{**widgets, **bad})
+        shown = panel.on_paper_settings(None, 64, **{**widgets, **bad})
         assert list(shown) == [panel.message] and "⚠️" in shown[panel.message]
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.engine.prediction import ar_ms_per_token, check
+from specviz.engine.prediction import ar_ms_per_token, speedup_check
 from specviz.records.plan import BudgetCut, PlanDecision
 from specviz.records.status import NodeStatus
 from specviz.records.step import NodeRecord, StepRecord
@@ -20,13 +20,13 @@ def step(kept, expected, draft_ms, verify_ms, committed, total_ms, plan=True):
 
 def test_predicted_and_measured_speedup_and_the_factors_of_their_gap():
     records = [step(4, 2.0, 1.0, [10.0, 11, 11, 12, 14.0], 4, 20.0), step(2, 1.0, 1.0, [10.0, 11, 13.0], 1, 16.0)]
-    c = check(records, ar_ms_per_token=12.0)
+    c = speedup_check(records, ar_ms_per_token=12.0)
     # expected 3 + 2 tokens in (1 + 14) + (1 + 13) ms against ar's 10 ms: 5 / 29 * 10
     assert c.predicted == pytest.approx(5 / 29 * 10) and c.steps == 2
     assert c.measured == pytest.approx(5 / 36 * 12)
     assert c.accepted_factor == 1.0 and c.time_factor == pytest.approx(36 / 29) and c.ar_factor == pytest.approx(1.2)
     assert c.measured / c.predicted == pytest.approx(c.accepted_factor * c.ar_factor / c.time_factor)
-    unplanned = check([step(0, 0, 0, None, 1, 10.0, plan=False)], ar_ms_per_token=None)
+    unplanned = speedup_check([step(0, 0, 0, None, 1, 10.0, plan=False)], ar_ms_per_token=None)
     assert unplanned.predicted is None and unplanned.measured is None and unplanned.tokens == 1
 
 

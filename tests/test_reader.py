@@ -196,23 +196,13 @@ def test_shipped_datastore_holds_the_corpus(lm):
     assert store.documents >= 50 and len(store) > 5000
 
 
-@pytest.fixture(scope="module")
-def ar_outputs(lm):
-    outputs = {}
-    for item in SUITE:
-        session = Session(lm, "ar").start(item.messages)
-        session.run(40)
-        outputs[item.id] = session.output_ids
-    return outputs
-
-
 @pytest.mark.parametrize("item", SUITE, ids=[i.id for i in SUITE])
 def test_unified_is_lossless_on_every_suite_prompt(lm, ar_outputs, item):
     """Fixed budget 48 and the model stage on: every step verifies all sources at once."""
     session = Session(lm, "unified", {"model_stage": "on", "draft_depth": 2}, budget=48,
                       draft=shared_draft(lm, "self-skip:6")).start(item.messages)
     session.run(40)
-    assert session.output_ids == ar_outputs[item.id]
+    assert session.output_ids == ar_outputs[item.id][:40]
 
 
 
@@ -237,7 +227,7 @@ def test_reader_is_lossless_with_both_draft_models(lm, ar_outputs, item_id):
     for draft in (None, shared_draft(lm, "self-skip:8")):
         session = Session(lm, "reader", budget=32, draft=draft).start(item.messages)
         session.run(40)
-        assert session.output_ids == ar_outputs[item_id]
+        assert session.output_ids == ar_outputs[item_id][:40]
 
 
 @pytest.mark.parametrize("method", ["reader", "unified"])
@@ -246,7 +236,7 @@ def test_auto_budget_reader_and_unified_are_lossless(lm, ar_outputs, method):
     session = Session(lm, method, budget="auto", cost_model=FLAT_COST,
                       draft=shared_draft(lm, "self-skip:8")).start(item.messages)
     session.run(40)
-    assert session.output_ids == ar_outputs["qa-cheese"]
+    assert session.output_ids == ar_outputs["qa-cheese"][:40]
     assert all(r.plan is not None and r.plan.cut is not None for r in session.records)
 
 

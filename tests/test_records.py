@@ -27,7 +27,8 @@ from specviz.records.step import CommitOrigin, NodeRecord, StepRecord, StepTimin
 from specviz.records.trace import FORMAT_VERSION, Trace
 from specviz.render import step_panels
 from specviz.render.tree_svg import tree_html
-from specviz.lab.recording import shipped_traces, why_small
+from specviz.lab.shipped_traces import shipped_traces
+from specviz.render.recording import why_small
 
 ROOT, ACCEPTED, RELAXED, TRANSFERRED, REJECTED, UNREACHED = (
     NodeStatus.ROOT, NodeStatus.ACCEPTED, NodeStatus.RELAXED, NodeStatus.TRANSFERRED, NodeStatus.REJECTED,

@@ -193,16 +193,6 @@ def test_self_speculative_drafter_follows_greedy_and_keeps_its_cache(lm):
 
 # ---- the method on the real model -----------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def ar_outputs(lm):
-    outputs = {}
-    for item_id in ("sum-lighthouse", "conv-trip", "open-poem", "math-train", "qa-meeting"):
-        session = Session(lm, "ar").start(SUITE[item_id].messages)
-        session.run(48)
-        outputs[item_id] = session.output_ids
-    return outputs
-
-
 @pytest.mark.parametrize("fallback,budget", [("model", 16), ("logits", 32), ("auto", "auto")])
 @pytest.mark.parametrize("item_id", ["sum-lighthouse", "conv-trip", "open-poem", "math-train"])
 def test_respec_at_tau_zero_is_lossless(lm, ar_outputs, item_id, fallback, budget):

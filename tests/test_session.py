@@ -70,17 +70,17 @@ def test_a_failing_forward_leaves_the_cache_as_it_was(lm, monkeypatch):
     session = Session(lm, "racer", budget=16).start(PROMPT)
     session.step()
     before = (list(session.context), session.cache.get_seq_length())
-    real = session_module.tree_forward
+    real = session_module.verify_tree
 
-    def failing(model, cache, tree, past_len):
-        real(model, cache, tree, past_len)  # the cache grows, then the step fails
+    def failing(model, cache, tree, past_len, features=False):
+        real(model, cache, tree, past_len, features)  # the cache grows, then the step fails
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(session_module, "tree_forward", failing)
+    monkeypatch.setattr(session_module, "verify_tree", failing)
     with pytest.raises(RuntimeError):
         session.step()
     assert (session.context, session.cache.get_seq_length()) == before
-    monkeypatch.setattr(session_module, "tree_forward", real)
+    monkeypatch.setattr(session_module, "verify_tree", real)
     session.run(12)
     reference = Session(lm, "ar").start(PROMPT)
     reference.run(12)

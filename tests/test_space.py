@@ -21,9 +21,11 @@ from specviz.runtime import shared_resources, state_pickle  # noqa: E402
 from specviz.lab import model_calls  # noqa: E402
 from specviz.lab.compare import Compare  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
+from specviz.lab.visitor_request import checked_settings  # noqa: E402
+from specviz.render.session_view import lab_view  # noqa: E402
 from specviz.lab.lab_state import CallAction, CarriedStates, ModelCall, SweepRequest  # noqa: E402
 from specviz.lab.public_policy import Policy  # noqa: E402
-from specviz.lab.recording import shipped_traces  # noqa: E402
+from specviz.lab.shipped_traces import shipped_traces  # noqa: E402
 from specviz.accept.sampling import SamplingSettings  # noqa: E402
 from specviz.engine.suite import SuiteItem  # noqa: E402
 from specviz.engine.sweep_grid import SweepProgress, SweepReport  # noqa: E402
@@ -49,9 +51,9 @@ def through_forks():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     entry = forked(model_calls.run_model)
-    model_calls.use(entry)
+    model_calls.run_calls_with(entry)
     yield entry.log
-    model_calls.use(None)
+    model_calls.run_calls_with(None)
     torch.set_num_threads(threads)
 
 
@@ -64,7 +66,7 @@ def trail(session) -> tuple:
 def lab_walk(method: str, prompt: str, temperature: float = 0.0, draft_model: str = "") -> list:
     """Step, Step, Run, then Reset and Step again: what each left."""
     lab = Lab()
-    lab.apply("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
+    lab.choose_values("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
     seen = []
     for _ in range(2):
         lab.step(N)
@@ -73,7 +75,7 @@ def lab_walk(method: str, prompt: str, temperature: float = 0.0, draft_model: st
         pass
     seen.append((trail(lab.session), lab.message, lab.state.diff))
     lab.reset()
-    lab.apply("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
+    lab.choose_values("", prompt, method, 12, FIXED.get(method, {}), draft_model, temperature=temperature, seed=7)
     lab.step(N)
     seen.append((trail(lab.session), lab.message))
     return seen
@@ -82,7 +84,7 @@ def lab_walk(method: str, prompt: str, temperature: float = 0.0, draft_model: st
 def ab_walk() -> list:
     compare = Compare()
     base = {"model": "", "prompt": PROMPT, "method": "pld", "budget": 12, "params": {}}
-    compare.apply(base, "", "method=racer")
+    compare.choose(base, "", "method=racer")
     compare.step(N)
     seen = [(trail(compare.a.session), trail(compare.b.session))]
     for _ in compare.run(N):
@@ -111,15 +113,15 @@ def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
     cases = [(m, PROMPT, 0.0) for m in METHODS if m not in ("ar", "rapid", "racer-logits", "racer-retrieval")]
     cases += [("racer", PROMPT, 0.8), ("rapid", DOCUMENT, 0.8)]
     for method, prompt, temperature in cases:
-        model_calls.use(None)
+        model_calls.run_calls_with(None)
         here = lab_walk(method, prompt, temperature)
-        model_calls.use(forked(model_calls.run_model, through_forks))
+        model_calls.run_calls_with(forked(model_calls.run_model, through_forks))
         there = lab_walk(method, prompt, temperature)
         assert there == here, f"{method} at temperature {temperature} differs through forked calls"
         assert here[2][0][0], f"{method} generated nothing"
-    model_calls.use(None)
+    model_calls.run_calls_with(None)
     ab_here, sweep_here = ab_walk(), sweep_walk(lm)
-    model_calls.use(forked(model_calls.run_model, through_forks))
+    model_calls.run_calls_with(forked(model_calls.run_model, through_forks))
     assert ab_walk() == ab_here and sweep_walk(lm) == sweep_here
     assert through_forks.calls > 4 * len(cases)
     print(f"{through_forks.calls} forked calls; largest argument {max(through_forks.argument_bytes)} bytes")
@@ -128,7 +130,7 @@ def test_every_method_gives_the_same_through_forked_calls(lm, through_forks):
 def test_a_state_is_its_session_plus_keys(lm):
     """A state pickles with the shared resources as keys: the model's weights never travel."""
     lab = Lab()
-    lab.apply("", PROMPT, "unified", 12, FIXED["unified"])
+    lab.choose_values("", PROMPT, "unified", 12, FIXED["unified"])
     lab.step(N)
     blob = pickle.dumps(CarriedStates([lab.state]))
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
@@ -149,13 +151,13 @@ def test_a_session_drafting_with_the_head_travels_with_the_head_as_a_key(lm, tmp
     path = save_head(head.network, head.record, tmp_path / "head.safetensors")
     spec = f"head:{path}"
     for method, temperature in (("unified", 0.8), ("reader", 0.0)):  # sampled and greedy, two methods
-        model_calls.use(None)
+        model_calls.run_calls_with(None)
         here = lab_walk(method, PROMPT, temperature, spec)
-        model_calls.use(forked(model_calls.run_model, through_forks))
+        model_calls.run_calls_with(forked(model_calls.run_model, through_forks))
         assert lab_walk(method, PROMPT, temperature, spec) == here, (method, temperature)
-    model_calls.use(None)
+    model_calls.run_calls_with(None)
     lab = Lab()
-    lab.apply("", PROMPT, "unified", 12, FIXED["unified"], spec)
+    lab.choose_values("", PROMPT, "unified", 12, FIXED["unified"], spec)
     lab.step(N)
     drafted = lab.session.method.stages[0].inner.head
     assert isinstance(drafted, DraftHead) and drafted.path == path
@@ -179,7 +181,7 @@ def test_a_state_carries_its_tokens_and_the_caches_are_rebuilt(lm, tmp_path):
     head = random_head(lm)
     spec = f"head:{save_head(head.network, head.record, tmp_path / 'head.safetensors')}"
     lab = Lab()
-    lab.apply("", PROMPT, "unified", 12, FIXED["unified"], spec)
+    lab.choose_values("", PROMPT, "unified", 12, FIXED["unified"], spec)
     for _ in lab.run(N):  # a Run: the paired `ar` lane holds a cache too
         pass
     whole, light = state_pickle.dumps(lab.state, caches=True), state_pickle.dumps(lab.state)
@@ -226,14 +228,14 @@ def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
     """A draft model with another vocabulary, a Run longer than a call may take, a state written by another
     version: a clear message, and the session as it was."""
     lab = Lab()
-    lab.apply("", PROMPT, "reader", 12, {})
+    lab.choose_values("", PROMPT, "reader", 12, {})
     lab.step(N)
     kept = trail(lab.session)
     with pytest.raises(SpecvizError, match="another vocabulary"):
-        lab.apply("", PROMPT, "reader", 12, {}, draft_model=tiny_models["other"])
+        lab.choose_values("", PROMPT, "reader", 12, {}, draft_model=tiny_models["other"])
         lab.step(N)
     assert trail(lab.session) == kept
-    lab.apply("", PROMPT, "reader", 12, {})
+    lab.choose_values("", PROMPT, "reader", 12, {})
     with pytest.raises(SpecvizError, match=r"at most \d+ tokens"):
         for _ in lab.run(5000):
             pass
@@ -245,7 +247,7 @@ def test_refusals_keep_the_session(lm, tiny_models, monkeypatch, through_forks):
             blob = state_pickle.dumps(carried.states)
         yield from model_calls.run_model(call, CarriedStates._from_blob(blob, "cpu"))
 
-    model_calls.use(stale)
+    model_calls.run_calls_with(stale)
     with pytest.raises(SpecvizError, match="could not be read back.*Reset"):
         lab.step(N)
     assert trail(lab.session) == kept
@@ -367,7 +369,7 @@ def test_a_release_stops_a_run_and_frees_its_session(lm):
     import weakref
 
     lab = Lab()
-    lab.apply("", PROMPT, "pld", 8, {})
+    lab.choose_values("", PROMPT, "pld", 8, {})
     run = lab.run(1000, every_s=0)
     next(run)
     held = [weakref.ref(lab.session), weakref.ref(lab.session.cache)]
@@ -384,7 +386,7 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
     import gradio as gr
 
     lab = Lab()
-    lab.apply("", PROMPT, "pld", 8, {})
+    lab.choose_values("", PROMPT, "pld", 8, {})
     lab.step(4)
     before = trail(lab.session)
     refusals = [("ZeroGPU quota exceeded", "You have exceeded your free ZeroGPU quota (2s requested vs. 1s left). "
@@ -397,7 +399,7 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
                 raise gr.Error(text, title=title)
                 yield  # a generator, as run_model is
 
-            model_calls.use(refusing)
+            model_calls.run_calls_with(refusing)
             with pytest.raises(SpecvizError) as refused:
                 lab.step(4)
             assert title in str(refused.value) and text.rstrip(".") in str(refused.value)
@@ -405,16 +407,16 @@ def test_a_call_zerogpu_refuses_is_a_message_and_the_session_is_kept(lm):
             assert trail(lab.session) == before
         # what needs no GPU still works meanwhile: the timeline over the run's own steps, a recorded run's replay
         lab.go_to(0)
-        assert lab.shown_step() == 0 and lab.view().tree
+        assert lab.shown_step() == 0 and lab_view(lab.on_screen()).tree
         recorded = Lab()
         recorded.load_trace(next(iter(shipped_traces().values())))
         recorded.go(1)
-        assert recorded.shown_step() is not None and recorded.view().tree
-        model_calls.use(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
+        assert recorded.shown_step() is not None and lab_view(recorded.on_screen()).tree
+        model_calls.run_calls_with(lambda call, carried: (_ for _ in ()).throw(RuntimeError("worker error: something else")))
         with pytest.raises(RuntimeError, match="something else"):  # not ZeroGPU's: not dressed up as one
             lab.step(4)
     finally:
-        model_calls.use(None)
+        model_calls.run_calls_with(None)
     lab.step(4)
     assert len(lab.session.records) == len(before[1]) + 1
 
@@ -424,27 +426,27 @@ def test_on_zero_gpu_the_default_model_runs_on_the_spaces_cpus(lm, monkeypatch):
     fixed cost), the others go through spaces.GPU; a call over both is refused; SPECVIZ_CPU_MODELS changes it."""
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(model_calls, "zero_gpu", lambda: True)
-    on = lambda model: model_calls.on_cpu(ModelCall(CallAction.STEP, (Lab.settings_of(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
+    on = lambda model: model_calls.on_cpu(ModelCall(CallAction.STEP, (checked_settings(model, PROMPT, "pld", 8, {}),)))  # noqa: E731
     assert on("") and on("smollm2-135m-instruct") and not on("HuggingFaceTB/SmolLM2-360M-Instruct")
     with pytest.raises(SpecvizError, match="run in different places"):
-        model_calls.on_cpu(ModelCall(CallAction.STEP, (Lab.settings_of("", PROMPT, "pld", 8, {}),
-                                      Lab.settings_of("HuggingFaceTB/SmolLM2-1.7B-Instruct", PROMPT, "pld", 8, {}))))
+        model_calls.on_cpu(ModelCall(CallAction.STEP, (checked_settings("", PROMPT, "pld", 8, {}),
+                                      checked_settings("HuggingFaceTB/SmolLM2-1.7B-Instruct", PROMPT, "pld", 8, {}))))
     monkeypatch.setenv("SPECVIZ_CPU_MODELS", "none")
     assert not on("")
     monkeypatch.delenv("SPECVIZ_CPU_MODELS")
-    model_calls.use(lambda call, carried: pytest.fail("a CPU-placed model's call reached the GPU entry"))
+    model_calls.run_calls_with(lambda call, carried: pytest.fail("a CPU-placed model's call reached the GPU entry"))
     try:
         lab = Lab()
-        lab.apply("", PROMPT, "pld", 8, {})
+        lab.choose_values("", PROMPT, "pld", 8, {})
         lab.step(4)
         assert len(lab.session.records) == 1
     finally:
-        model_calls.use(None)
-    step, run = (ModelCall(a, (Lab.settings_of("", PROMPT, "pld", 8, {}),), n) for a, n in ((CallAction.STEP, 1), (CallAction.RUN, 128)))
+        model_calls.run_calls_with(None)
+    step, run = (ModelCall(a, (checked_settings("", PROMPT, "pld", 8, {}),), n) for a, n in ((CallAction.STEP, 1), (CallAction.RUN, 128)))
     assert model_calls.call_seconds(step) == 2 and model_calls.call_seconds(run) == 15  # a Step is one step, not 15 s
     # a worker rebuilds the carried caches first: 2 FLOPs per parameter and context token, per session
     lab = Lab()
-    lab.apply("", PROMPT, "pld", 8, {})
+    lab.choose_values("", PROMPT, "pld", 8, {})
     lab.step(4)
     carried = CarriedStates([lab.state])
     tokens = sum(len(session.context) for session in lab.state.sessions())
@@ -463,14 +465,14 @@ def test_a_gpu_worker_forked_after_this_process_computed_on_two_threads_still_ru
     torch.set_num_threads(2)
     try:
         lab = Lab()
-        lab.apply("", PROMPT, "unified", 8, FIXED["unified"])
+        lab.choose_values("", PROMPT, "unified", 8, FIXED["unified"])
         lab.step(64)  # this process computes on two threads
-        model_calls.use(forked(model_calls.run_in_gpu_worker, timeout_s=120))
+        model_calls.run_calls_with(forked(model_calls.run_in_gpu_worker, timeout_s=120))
         lab.step(64)
         lab.step(64)
         assert len(lab.session.records) == 3
     finally:
-        model_calls.use(None)
+        model_calls.run_calls_with(None)
         torch.set_num_threads(threads)
 
 

@@ -94,7 +94,7 @@ def free_port() -> int:
 # the long test's app: the bundle's app.py with every model call through the ZeroGPU stand-in (a forked worker per
 # call running what spaces.GPU runs, pickles both ways), this process on the threads its CPU quota gives
 STANDIN_LAUNCH = ("import runpy, sys; sys.argv = ['app.py']; from zerogpu_standin import forked; "
-                  "from specviz.lab import model_calls; model_calls.use(forked(model_calls.run_in_gpu_worker)); "
+                  "from specviz.lab import model_calls; model_calls.run_calls_with(forked(model_calls.run_in_gpu_worker)); "
                   "runpy.run_path('app.py', run_name='__main__')")
 
 

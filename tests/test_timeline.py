@@ -5,7 +5,9 @@ import pytest
 
 from specviz.records.trace import Trace
 from specviz.lab.lab import Lab
-from specviz.lab.recording import Recording, accepted_path, shipped_traces, why_small
+from specviz.lab.shipped_traces import shipped_traces
+from specviz.render.recording import Recording, accepted_path, why_small
+from specviz.render.session_view import lab_view
 
 PROMPT = "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta."
 
@@ -29,7 +31,7 @@ def test_timeline_moves_and_clamps(replay_lab):
     lab.go_to(10 * n)
     assert lab.shown_step() == n - 1
     lab.go_to(0)
-    view = lab.view()
+    view = lab_view(lab.on_screen())
     assert (view.steps, view.shown_step) == (n, 0) and "Showing step **0**" in view.caption
     assert "step** 0 of" in view.counters  # the counters are the shown step's
 
@@ -74,22 +76,22 @@ def test_why_a_step_is_small_is_said():
 
 def test_replay_keeps_the_live_session(lm):
     lab = Lab()
-    lab.apply("", PROMPT, "pld", 8, {})
+    lab.choose_values("", PROMPT, "pld", 8, {})
     lab.step(32)
     lab.step(32)
     live_tokens = list(lab.session.output_ids)
     lab.load_trace(shipped_traces()["racer-code-rename"])
-    assert lab.view().counters.startswith("**replay of")
-    assert 'data-run="replay:racer-code-rename' in lab.view().tree  # the page's state as data, too
+    assert lab_view(lab.on_screen()).counters.startswith("**replay of")
+    assert 'data-run="replay:racer-code-rename' in lab_view(lab.on_screen()).tree  # the page's state as data, too
     lab.step(32)  # Step returns to the live run, where it was
     assert lab.replay is None and lab.session.output_ids[:len(live_tokens)] == live_tokens
     assert len(lab.session.records) == 3
-    assert 'data-run="live"' in lab.view().tree and 'data-steps="3"' in lab.view().tree
+    assert 'data-run="live"' in lab_view(lab.on_screen()).tree and 'data-steps="3"' in lab_view(lab.on_screen()).tree
 
 
 def test_live_timeline_and_play_step_on(lm, tmp_path):
     lab = Lab()
-    lab.apply("", PROMPT, "racer", 8, {})
+    lab.choose_values("", PROMPT, "racer", 8, {})
     for _ in range(3):
         lab.step(32)
     lab.go(-2)
@@ -115,15 +117,15 @@ def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
     assert 'class="tv tv-anim"' in first.view.tree  # the step is drawn to play
     assert 'data-has-sampling="0"' in first.view.tree and 'data-has-plan="1"' in first.view.tree  # greedy, planned
     lab = open_first_visit(Lab(), path, "unified-code-rename")
-    assert lab.playing and lab.autoplay and lab.shown_step() == 0 and "autoplay-flag" in lab.view().text_html
-    assert lab.view().tree == first.view.tree  # the session's first view draws what the page painted first
+    assert lab.playing and lab.autoplay and lab.shown_step() == 0 and "autoplay-flag" in lab_view(lab.on_screen()).text_html
+    assert lab_view(lab.on_screen()).tree == first.view.tree  # the session's first view draws what the page painted first
     last = len(lab.replay.steps) - 1
     for k in range(1, last + 1):
         assert lab.tick(16) and lab.shown_step() == k
     assert lab.tick(16) and lab.shown_step() == 0  # a first visit plays its recording again from the start
     lab.pause()
     assert not lab.playing and not lab.autoplay and "stopped playing" in lab.message
-    assert "autoplay-flag" not in lab.view().text_html
+    assert "autoplay-flag" not in lab_view(lab.on_screen()).text_html
     again = open_first_visit(Lab(), path, "unified-code-rename")
     assert not again.play() and again.playing and not again.autoplay and again.message == ""  # Play takes it over
     again.go_to(last)

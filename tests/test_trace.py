@@ -11,7 +11,8 @@ import pytest
 from specviz.errors import SpecvizError
 from specviz.methods import METHODS
 from specviz.records.trace import FORMAT_VERSION, MAX_TRACE_BYTES, Trace
-from specviz.lab.recording import Recording, shipped_traces
+from specviz.lab.shipped_traces import shipped_traces
+from specviz.render.recording import Recording
 
 ROOT = Path(__file__).parent.parent
 
@@ -94,7 +95,7 @@ def test_shipped_traces_cover_every_method_and_replay_without_a_model():
         "page = build_page(PageContext.of(Policy.private()))\n"
         "for name, path in page.replay.traces.items():\n"
         "    lab = Lab(); lab.load_trace(path, name)\n"
-        "    shown = page.out.shown(lab); plots = page.accounting.on_accounting(lab)\n"
+        "    shown = page.out.shown(lab); plots = page.accounting.on_accounting(None, lab)\n"
         "    lab.go_to(0); page.out.shown(lab); lab.select_token(3); page.out.shown(lab)\n"
         "    counters = shown[page.stage.counters]\n"
         "    assert 'replay of' in counters, counters\n"

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 from zerogpu_standin import forked  # noqa: E402
 from specviz.lab import model_calls  # noqa: E402
 from specviz.lab.lab import Lab  # noqa: E402
+from specviz.lab.visitor_request import checked_settings  # noqa: E402
 from specviz.lab.lab_state import CallAction, ModelCall  # noqa: E402
 
 PROMPT = "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n        count += x\n    return count"
@@ -25,7 +26,7 @@ PROMPT = "Rename count to total:\ndef f(xs):\n    count = 0\n    for x in xs:\n 
 
 def timed(action, tokens: int) -> float:
     lab = Lab()
-    lab.apply("", PROMPT, "unified", "auto", {})
+    lab.choose_values("", PROMPT, "unified", "auto", {})
     lab.step(tokens + 64)  # the session exists; what is timed is one more call
     started = time.perf_counter()
     if action is CallAction.STEP:
@@ -47,12 +48,12 @@ def main() -> None:
     for action, tokens in ((CallAction.STEP, 1), (CallAction.RUN, args.run_tokens)):
         here, there = [], []
         for _ in range(args.repeats):
-            model_calls.use(None)
+            model_calls.run_calls_with(None)
             here.append(timed(action, tokens))
-            model_calls.use(entry)
+            model_calls.run_calls_with(entry)
             there.append(timed(action, tokens))
-        model_calls.use(None)
-        settings = Lab.settings_of("", PROMPT, "unified", "auto", {})
+        model_calls.run_calls_with(None)
+        settings = checked_settings("", PROMPT, "unified", "auto", {})
         declared = model_calls.call_seconds(ModelCall(action, (settings,), tokens))
         results[action.value] = here_s, there_s, _ = statistics.median(here), statistics.median(there), declared
         print(f"{action.value} ({tokens} token{'s' if tokens > 1 else ''}): in this process {here_s:.3f} s, "

@@ -5,13 +5,15 @@ from __future__ import annotations
 import torch
 
 from specviz.accept.verification import LogitTop, Verification, make_verification
+from specviz.runtime.verify_output import DeviceSummary
 from specviz.tree.draft_tree import ROOT, DraftTree
 
 
-def greedy_accept(tree: DraftTree, logits: torch.Tensor, entropies: bool = False) -> Verification:
+def greedy_accept(tree: DraftTree, logits: torch.Tensor, entropies: bool = False,
+                  summary: DeviceSummary | None = None) -> Verification:
     """Strict greedy verification: follow the child whose token is the target's argmax, as far as it goes.
     entropies: have the native pass give each row's entropy too (verification.top.entropies)."""
-    top = LogitTop.of(logits, tree, entropies)
+    top = LogitTop.of(logits, tree, entropies, summary)
     argmax = top.argmax
     path, node = [], ROOT
     compared: set[int] = set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from specviz.runtime.verify_output import DeviceSummary
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.accept.greedy import greedy_accept
 from specviz.accept.verification import LogitTop, Verification, make_verification
@@ -22,9 +23,9 @@ from specviz.accept.verification import LogitTop, Verification, make_verificatio
 
 class _Relaxer:
     def __init__(self, tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int,
-                 entropies: bool = False):
+                 entropies: bool = False, summary: DeviceSummary | None = None):
         self.tree, self.min_greedy = tree, min_greedy
-        self.logit_top = LogitTop.of(logits, tree, entropies)
+        self.logit_top = LogitTop.of(logits, tree, entropies, summary)
         self.argmax = self.logit_top.argmax
         top = self.logit_top.values[:, 0].to(logits.device)  # numpy-made (native or device summary): host
         self.ok = [False] * len(tree)  # per node: passes the relaxed check under its parent's logits
@@ -81,12 +82,12 @@ class _Relaxer:
 
 
 def relaxed_accept(tree: DraftTree, logits: torch.Tensor, top_k: int, tau: float, min_greedy: int,
-                   max_attempts: int, entropies: bool = False) -> Verification:
+                   max_attempts: int, entropies: bool = False, summary: DeviceSummary | None = None) -> Verification:
     """Greedy verification with ReSpec's relaxed look-ahead for retrieval nodes (see the module doc).
     entropies: have the native pass give each row's entropy too (verification.top.entropies)."""
     if tau <= 0 or max_attempts <= 0:
-        return greedy_accept(tree, logits, entropies)
-    relaxer = _Relaxer(tree, logits, top_k, tau, min_greedy, entropies)
+        return greedy_accept(tree, logits, entropies, summary)
+    relaxer = _Relaxer(tree, logits, top_k, tau, min_greedy, entropies, summary)
     path = relaxer.extend(ROOT, max_attempts)
     relaxed = {n for n in path if tree.tokens[n] != relaxer.argmax[tree.parents[n]]}
     compared = set(tree.children(ROOT))

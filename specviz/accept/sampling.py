@@ -1,38 +1,14 @@
 """Sampling: the settings (temperature, top-p, seed), the target's sampling distribution, and lossless
 speculative sampling over a draft tree.
 
-Two lossless rules verify a sampled tree; the `acceptance` parameter of every drafting method picks one:
-- `seeded` (coupled_accept, the default): the target's token after each accepted node is the seed's draw at
-  that position (accept.position_noise), and a child is accepted exactly when its token is that draw. Every
-  method then emits plain decoding's tokens for the same seed, whatever was drafted: reproducible, and a
-  check stronger than a distribution test. A draft that a model sampled from q with the same noise agrees
-  with the target's draw as often as Gumbel coupling allows, which is less than min(1, p / q) allows: with
-  p = (.5, 0, .5) and q = (0, .5, .5), 1/3 of drafts against 1/2.
-- `standard` (sampling_accept): speculative sampling's rule, coins from the session's generator. The
-  output follows p exactly, but its tokens depend on the tree (another method, budget or machine load
-  gives other tokens for one seed).
+Two rules verify a sampled tree; every drafting method's `acceptance` parameter picks one. `seeded`
+(`coupled_accept`, the default) accepts a child exactly where its token is the seed's draw at that position
+(accept.position_noise), so every method emits plain decoding's tokens for a seed. `standard` (`sampling_accept`)
+is speculative sampling with recursive rejection among siblings and the session's coins: the output follows p
+exactly, but its tokens depend on the tree, and a sampled draw goes first and must reach the verifier uncut.
+RAPID's p_hat (eta > 0) replaces p in that rule and is declared lossy.
 
-sampling_accept, at each accepted node, tries the children in turn (recursive rejection among siblings, as
-SpecInfer and EAGLE-2 verify); the residual r starts as the target's distribution p at that node:
-- first the child a draft model *sampled* from q (one draw per node: a chain, as RAPID drafts), even when a
-  deterministic source proposed the same token: accepted with probability min(1, r(c) / q(c)); on refusal
-  r becomes norm(max(r - q, 0));
-- then every deterministic proposal c (retrieval, logits, a top-k model draft; q = a point mass), in the
-  tree's order: accepted with probability r(c); on refusal r loses c and is renormalised. Together they
-  emit c with probability r(c) whatever their order, and otherwise leave r without them.
-When no child is accepted the bonus token is drawn from what is left of r. The draw goes first because
-its step is exact only against a residual that does not depend on the draw (a drafter may choose its
-other children knowing it); the deterministic proposals are exact against any residual. Each step is a
-standard speculative-sampling step, so the output follows p exactly, whatever the drafts. A draw must
-reach the verifier whatever its value: cutting it for its own q would bias the output, so under this rule
-a tree with draws is not pruned by the planner (see Session._draft); under `seeded` every cut is safe.
-
-RAPID's retrieval-augmented target (eta > 0, declared lossy, always this rule) replaces r by p_hat =
-softmax(log r + eta (q - r)) in the acceptance test of sampled proposals, entries with p_hat < 0.1 max
-p_hat keep r (the paper's tail rule, not renormalised: p_hat only enters through min(1, p_hat / q) and the
-residual, and the token drawn is still a proper distribution), and the residual is norm(max(r - p_hat,
-r - q, 0)). eta = 0 gives p_hat = r. eta > 0 is not lossless: the output then follows
-min(q, p_hat) + (1 - beta) norm(max(p - min(q, p_hat), 0)).
+Design notes: docs/design.md, "specviz/accept/sampling.py".
 """
 
 from __future__ import annotations
@@ -45,6 +21,7 @@ import torch
 from specviz.accept.position_noise import PositionNoise
 from specviz.accept.verification import Verification, make_verification
 from specviz.records.charts import PositionChart
+from specviz.runtime.verify_output import DeviceSummary
 from specviz.tree.draft_tree import ROOT, DraftTree
 from specviz.errors import SpecvizError, quoted
 from specviz.params import Param, finite_number
@@ -164,7 +141,7 @@ def _chart(p: torch.Tensor, q: torch.Tensor | None, p_hat: torch.Tensor | None,
 
 
 def coupled_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, noise: PositionNoise,
-                   root_position: int) -> Verification:
+                   root_position: int, summary: DeviceSummary | None = None) -> Verification:
     """Lossless sampled verification by the seed's draws: after each accepted node the target's token is
     its draw at the next position (argmax log p + g, accept.position_noise); the child with that token, if
     any, is accepted and the walk goes on, else the draw is the bonus. root_position: the root's index in
@@ -184,14 +161,14 @@ def coupled_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSett
             break
         path.append(child)
         node = child
-    verification = make_verification(tree, logits, path, token, compared)
+    verification = make_verification(tree, logits, path, token, compared, summary=summary)
     verification.charts = charts
     verification.empty_residuals = 0
     return verification
 
 
 def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSettings, generator: torch.Generator,
-                    eta: float = 0.0) -> Verification:
+                    eta: float = 0.0, summary: DeviceSummary | None = None) -> Verification:
     """Speculative sampling over the tree with the generator's coins: the `standard` rule (eta = 0,
     lossless; its tokens depend on the tree) and RAPID's retrieval-augmented target (eta > 0, lossy)."""
     path, node = [], ROOT
@@ -240,7 +217,7 @@ def sampling_accept(tree: DraftTree, logits: torch.Tensor, settings: SamplingSet
             break
         path.append(accepted_child)
         node = accepted_child
-    verification = make_verification(tree, logits, path, bonus, compared, transferred=transferred)
+    verification = make_verification(tree, logits, path, bonus, compared, transferred=transferred, summary=summary)
     verification.charts = charts
     verification.empty_residuals = empty_residuals
     return verification

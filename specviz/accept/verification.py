@@ -11,6 +11,7 @@ import torch
 from specviz.records.charts import PositionChart
 from specviz.records.status import NodeStatus
 from specviz.runtime.native import logit_kernel
+from specviz.runtime.verify_output import DeviceSummary
 from specviz.tree.draft_tree import DraftTree
 
 # module names for the statuses written per node (an enum attribute lookup costs ~0.2 us)
@@ -98,16 +99,13 @@ class LogitTop:
     log_norms_np = property(lambda self: self._as("log_norms", True), doc="(q,) float32 array")
 
     @classmethod
-    def of(cls, logits: torch.Tensor, tree: DraftTree | None = None, entropies: bool = False) -> "LogitTop":
+    def of(cls, logits: torch.Tensor, tree: DraftTree | None = None, entropies: bool = False,
+           summary: DeviceSummary | None = None) -> "LogitTop":
         """tree: the tree whose node i is logits row i; where the native pass runs it ranks the nodes too,
-        and with entropies=True also gives each row's entropy (in the same pass). Logits from the captured
-        verify forward carry their summary, made on the device (runtime.captured_forward): it is used as is."""
-        summary = getattr(logits, "device_summary", None)
+        and with entropies=True also gives each row's entropy (in the same pass). summary: what the captured
+        verify forward made of these logits on the device (runtime.verify_output): used as is."""
         if summary is not None and (tree is None or len(tree) == logits.shape[0]):
-            made = getattr(logits, "summary_top", None)  # one LogitTop per step, however many readers ask
-            if made is None or made.tree is not tree:
-                made = logits.summary_top = cls.from_device_summary(summary, tree)
-            return made
+            return cls.from_device_summary(summary.rows, tree)
         if tree is not None and len(tree) == logits.shape[0] \
                 and (lib := logit_kernel.usable(logits, TOP_K)) is not None:
             values, ids, log_norms, token_logits, ranks, probs, row_entropies = logit_kernel.summarise(
@@ -211,14 +209,14 @@ def _node_ranks_torch(tree: DraftTree, logits: torch.Tensor, top: LogitTop) -> t
 
 def make_verification(tree: DraftTree, logits: torch.Tensor, path: list[int], bonus: int,
                       compared: set[int], relaxed: set[int] = frozenset(), top: LogitTop | None = None,
-                      transferred: set[int] = frozenset()) -> Verification:
+                      transferred: set[int] = frozenset(), summary: DeviceSummary | None = None) -> Verification:
     """Statuses: relaxed, transferred or accepted on the path; rejected if compared against the target
     and refused; else unreached."""
     on_path = set(path)
     statuses = [_ROOT] + [_RELAXED if n in relaxed else _TRANSFERRED if n in transferred else
                           _ACCEPTED if n in on_path else
                           _REJECTED if n in compared else _UNREACHED for n in range(1, len(tree))]
-    top = top if top is not None else LogitTop.of(logits, tree)
+    top = top if top is not None else LogitTop.of(logits, tree, summary=summary)
     probs, ranks, log_norms = node_target_stats(tree, logits, top)
     return Verification(path=path, accepted_draft_tokens=[tree.tokens[n] for n in path], bonus_token=int(bonus),
                         statuses=statuses, target_probs=probs, target_ranks=ranks, log_norms=log_norms, top=top)

@@ -173,7 +173,7 @@ def time_replay(path: Path) -> dict:
     walked = time.perf_counter() - walk_started
     steps = len(lab.replay.steps)
     started = time.perf_counter()
-    page.accounting.on_accounting(lab)
+    page.accounting.on_accounting(None, lab)
     plots = time.perf_counter() - started
     return {"steps": steps, "bytes": path.stat().st_size, "load_and_show_s": round(loaded, 3),
             "walk_all_steps_s": round(walked, 2), "ms_per_step_view": round(1000 * walked / steps, 1),

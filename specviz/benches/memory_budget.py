@@ -11,7 +11,7 @@ from specviz.methods import AUTO_BUDGET
 from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
                                MAX_PROMPT_TOKENS)
 
-MODEL_CONCURRENCY = 2  # model calls at once (app.py's SPECVIZ_MODEL_CONCURRENCY default)
+MODEL_CONCURRENCY = 2  # model calls at once (SPECVIZ_MODEL_CONCURRENCY's default, panels/page_context.py)
 
 # KV cache bytes per token in fp32 of the SmolLM2 Instruct models (their configs: layers x 2 x kv heads x 64 x 4)
 KV_BYTES_PER_TOKEN = {"HuggingFaceTB/SmolLM2-135M-Instruct": 30 * 2 * 3 * 64 * 4,
@@ -32,7 +32,7 @@ def memory_budget(lm, model_bytes: int, per_param: float) -> dict:
     give_back_freed_memory()  # the heap keeps what steps free (runtime.memory_release): measure without it
     before = rss_bytes()
     lab = Lab()
-    lab.apply("", text, "unified", AUTO_BUDGET, {})
+    lab.choose_values("", text, "unified", AUTO_BUDGET, {})
     lab.step(4)
     session_tokens = len(lab.session.context)
     with_heap = rss_bytes() - before

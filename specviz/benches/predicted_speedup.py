@@ -5,7 +5,7 @@ measurement with the three factors of the gap (engine.prediction)."""
 from __future__ import annotations
 
 from specviz.engine.paired_baseline import PairedBaseline
-from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, check
+from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, speedup_check
 from specviz.engine.run import warm_up
 from specviz.engine.session import Session
 from specviz.engine.suite import SuiteItem
@@ -25,11 +25,11 @@ def predicted_against_measured(lm: LoadedModel, suite: list[SuiteItem], method: 
             session.step(limit)
             paired.keep_up()
         rows.append({"id": item.id, "category": item.category,
-                     **_row(check(session.records, ar_ms_per_token(paired.ar.records)))})
+                     **_row(speedup_check(session.records, ar_ms_per_token(paired.ar.records)))})
         pooled_records += session.records
         pooled_ar += paired.ar.records
     return {"method": method, "max_new_tokens": max_new_tokens, "prompts": rows,
-            "pooled": _row(check(pooled_records, ar_ms_per_token(pooled_ar)))}
+            "pooled": _row(speedup_check(pooled_records, ar_ms_per_token(pooled_ar)))}
 
 
 def _row(c: SpeedupCheck) -> dict:

@@ -2,7 +2,7 @@
 here: the process memory one loaded model takes (and what that projects to for the SmolLM2 family by parameter
 count), plain decoding's speed (what a Run of the new-token limit holds a queue place for), a traced run's size at
 the largest fixed budget a visitor can ask for (the upload limit), one sweep run's time (the sweep limit);
-ui.memory_budget adds public mode's memory budget."""
+benches/memory_budget.py adds public mode's memory budget."""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ def measure_state_cost(lm, contexts=(500, 4000), method: str = "unified", repeat
     rows = []
     for context in contexts:
         lab = Lab()
-        lab.apply("", _long_prompt(lm, context), method, 16, {"model_stage": "on"} if method == "unified" else {})
+        params = {"model_stage": "on"} if method == "unified" else {}
+        lab.choose_values("", _long_prompt(lm, context), method, 16, params)
         for _ in range(steps):
             lab.step(steps * 8)
         for caches in (True, False):

@@ -45,7 +45,6 @@ def checked_request(args, prompt):
 def generated(args) -> dict:
     """The run's output and figures (`generate --json` prints exactly this)."""
     from specviz.engine.run import run_method
-    from specviz.lab.lab_state import parse_prompt
     from specviz.methods import PEER_METHODS
     from specviz.params import parse_assignments
     from specviz.runtime.prompts import read_prompt_file
@@ -60,7 +59,7 @@ def generated(args) -> dict:
         request = checked_request(args, prompt)
         s = request.settings
         lm = load_target(args)
-        outcome = run_method(lm, s.method, parse_prompt(s.prompt), params=dict(s.params), budget=s.budget,
+        outcome = run_method(lm, s.method, s.model_prompt, params=dict(s.params), budget=s.budget,
                              sampling=s.sampling, max_new_tokens=request.max_new_tokens,
                              draft=draft_model(args, [s.method], lm), trace=bool(args.trace))
     if outcome.trace is not None:  # a peer's run has none

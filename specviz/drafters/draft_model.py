@@ -1,22 +1,12 @@
-"""A draft language model (`model` source) with its own KV cache.
+"""A draft language model (`model` source) with its own KV cache: another model of the target's vocabulary, or
+the target's own weights (self-speculation: no second copy of the weights, only a second cache).
 
-Each proposal first feeds the committed tokens the draft cache lacks (the new root among them; the
-whole prompt the first time, so a drafter that is never asked costs nothing), then
-grows a tree level by level: the `branch_levels` first levels take the draft's top-`breadth` tokens under
-every node, deeper levels its greedy token, down to `depth`, within the budget. A level is one forward of
-the draft model over that level's nodes with tree attention (each node sees the committed prefix and its
-own ancestors). After verification the draft cache keeps the committed prefix plus the drafted nodes the
-target accepted, so those are not fed again.
+A proposal feeds the committed tokens the draft cache lacks, then grows the tree one draft forward per level
+(top-`breadth` on the first `branch_levels` levels, then greedy, down to `depth`); after verification the cache keeps
+what the target accepted. `own_prompt` and `sampler` serve RAPID's RAG drafter: a prompt of its own, and children
+drawn from q with the seed's noise.
 
-With no draft model given the target's own weights draft (self-speculation): the same module, no second
-copy of the weights, only a second KV cache.
-
-Two options serve RAPID's RAG drafter: `own_prompt` gives the drafter a prompt of its own in place of
-the target's (its context is that prompt followed by the tokens generated so far, with its own
-positions and cache), and `sampler` makes it draw each node's child from its distribution q
-(temperature and top-p applied) with the seed's noise at that node's position in the target's context
-(accept.position_noise: a sample from q coupled to the target's own draw there) instead of taking the
-top-k; q is kept on the tree for RAPID's eta rule and the app's p / q chart.
+Design notes: docs/design.md, "specviz/drafters/draft_model.py".
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
-"""The `model` source from the trained draft head (runtime.draft_head): a dynamic tree grown by cumulative
-chance over the target's own features, as EAGLE-2 grows it.
+"""The `model` source from a draft head (ours, runtime.draft_head, or a published EAGLE head, runtime.eagle_head):
+a dynamic tree grown by cumulative chance over the target's own features, as EAGLE-2 grows it.
 
-The head keeps a KV cache of its one layer for the committed context, every entry computed from the
-target's true feature at the position before it. A proposal first feeds the committed positions the cache
-lacks (the tokens accepted at the last step, then the new root; the whole prompt the first time): its last
-row gives the root's distribution q over the draft vocabulary and the root's predicted feature. Then level
-by level: the `head_expand` nodes of the newest level with the best path chance (the product of q down
-from the root) are run through the head in one forward, each reading its parent's predicted feature and
-its own token, and each gets its top-`head_breadth` tokens as children. After `head_depth` levels (fewer
-when no node of the newest level keeps a path chance of MIN_PATH_CHANCE), the tree is cut to the budget
-by path chance to `head_nodes` and the budget (EAGLE-2's reranking: a child never outranks its parent, so
-the cut is a tree). After
-verification every draft entry is dropped and the accepted tokens are fed again with the target's own
-features (EAGLE does the same), so the cache never holds a guess of a committed feature.
+The head keeps a KV cache of its layer for the committed context, every entry from the target's true features. A
+proposal feeds what the cache lacks, then expands the `head_expand` best nodes of each level by path chance, each
+getting its top-`head_breadth` children, for up to `head_depth` levels, and cuts the tree to `head_nodes` and the
+budget by path chance. After verification every draft entry leaves the cache. Sampled, a node's first child is q's
+draw with the seed's noise.
 
-The target's features of every committed position reach the drafter through prefill_chunk and observe
-(the session computes them when a stage needs_features), also in steps where it did not draft (unified's
-model stage off, ReSpec's retrieval): it feeds what it missed when it drafts next.
-
-Sampling (temperature T > 0, top-p): q is the head's distribution at T within its own nucleus. A node's
-first child is q's draw with the seed's noise at the child's position (accept.position_noise: the token the
-target's own draw lands on whenever q is close to p, Gumbel coupling), ranked as q's best; the other
-children are q's next best. The tree keeps q per expanded node (draft_dists, shown beside p); the seeded
-rule accepts a child exactly where its token is the target's draw. Under the standard rule every child is
-one of q's best (EAGLE-2's top-k), a fixed proposal verified by recursive rejection.
+Design notes: docs/design.md, "specviz/drafters/head.py".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""A choice between kinds of step (ReSpec's fallback: the draft model or the copy-logit tree; unified's
-model stage: run it or not), fixed by the user or (auto) the kind that has given more committed tokens
-per millisecond of its own steps (drafting + verify forward) on this machine. The measurements are kept
-per process and setting (target, draft model, device, drafter settings), so every session of the app or
-a benchmark learns from the earlier ones instead of paying the exploration again. Each kind is tried
-twice first; after that the other kind gets one step now and then, so a changed machine load can still
-flip the choice. How often is priced: a step of the worse kind loses the time it takes beyond what the
-best kind needs for the same tokens, and exploring may cost at most EXPLORE_SHARE of the process's
-time (at least `explore_every` steps apart). On a CPU one step with unified's draft model stage costs
-about six plain steps, so it is explored every few hundred steps of the process, not every 30 of each
-session. The step count is kept per setting too, so short sessions share one exploration schedule.
+"""A choice between two kinds of step (ReSpec's fallback: the draft model or the copy-logit tree; unified's model
+stage: run it or not), fixed by the user or, with `auto`, the kind that has committed more tokens per millisecond of
+its own steps on this machine.
 
-A step's time is divided by its load: how much slower than the calibrated cost curve its own verify
-forward ran (1 where the session has no curve). A burst of load on the machine (another process, a
-browser rendering on the same cores) slows the draft and the verify of a step alike, so the kinds are
-compared at the calibrated machine speed: one step measured during a burst does not condemn its kind
-for hundreds of steps of the process."""
+Measurements and the step count are kept per process and setting, so sessions share one exploration schedule;
+exploring the worse kind costs at most EXPLORE_SHARE of the process's time. A step's time is divided by its load, so
+that a burst of machine load does not condemn a kind.
+
+Design notes: docs/design.md, "specviz/drafters/measured_choice.py"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
 """READER's CPU-side search (`search` and `deepen` sources).
 
-SearchPath (Algorithm 2): from the context suffix, ask each index (the short-term trie over prompt +
-output, the long-term datastore's suffix arrays) for the next-token counts after the longest suffix of
-the query it holds (READER's drop-the-first-token-and-retry), merge, take the top token, append it to
-the query and go on, down to `depth` tokens.
+SearchPath (Algorithm 2) asks the short-term trie and the long-term datastore for the next-token counts after the
+longest suffix of the query each holds, merges them (`merge`), appends the top token and goes on. `SearchDrafter`
+widens (one branch at the root); `DeepenDrafter` (Algorithm 3) seeds a second search with the draft model's best
+prefix. Ours: a branch stops where the product of its shares falls below `min_path_share`, since such tokens cost
+the widest lookups and the planner almost never kept them.
 
-Merging the two counts (`merge`): `longest` (ours, the default) lets the index whose match is longer win
-outright (a longer context agrees more often), adding the counts on equal match lengths; `frequency` is
-Algorithm 2's RankByFrequency(A ∪ B): each index's counts at its own longest match, added. A node's share
-is its count over all counts at that level, which is what the planner starts from before it has learnt
-the bucket.
-
-Our addition: a branch stops where the product of its shares falls below min_path_share. Such tokens cost
-the search's deepest, widest lookups (short matches), and the planner kept 3 of the 1,751 searched nodes
-whose path share was below 0.05 and none of the 1,086 below 0.02 (suite and held-out, unified).
-
-Widening (`SearchDrafter`): one branch of d_search tokens attached at the root. Deepening
-(`DeepenDrafter`, Algorithm 3): the node at depth min(2, draft depth) on the draft model's best path
-seeds a second search (context + that prefix) whose branch of d_deep tokens hangs below it.
+Design notes: docs/design.md, "specviz/drafters/search_path.py".
 """
 
 from __future__ import annotations

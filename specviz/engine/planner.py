@@ -1,43 +1,12 @@
 """The cost-optimal tree (READER's Theorem 1), the one planner of every method (budget=auto).
 
-Theorem 1: the best tree maximises E(T) / (T_draft + T_verify(|T|)), E(T) = sum of the nodes'
-acceptance chances alpha_i (the root's bonus token counts 1). Here the tree is already drafted and the
-planner chooses a subtree of it: T_draft is the draft time this step actually measured (every stage of the
-method) plus the rest of a step besides its forward (acceptance, cache and drafter updates, the record:
-the session's recent measurement), the same for every candidate, so Theorem 1's per-node draft times never
-enter; T_verify is the calibrated verify cost curve corrected online. Since a child's chance never exceeds
-its parent's, taking nodes best-first by chance is the reverse of READER's Appendix E procedure (prune
-the lowest-acceptance leaf, again and again); the planner evaluates every tree of that sequence and keeps
-the best one.
+The drafters have already drafted; the planner keeps the best-first prefix of their tree that maximises expected
+committed tokens per millisecond, (1 + expected accepted drafts) / (draft and step time + verify cost), if it beats
+plain decoding. A node's chance is learnt online per key (sources, depth, sibling position, drafter bucket) and
+calibrated per source; the verify cost is the calibrated curve corrected online per size band. The draft time is the
+same for every candidate, so Theorem 1's per-node draft times never enter.
 
-Each node's chance of being accepted given that its parent was is learnt online, keyed by
-(sources, depth, position among its siblings in the merged tree, drafter bucket). Siblings exclude each
-other (the target's next token is one token), so a node's chance is capped by what its earlier siblings
-leave. A node's unconditional chance is the product along its path, and since at most one node per depth
-is accepted, the expected number of accepted drafts of a tree is the sum of those chances. Taking nodes
-best-first, the planner keeps the prefix that maximises (1 + expected accepted drafts) / cost(1 + nodes):
-tokens per unit of measured time.
-
-Every key is an exponential moving average over its own observations (about the last 1 / (1 - decay)
-times it was compared), so an estimate changes only when the planner tries that kind of node again. The
-prior (a fair coin with the weight of one observation) makes a kind of node never seen before worth one
-try. Where the drafter estimated the node's chance (meta 'prior': a copy-logit probability, a
-retrieval share) that estimate is the prior instead.
-
-Each source's promises are calibrated per session: the planner keeps, per source, an exponential moving
-sum of the chances of the kept nodes it proposed and of how many of them the target accepted, and
-scales that source's chances by got / promised (1 at the start, at most CALIBRATION_MAX; a node two
-sources proposed takes the better factor; a node's calibrated chance is at most its parent's). On text
-that does not repeat, the copy-logit priors (a probability seen in another context) promise several times
-what the target accepts; this stops the planner paying for those trees without touching a retrieval
-chain that does pay. A source that kept no node this step fades towards the start, so a session that
-stopped drafting from it tries again later.
-
-The cost comes from the calibrated curve, corrected online: the forward times the session measures, per
-size band, scale the curve (context length and machine load move it; the planner needs the ratio between
-a one-token step and a tree, which the correction keeps current). A band not measured for STALE_AFTER
-forwards is forgotten and borrows from the nearest band still measured, so trees that looked dear during a
-burst of load are tried again instead of being refused for the rest of the session.
+Design notes: docs/design.md, "specviz/engine/planner.py".
 """
 
 from __future__ import annotations
@@ -57,8 +26,8 @@ from specviz.tree.draft_tree import DraftTree
 MAX_DEPTH_KEY = 3   # depth 3 and deeper share estimates: a draft that got that far behaves alike
 MAX_POSITION_KEY = 4
 # how much faster than plain decoding a tree must promise to be drafted at all: 1.0 is Theorem 1's
-# objective as it stands. 1.1 paid while 2 tree tokens cost 1.3x one; with packed oneDNN weights they
-# cost 1.1x, and on the suite 1.0 drafted more and ran faster (racer +4..7%, unified level)
+# objective as it stands; a higher margin stopped paying once small trees cost little more than one token
+# (docs/benchmarks.md, "Sweeps and parameters", the planner's plain-decoding margin)
 PLAIN_MARGIN = 1.0
 COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the correction learns apart
 # a band's correction is forgotten after this many forwards without one of its size: trees refused

@@ -39,7 +39,7 @@ class SpeedupCheck:
         return self.ar_ms / self.ar_priced_ms if self.ar_ms and self.ar_priced_ms else None
 
 
-def check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCheck:
+def speedup_check(records: list[StepRecord], ar_ms_per_token: float | None) -> SpeedupCheck:
     """Predicted against measured speedup over the steps the planner priced (budget=auto); ar_ms_per_token:
     ar's measured decode time per token (None: ar not measured)."""
     priced = [r for r in records if r.plan is not None and r.plan.cut is not None and r.plan.verify_ms]

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from specviz.engine import costmodel, rebuilt_prefixes
-from specviz.engine.tree_forward import tree_forward
+from specviz.engine.tree_forward import verify_tree
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.feature_tap import FeatureTap
 from specviz.runtime.kv import cache_length, keep_accepted
@@ -376,15 +376,12 @@ class Session:
         calibrated = self.acceptance.calibrated(tree, chances)
         predicted = sum(calibrated[1:])
         t1 = time.perf_counter()
-        features = None
-        if self.features:
-            logits, features = tree_forward(self.lm, self.cache, tree, past_len, features=self.features)
-        else:
-            logits = tree_forward(self.lm, self.cache, tree, past_len)
+        verified = verify_tree(self.lm, self.cache, tree, past_len, features=self.features or False)
+        logits, features = verified.logits, verified.features
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         t_forward = time.perf_counter()
-        verification = self.method.accept(tree, logits, self.sampling, self.generator, past_len)
+        verification = self.method.accept(tree, logits, self.sampling, self.generator, past_len, verified.summary)
         t2 = time.perf_counter()
 
         committed = verification.accepted_tokens

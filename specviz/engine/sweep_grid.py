@@ -39,7 +39,7 @@ RUN_SETTINGS = ("budget", "temperature", "top_p", "seed")
 SAMPLING_AXES = ("temperature", "top_p", "seed")
 METRICS = {"mat": "MAT (tokens per step)", "tokens_per_s": "tokens/s", "speedup": "speedup vs ar",
            "differing_fraction": "share of tokens differing from greedy ar"}
-BASELINE = "ar"              # as tools.bench: the plain greedy reference, and the speed baseline
+BASELINE = "ar"              # as the bench (benches.suite_bench): the plain greedy reference, and the speed baseline
 GREEDY_KEY = (0.0, 1.0, 0)   # every greedy setting shares plain greedy ar (top_p and seed change nothing)
 
 

@@ -1,23 +1,11 @@
-"""RACER's retrieval index: an Aho-Corasick automaton over the n-grams of prompt + output, with counts
-and a node capacity enforced by LRU eviction of leaves.
+"""RACER's retrieval index: an Aho-Corasick automaton over the n-grams of prompt + output, with exact counts
+and a node capacity enforced by LRU eviction of leaves only.
 
-Every suffix of the stream up to `max_ngram` tokens long is a path from the root; a node's `freq` is
-how often its n-gram occurred. Feeding a token extends each of the current suffix states by one child
-(a new node or a count + 1), so feeding costs O(max_ngram) and the counts stay exact until a node is
-evicted.
+Feeding a token extends each current suffix state by one child, O(max_ngram); failure links are built after the
+prefill and repaired lazily. The trie is our own, not pyahocorasick's: that automaton is static once built, keeps no
+counts that grow in place and cannot evict by recency (it serves as an independent counter in the tests).
 
-Why not pyahocorasick for this: its automaton is static once built (make_automaton() again after any
-insertion, O(all keys)), it keeps no per-node counts that grow in place and it cannot evict by recency.
-Those three are what RACER needs on every step, so the trie here is our own; pyahocorasick serves as an
-independent counter in the tests.
-
-LRU that never evicts an internal node: a touched node moves to the back of the recency order and then
-its parent, grandparent, ... up to the root move after it. Every parent therefore stays more recent than
-all its children, so the least recent node is always a leaf.
-
-Failure links (the longest proper suffix of a node's n-gram that is also a node) are filled in for the
-whole trie after the prefill (build_failure_links) and lazily afterwards: a link that is missing or whose
-target was evicted is recomputed from the parent's link the first time it is followed.
+Design notes: docs/design.md, "specviz/index/automaton.py".
 """
 
 from __future__ import annotations

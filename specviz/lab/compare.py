@@ -1,20 +1,17 @@
 """A/B compare: two configurations on the same prompt, each a Lab, stepping together or run to the end.
-A side is the page's settings with overrides written as NAME=VALUE pairs ("method=respec tau=3")."""
+A side is the page's settings with overrides written as NAME=VALUE pairs ("method=respec tau=3"). What the tab
+shows of both is render.compare_view's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError, quoted
 from specviz.runtime.gc_pauses import request_collection
 from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.lab import Lab
 from specviz.lab.live_sessions import LIVE
 from specviz.lab.lab_state import CallAction, ModelCall
-from specviz.render.views import CompareView
-from specviz.render.tree_svg import tree_html
-from specviz.render.step_panels import token_diff_html, tokens_html
 from specviz.lab.input_values import text_value
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import VisitorRequest
@@ -47,9 +44,9 @@ class Compare:
     b: Lab = field(default_factory=Lab)
     message: str = ""
 
-    def apply(self, base: VisitorRequest | dict, overrides_a: str, overrides_b: str,
-              policy: Policy = Policy.private()) -> None:
-        """Both sides from the page's request (or Lab.apply's loose keyword arguments) with each side's overrides;
+    def choose(self, base: VisitorRequest | dict, overrides_a: str, overrides_b: str,
+               policy: Policy = Policy.private()) -> None:
+        """Both sides from the page's request (or Lab.choose_values' keyword arguments) with each side's overrides;
         a side whose settings are bad is named, and neither changes."""
         if not isinstance(base, VisitorRequest):
             base = VisitorRequest.of_loose(base, policy)
@@ -59,12 +56,12 @@ class Compare:
                 sides.append(side_request(base, overrides, policy))
             except SpecvizError as error:
                 raise SpecvizError(f"Side {name}: {error}") from None
-        self.a.take(sides[0].settings)
-        self.b.take(sides[1].settings)
+        self.a.choose(sides[0])
+        self.b.choose(sides[1])
         self.message = ""
 
     def _call(self, action: CallAction, max_new_tokens: int, budget: CallBudget = UNLIMITED):
-        """One model call on both sides' states (ui.gpu): each reply becomes the sides' states."""
+        """One model call on both sides' states (lab.model_calls): each reply becomes the sides' states."""
         from specviz.lab import model_calls
 
         if self.a.wanted is None or self.b.wanted is None:
@@ -115,44 +112,6 @@ class Compare:
         self.a.release()
         self.b.release()
 
-    def summary(self, lab: Lab, side: str) -> str:
-        session = lab.session
-        if session is None:
-            return f"**{side}**: not started"
-        stats = session.stats()
-        params = ", ".join(f"{k}={v}" for k, v in sorted(lab.settings.params)) or "no parameters"
-        return (f"**{side}: {session.name}** ({params}; budget {session.budget}; "
-                f"temperature {session.temperature:g}) · **steps** {stats.steps} · **tokens** {stats.new_tokens} · "
-                f"**MAT** {stats.mean_accepted:.2f} · **tokens/s** {stats.tokens_per_s:.1f} · "
-                f"{'lossless' if session.lossless else 'lossy'}")
-
-    def diff(self):
-        """The two outputs' difference (None before both have output)."""
-        a, b = self.a.session, self.b.session
-        if a is None or b is None or not a.output_ids or not b.output_ids:
-            return None
-        n = min(len(a.output_ids), len(b.output_ids))
-        return token_diff(a.output_ids[:n], b.output_ids[:n])
-
     def fail(self, error: Exception) -> None:
         """Bad overrides or input: say so; neither side changes."""
         self.message = f"⚠️ {error}"
-
-    def view(self) -> CompareView:
-        """Both sides' last trees, texts and summaries, B's difference from A, the message."""
-        shown = []
-        for lab in (self.a, self.b):
-            records = lab.session.records if lab.session else []
-            token_text = lab.session.token_text if lab.session else str
-            tree = tree_html(records[-1] if records else None, token_text, run="live" if lab.session else "",
-                             steps=len(records))
-            shown.append((tree, tokens_html(records, token_text)))
-        diff = self.diff()
-        token_text = self.a.session.token_text if self.a.session else str
-        if diff is None:
-            diff_html = ""
-        else:  # struck through: A's tokens; highlighted: what B emitted instead
-            diff_html = token_diff_html(diff, token_text, reference="side A")
-        return CompareView(tree_a=shown[0][0], tree_b=shown[1][0], text_a=shown[0][1], text_b=shown[1][1],
-                           summary_a=self.summary(self.a, "A"), summary_b=self.summary(self.b, "B"),
-                           diff_html=diff_html, message=self.message)

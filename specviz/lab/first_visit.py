@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specviz.lab.lab import AUTOPLAY_FLAG, Lab
-from specviz.lab.recording import user_message
+from specviz.lab.lab import Lab
+from specviz.render.recording import user_message
+from specviz.render.session_view import AUTOPLAY_FLAG, lab_view
 from specviz.render.views import LabView
 
 FIRST_PACE_S = 2.5  # seconds per step while a first visit plays: each phase of a step, then the step held still
@@ -35,6 +36,6 @@ def first_view(trace: Path | None, name: str | None, examples: dict[str, str]) -
     example = next((label for label, text in examples.items() if text.strip() == prompt.strip()), None)
     # the page's first paint has no autoplay flag: a touch before the session exists has nothing to stop
     # (the session's first view adds it; the tree is the same, so its animation does not start again)
-    view = lab.view()
+    view = lab_view(lab.on_screen())
     return FirstView(replace(view, text_html=view.text_html.replace(AUTOPLAY_FLAG, "")), example,
                      examples[example] if example else prompt)

@@ -19,7 +19,7 @@ from specviz.accept.sampling import SamplingSettings
 from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
-from specviz.engine.token_diff import token_diff
+from specviz.engine.token_diff import TokenDiff, token_diff
 from specviz.errors import SpecvizError, quoted
 from specviz.methods import Budget
 from specviz.runtime import state_pickle
@@ -40,6 +40,13 @@ class Settings:
     mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
     sampling: SamplingSettings = SamplingSettings()
     max_prompt_tokens: int | None = None  # public mode's cap, checked where the prompt is tokenized (None: context)
+    # the prompt as the model reads it (text, or chat messages), parsed once by the door (lab.visitor_request)
+    read_as: str | tuple[dict, ...] = field(default="", compare=False)
+
+    @property
+    def model_prompt(self) -> str | list[dict]:
+        """The prompt as the model reads it: text, or a chat's messages."""
+        return list(self.read_as) if isinstance(self.read_as, tuple) else self.read_as
 
 
 @dataclass
@@ -49,7 +56,7 @@ class LabState:
     settings: Settings | None = None
     baselines: dict = field(default_factory=dict)  # (model, mode, prompt ids, n tokens, sampling) -> ar's RunResult
     reference: Session | None = None   # plain greedy on the same prompt, grown as far as the diff needs
-    diff: object | None = None         # the output against greedy decoding where the method may differ (TokenDiff)
+    diff: TokenDiff | None = None      # the output against greedy decoding where the method may differ
     paired: PairedBaseline | None = None  # ar on the same prompt, stepped between the run's steps (same load)
 
     def sessions(self) -> list[Session]:
@@ -92,7 +99,7 @@ class StaticTreeRequest:
 
 
 class CallAction(Enum):
-    """What a ModelCall does. The values are the names callers used before the Enum (ModelCall still takes them)."""
+    """What a ModelCall does (its value names it in the call-cost report, tests/zerogpu_call_cost.py)."""
     STEP = "step"                    # one step on each state
     RUN = "run"                      # steps until the token limit or the end, reporting every every_s
     WARM = "warm"                    # start the session and take one step
@@ -185,7 +192,7 @@ def start_session(state: LabState, settings: Settings) -> str:
     """Make the state's session match settings (a fresh generation when any setting changed); the message."""
     if settings == state.settings and state.session is not None:
         return ""
-    parsed = parse_prompt(settings.prompt)
+    parsed = settings.model_prompt
     lm = shared_model(settings.model, settings.mode)
     draft = shared_draft(lm, settings.draft_model, settings.mode)
     prompt_ids = encode(lm.tokenizer, parsed, lm.max_context)

@@ -1,8 +1,8 @@
 """The sessions that hold a model's state (a Lab with a started generation, each A/B side): at most a number of
 them, and of the context tokens they hold together, in public mode, so that the process's memory has a bound
-(a session's memory grows with its context: ui.memory_budget measures it). When one more starts, the least recently used
-idle one is released (its KV caches and baselines dropped) and its visitor reads why when they come back. A
-session whose model the shared registry released to make room is released too: it would otherwise pin a copy
+(a session's memory grows with its context: benches/memory_budget.py measures it). When one more starts, the least
+recently used idle one is released (its KV caches and baselines dropped) and its visitor reads why when they come
+back. A session whose model the shared registry released to make room is released too: it would otherwise pin a copy
 of the weights that the model slots no longer count. Weak references: the registry keeps nothing alive."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one function that runs the model for the app: every Step, Run, A/B step or run, sweep and the start-up
 step is a call of `run_model` (through `call`), with plain picklable arguments and results that carry the
-sessions' states (ui.lab_state). On ZeroGPU it is decorated with `spaces.GPU`: each call may then run in a forked
+sessions' states (lab.lab_state). On ZeroGPU it is decorated with `spaces.GPU`: each call may then run in a forked
 worker with its arguments pickled in and its results pickled back, and a step gives the same result there as in
 this process. Elsewhere `spaces.GPU` returns it unchanged (and without `spaces` installed it is called as it is).
 
@@ -32,16 +32,12 @@ except ImportError:  # not on a Space: the function runs as it is
     spaces = None
 
 # GPU time a call declares (ZeroGPU admits a call against it, and shorter ones queue sooner): a fixed part (a
-# worker's start, the state pickled both ways: 0.5 MB at 4,000 tokens of context since its KV caches travel as tokens,
-# `dev state-cost`), a part per generated token: 0.05 s, five times the 10 ms an eager one-token forward of the 135M
-# took on an H200 and twice a CPU-bound step's host work (docs/benchmarks.md, "Captured verify forwards on a GPU"),
-# and the caches the worker rebuilds before its first step: one prefill of each session's context, 2 FLOPs per
-# parameter and token at REBUILD_FLOPS (an upper bound: sessions that share tokens copy each other's entries). A Step declares 2 s, a Run's tokens count twice (the ar baseline measured when
-# it ends): 128 tokens declare 15 s; at 4,000 tokens of context the 1.7B adds about 2 s per session.
+# worker's start and the state pickled both ways), a part per generated token (a Run's count twice: the ar baseline
+# measured when it ends), and one prefill of each carried session's context, 2 FLOPs per parameter and token at
+# REBUILD_FLOPS. The figures behind each constant: docs/benchmarks.md, "What a ZeroGPU call declares".
 CALL_BASE_S = 1.5
 SECONDS_PER_TOKEN = 0.05
-# fp32 FLOP/s assumed for a prefill on ZeroGPU's card: a third of half an RTX Pro 6000 Blackwell's 126 TFLOP/s peak.
-# Not measured on that card: the GPU checks print a prefill's real cost (`dev state-cost` on cuda, tests/gpu_checks.sh)
+# fp32 FLOP/s assumed for a prefill on ZeroGPU's card (an assumption, not a measurement: the same section)
 REBUILD_FLOPS = 20e12
 MAX_CALL_S = 120  # the longest call this app asks ZeroGPU for
 # what still works when ZeroGPU refuses a call: nothing of it needs the GPU
@@ -130,18 +126,18 @@ def run_in_gpu_worker(call: ModelCall, carried: CarriedStates) -> Iterator[Model
     yield from run_model(call, carried)
 
 
-def _default_entry() -> Callable:
+def _default_runner() -> Callable:
     if spaces is None or not zero_gpu():  # elsewhere spaces.GPU changes nothing: the model runs here
         return run_model
     return spaces.GPU(duration=call_seconds)(run_in_gpu_worker)
 
 
-_entry: list[Callable] = [_default_entry()]
+_runner: list[Callable] = [_default_runner()]   # what `call` hands a call to: run_model, or spaces.GPU's wrapper
 
 
-def use(entry: Callable | None) -> None:
-    """Run calls through entry (a stand-in for spaces.GPU's wrapper, in tests); None: the default."""
-    _entry[0] = entry if entry is not None else _default_entry()
+def run_calls_with(runner: Callable | None) -> None:
+    """Hand calls to runner (a stand-in for spaces.GPU's wrapper, in tests); None: the default."""
+    _runner[0] = runner if runner is not None else _default_runner()
 
 
 def models_device() -> str:
@@ -187,7 +183,7 @@ def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITE
     SpecvizError for bad input or a call ZeroGPU refused, with the caller's states untouched where the call ran in
     another process. budget (lab.fair_share) is checked after each reply: past its deadline, or once its visitor
     left, the call stops with a SpecvizError and the replies already taken stand."""
-    entry, device = _entry[0], models_device()
+    entry, device = _runner[0], models_device()
     if entry is not run_model and zero_gpu() and on_cpu(call_):
         entry, device = run_model, "cpu"  # this Space's CPUs answer sooner and spend no quota
     if entry is not run_model:  # routed to GPU workers (ZeroGPU, or its stand-in in the tests)

@@ -1,24 +1,13 @@
 """Public mode: what a visitor of a public Space may ask for, and the refusals that say what is allowed.
 
-On when SPACE_ID is set (a Hugging Face Space) or with `app.py --public`. The model and the draft model come
-from an allow-list (the Space owner's SPECVIZ_ALLOWED_MODELS, comma-separated; default SmolLM2 135M and 360M),
-never a local path or an unlisted hub id; at most MODEL_SLOTS models stay loaded (runtime.shared_resources releases the
-least recently used); compile modes are not offered; new tokens, sweep size and upload size have limits. A refusal
-names what is allowed and nothing about the server: the same sentence whether a path exists there or not.
+On where SPACE_ID is set (a Hugging Face Space), with `app.py --public` or SPECVIZ_PUBLIC=1. Models come from an
+allow-list (SPECVIZ_ALLOWED_MODELS, else SmolLM2 135M and 360M, and the 1.7B on ZeroGPU), never a local path; at
+most MODEL_SLOTS stay loaded; new tokens, prompts, sweeps, uploads and live sessions have limits, each set from a
+measured figure: two models and their sessions fit a free 16 GB CPU Space, and no visitor holds the model queue
+for long. A refusal names what is allowed and nothing about the server.
 
-The limits and the figures behind them (`python -m specviz dev space-figures`, 2026-11-25, 2-core CPU, fp32; see
-docs/benchmarks.md, "Public mode's limits"):
-- MODEL_SLOTS 2: loading the default SmolLM2-135M took 1.73 GB of process memory (12.9 bytes per parameter with
-  the packed weight copies and the runtime's own set-up), which projects to 4.7 GB for SmolLM2-360M: the two fit
-  a free CPU Space's 16 GB with room for sessions (a unified session at 4,000 tokens of context holds 0.36 GB of
-  KV caches); a third model, or SmolLM2-1.7B at all (22 GB projected), would not. The default list is therefore
-  135M and 360M; an owner with more memory lists the 1.7B in SPECVIZ_ALLOWED_MODELS.
-- MAX_NEW_TOKENS 512: `ar` ran 79 tokens/s here, so a Run of 512 tokens holds a model-queue place for about
-  6.5 s with the default model (about 2.7x that with the 360M).
-- MAX_SWEEP_RUNS 24 of at most MAX_SWEEP_TOKENS 64 tokens: one 64-token run took 0.87 s, so a full sweep (with its
-  ar references) is under a minute of the queue; the private limit (400 runs) would hold it for many minutes.
-- MAX_UPLOAD_BYTES 4 MB: a 512-token run at budget 64 traced 1.79 MB (read back in 0.03 s): twice the largest
-  run a visitor can make here.
+Design notes: docs/design.md, "specviz/lab/public_policy.py"; figures: docs/benchmarks.md, "On a Space (issue
+35)", Public mode's limits.
 """
 
 from __future__ import annotations
@@ -48,11 +37,9 @@ MAX_UPLOAD_BYTES = 4 * 2**20
 MAX_PROMPT_CHARS = 32_000
 MAX_PROMPT_TOKENS = 7_168
 # live sessions (each Lab, and each A/B side) and the context tokens they hold together; the least recently used
-# idle one is released when another would pass either (ui.live_sessions). A unified session on the default model
-# kept 0.66 GB at 2,043 tokens of context (its KV caches, its self-drafting cache and the paired ar run's; measured
-# by benches.memory_budget, `python -m specviz dev space-figures`, 2026-11-26): 10,000 tokens are 3.2 GB there, 5.6 GB scaled
-# to the 360M's KV caches (an upper bound: only the caches grow with the model); beside the two models' 6.6 GB and
-# two calls' working memory at the longest prompt (1.9 GB) that makes 14.2 GB of a 16 GB Space
+# idle one is released when another would pass either (lab/live_sessions.py). 10,000 tokens keep the two models,
+# the sessions and two calls' working memory within a 16 GB Space: docs/benchmarks.md, "Hostile visitors (issue
+# 42)", Memory budget (benches/memory_budget.py measures it)
 MAX_LIVE_SESSIONS = 12
 MAX_LIVE_TOKENS = 10_000
 # requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
@@ -203,7 +190,7 @@ class Policy:
         return kept, notes
 
     def shown(self, text: str) -> str:
-        """A message as this policy shows it: in public mode without any server path (ui.server_paths)."""
+        """A message as this policy shows it: in public mode without any server path (lab/server_paths.py)."""
         from specviz.lab.server_paths import hide_server_paths
 
         return hide_server_paths(text) if self.public and isinstance(text, str) else text

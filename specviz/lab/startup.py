@@ -134,7 +134,7 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
             lm = COMPUTE.run(_prepare, model, zero_gpu, status)  # on the thread every step runs on
         status.begin(PLAN[5])
         lab = Lab()
-        lab.apply(model, prompt, method, AUTO_BUDGET, {})
+        lab.choose_values(model, prompt, method, AUTO_BUDGET, {})
         lab.step(2)
         del lab
         status.mark("first tree step taken")

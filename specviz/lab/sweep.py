@@ -15,14 +15,13 @@ from specviz.engine.sweep_grid import (SweepProgress, SweepReport, format_grid, 
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, text_value, whole_number
-from specviz.lab.lab import Lab
-from specviz.lab.lab_state import CallAction, ModelCall, SweepRequest
+from specviz.lab.lab_state import CallAction, ModelCall, Settings, SweepRequest
+from specviz.lab.prompt_scope import PAGE_PROMPT, scoped_prompts
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import VisitorRequest
 
-SCOPES = ("page prompt", "suite category")
+SCOPES = (PAGE_PROMPT, "suite category")
 MAX_AXIS_CHARS = 500   # an axis's text (NAME=V1,V2,...): far more than 64 grid points need
-PAGE_PROMPT_ID = "page prompt"
 
 
 def _number_or_text(value: str):
@@ -52,18 +51,17 @@ class Sweep:
         return self.policy.max_sweep_tokens or MAX_TOKENS_PRIVATE
 
     # ---- checking ----------------------------------------------------------------------------------------
-    def prompts(self, scope, category, page_prompt: str) -> list[SuiteItem]:
-        """The prompts a scope names: the page's prompt (text, chat or long-context JSON), or a suite category's
-        items, each without its own token limit (the sweep's tokens per run rule)."""
-        if scope == "page prompt":
-            return [SuiteItem.of(Lab.checked_prompt(page_prompt), id=PAGE_PROMPT_ID)]
-        if scope != "suite category":
+    def prompts(self, scope, category, settings: Settings) -> list[SuiteItem]:
+        """The prompts a scope names: the page's prompt (as the door parsed it), or a suite category's items."""
+        if scope == "suite category":
+            items = [item for item in self.suite if isinstance(category, str) and item.category == category]
+            if not items:
+                raise SpecvizError(f"No suite prompts in category {quoted(category)}; the categories: "
+                                   f"{', '.join(self.categories)}.")
+            return scoped_prompts(scope, settings, {scope: items})
+        if scope != PAGE_PROMPT:
             raise SpecvizError(f"scope must be 'page prompt' or 'suite category', got {quoted(scope)}.")
-        items = [item.without_limit() for item in self.suite if isinstance(category, str) and item.category == category]
-        if not items:
-            raise SpecvizError(f"No suite prompts in category {quoted(category)}; the categories: "
-                               f"{', '.join(self.categories)}.")
-        return items
+        return scoped_prompts(scope, settings, {})
 
     def plan(self, request: VisitorRequest, scope, category, axes, tokens) -> SweepRequest:
         """The checked request for the model call: request's settings (method, parameters, budget, sampling,
@@ -74,7 +72,7 @@ class Sweep:
         parsed = parse_axes([text_value(f"axis {n}", text, MAX_AXIS_CHARS) for n, text in enumerate(texts, 1)])
         tokens = whole_number("new tokens per run", tokens, 1, self.max_tokens)
         chosen = request.settings
-        prompts = self.prompts(scope, category, chosen.prompt)
+        prompts = self.prompts(scope, category, chosen)
         params = dict(chosen.params)
         for name, values in parsed:  # an axis may not turn on what the policy keeps off (datastore_grow)
             for value in values:

@@ -1,6 +1,6 @@
 """One door for what a visitor asks for. Every event of the page and of the API (Step, Run, Play's timer, A/B and
 its sides' overrides, the share link, the sweep) turns its raw inputs into a VisitorRequest here, validated once
-at construction: types, finite numbers, ranges, and the public policy (ui.public). Nothing downstream parses or
+at construction: types, finite numbers, ranges, and the public policy (lab.public_policy). Nothing downstream parses or
 checks them again. A refusal is one SpecvizError sentence that names the allowed range or list.
 
 On a public Space any handler can be called with any JSON value (gradio_client, a raw HTTP request), so nothing
@@ -63,9 +63,10 @@ def checked_settings(model: str, prompt: str, method: str, budget, params: Mappi
     sampling = SamplingSettings.checked(temperature, top_p, seed)
     resolved = policy.check_params(spec.name, spec.resolve_params(own))
     spec.check_sampling(resolved, sampling)
-    parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
+    read_as = parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
     return Settings(model_key(model), prompt, spec.name, visitor_budget(budget), tuple(sorted(resolved.items())),
-                    draft_name, mode_key(mode), sampling, policy.max_prompt_tokens)
+                    draft_name, mode_key(mode), sampling, policy.max_prompt_tokens,
+                    tuple(read_as) if isinstance(read_as, list) else read_as)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from specviz.records.notes import DrafterNote
 from specviz.records.plan import SourceShare, SourceSplit
 from specviz.runtime.feature_tap import FINAL, FeatureTap
 from specviz.runtime.prompts import PromptText
+from specviz.runtime.verify_output import DeviceSummary
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import Drafter, StepOutcome
 
@@ -56,7 +57,7 @@ class Method:
         sampling and generator: the session's (a drafter that samples draws from the same generator, so a
         seeded run is reproducible); prompt: what the user wrote, for a drafter that builds its own
         context from it (None when the session started from token ids)."""
-        self.lm, self.p = lm, params
+        self.lm, self.param_values = lm, params  # the resolved value of each of this method's parameters
         self.sampling, self.generator, self.prompt = sampling, generator, prompt
         self.noise = PositionNoise(sampling.seed)  # the seed's draw at every position (accept.position_noise)
         self.stages: list[Drafter] = self.build(lm, params, draft)
@@ -107,7 +108,7 @@ class Method:
     @property
     def acceptance(self) -> str:
         """The sampled-verification rule this method's parameters ask for (accept.sampling: seeded or standard)."""
-        return self.p.get("acceptance", SEEDED)
+        return self.param_values.get("acceptance", SEEDED)
 
     @property
     def verifies_by_seed(self) -> bool:
@@ -116,15 +117,16 @@ class Method:
         return self.sampling.greedy or self.acceptance == SEEDED
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: SamplingSettings,
-               generator: torch.Generator, root_position: int) -> Verification:
+               generator: torch.Generator, root_position: int, summary: DeviceSummary | None = None) -> Verification:
         """Strict greedy at temperature 0; else the seeded rule (the seed's draw at each position: the same
         tokens as plain decoding with that seed) or the standard one (speculative sampling with the
-        session's coins), both lossless. root_position: the root's index in the context."""
+        session's coins), both lossless. root_position: the root's index in the context; summary: the logits'
+        top-k as the device made them (runtime.verify_output), where it did."""
         if sampling.greedy:
-            return greedy_accept(tree, logits)
+            return greedy_accept(tree, logits, summary=summary)
         if self.acceptance == STANDARD:
-            return sampling_accept(tree, logits, sampling, generator)
-        return coupled_accept(tree, logits, sampling, self.noise, root_position)
+            return sampling_accept(tree, logits, sampling, generator, summary=summary)
+        return coupled_accept(tree, logits, sampling, self.noise, root_position, summary)
 
     def observe(self, outcome: StepOutcome) -> None:
         for drafter in self.stages:

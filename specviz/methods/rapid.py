@@ -21,6 +21,7 @@ from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import Retrieval, retrieve
 from specviz.methods.base import Method
+from specviz.runtime.verify_output import DeviceSummary
 
 
 class Rapid(Method):
@@ -98,11 +99,12 @@ class Rapid(Method):
 
     @property
     def verifies_by_seed(self) -> bool:
-        return super().verifies_by_seed and (self.sampling.greedy or float(self.p["eta"]) == 0)
+        return super().verifies_by_seed and (self.sampling.greedy or float(self.param_values["eta"]) == 0)
 
     def accept(self, tree, logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator,
-               root_position: int):
-        if sampling.greedy or float(self.p["eta"]) == 0:  # lossless: either rule, as every method
-            return super().accept(tree, logits, sampling, generator, root_position)
+               root_position: int, summary: DeviceSummary | None = None):
+        if sampling.greedy or float(self.param_values["eta"]) == 0:  # lossless: either rule, as every method
+            return super().accept(tree, logits, sampling, generator, root_position, summary)
         # eta > 0 (lossy): RAPID's test against p_hat, coins from the session's generator
-        return sampling_accept(tree, logits, sampling, generator, eta=float(self.p["eta"]))
+        eta = float(self.param_values["eta"])
+        return sampling_accept(tree, logits, sampling, generator, eta=eta, summary=summary)

@@ -13,6 +13,7 @@ from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
 from specviz.drafters.model_source import MODEL_PARAMS, draft_note, drafter_setting, model_drafter
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
+from specviz.runtime.verify_output import DeviceSummary
 
 
 class ReSpec(Method):
@@ -52,9 +53,11 @@ class ReSpec(Method):
     def warnings(self) -> list[str]:
         return list(self.notes)
 
-    def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator, root_position: int):
+    def accept(self, tree, logits: torch.Tensor, sampling, generator: torch.Generator, root_position: int,
+               summary: DeviceSummary | None = None):
         if not sampling.greedy:
-            return super().accept(tree, logits, sampling, generator, root_position)
+            return super().accept(tree, logits, sampling, generator, root_position, summary)
         # the entropy trigger reads the committed rows' entropies: the native pass gives them for free
-        return relaxed_accept(tree, logits, self.p["top_k"], self.p["tau"], self.p["m"], self.p["phi"],
-                              entropies=True)
+        chosen = self.param_values
+        return relaxed_accept(tree, logits, chosen["top_k"], chosen["tau"], chosen["m"], chosen["phi"], entropies=True,
+                              summary=summary)

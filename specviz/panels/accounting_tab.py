@@ -6,7 +6,13 @@ from __future__ import annotations
 import gradio as gr
 
 from specviz.lab.lab import Lab
+from specviz.panels.visitor_handler import visitor_handler
+from specviz.render.session_view import accounting_view
 from specviz.render.views import AccountingView
+
+
+def _refused(tab: "AccountingTab", _, error) -> dict:
+    raise gr.Error(str(error))
 
 
 class AccountingTab:
@@ -34,6 +40,7 @@ class AccountingTab:
         """Redraw the plots once event (a finished run) is done."""
         event.then(self.on_accounting, lab, self.outputs, api_visibility="private")
 
-    def on_accounting(self, lab) -> dict:
-        view = (lab or Lab()).accounting()
+    @visitor_handler(_refused, session=Lab)
+    def on_accounting(self, request: gr.Request, lab) -> dict:
+        view = accounting_view(lab.on_screen())
         return {self.plots[name]: getattr(view, name) for name in AccountingView.names()}

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz.errors import SpecvizError
 from specviz.lab import visitors
 from specviz.lab.compare import Compare
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.page_context import PageContext
-from specviz.panels.visitor_calls import STEP_TOKENS, model_call
-from specviz.panels.visitor_files import session_of
+from specviz.panels.visitor_handler import STEP_TOKENS, model_call, visitor_handler
+from specviz.render.compare_view import compare_view
 from specviz.render.tree_svg import TREE_JS
 from specviz.render.views import CompareView
+
+
+def _refused(tab: "CompareTab", compare: Compare, error) -> dict:
+    """Bad overrides or input: said; neither side changes."""
+    compare.fail(error)
+    return tab.shown(compare)
 
 
 class CompareTab:
@@ -57,38 +62,31 @@ class CompareTab:
         self.reset_btn.click(self.on_reset, self.compare, self.outputs, api_name="ab_reset")
 
     def shown(self, compare: Compare) -> dict:
-        view = compare.view()
+        view = compare_view(compare.a.session, compare.b.session, compare.message)
         values = {name: getattr(view, name) for name in CompareView.names()}
         values["message"] = self.policy.shown(values["message"])
         return {self.compare: compare, **{self.widgets[name]: value for name, value in values.items()}}
 
     # ---- events -----------------------------------------------------------------------------------------
+    @visitor_handler(_refused, session=Compare)
     def on_step(self, request: gr.Request, compare, side_a, side_b, max_new_tokens, **settings) -> dict:
         """Both sides one step: the page's settings (named as for /step) with each side's overrides."""
-        compare = session_of(request, compare or Compare())
-        try:
-            wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
-            compare.apply(wanted, side_a, side_b, self.policy)
-            with model_call(request, 2 * STEP_TOKENS, compare.a, compare.b) as budget:
-                compare.step(wanted.max_new_tokens, budget)
-        except SpecvizError as error:
-            compare.fail(error)
+        wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
+        compare.choose(wanted, side_a, side_b, self.policy)
+        with model_call(request, 2 * STEP_TOKENS, compare.a, compare.b) as budget:
+            compare.step(wanted.max_new_tokens, budget)
         return self.shown(compare)
 
+    @visitor_handler(_refused, session=Compare)
     def on_run(self, request: gr.Request, compare, side_a, side_b, max_new_tokens, **settings):
         """Both sides to the end, shown as they come."""
-        compare = session_of(request, compare or Compare())
-        try:
-            wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
-            compare.apply(wanted, side_a, side_b, self.policy)
-            with model_call(request, 2 * wanted.max_new_tokens, compare.a, compare.b) as budget:
-                for _ in compare.run(wanted.max_new_tokens, budget):
-                    yield self.shown(compare)
-        except SpecvizError as error:
-            compare.fail(error)
-            yield self.shown(compare)
+        wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
+        compare.choose(wanted, side_a, side_b, self.policy)
+        with model_call(request, 2 * wanted.max_new_tokens, compare.a, compare.b) as budget:
+            for _ in compare.run(wanted.max_new_tokens, budget):
+                yield self.shown(compare)
 
-    def on_reset(self, compare) -> dict:
-        compare = compare or Compare()
+    @visitor_handler(_refused, session=Compare)
+    def on_reset(self, request: gr.Request, compare) -> dict:
         compare.reset()
         return self.shown(compare)

@@ -12,6 +12,7 @@ import gradio as gr
 
 from specviz.lab.lab import Lab
 from specviz.lab.public_policy import Policy
+from specviz.render.session_view import drawn_view
 from specviz.render.views import LabView
 
 # LabView's fields in order, each a widget, except steps and shown_step: together they set the timeline slider
@@ -39,10 +40,10 @@ class LabOutputs:
         return [self.lab, *(self.widgets[name] for name in WIDGET_FIELDS)]
 
     def shown(self, lab: Lab) -> dict:
-        """What the page shows for lab.view(), by component: the node list becomes the dropdown's choices,
-        steps and shown_step the timeline slider (a panel with nothing to show is hidden by the page's CSS,
-        from the tree box's flags: the API's values stay plain)."""
-        view = lab.drawn()
+        """What the page shows of lab (the presenter's view of its snapshot), by component: the node list becomes
+        the dropdown's choices, steps and shown_step the timeline slider (a panel with nothing to show is hidden by
+        the page's CSS, from the tree box's flags: the API's values stay plain)."""
+        view = drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
         values = {name: getattr(view, name) for name in WIDGET_FIELDS if hasattr(view, name)}
         choices = view.node_choices
         values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
@@ -53,8 +54,7 @@ class LabOutputs:
             values.update({name: gr.skip() for name in STREAMING_KEPT})
         return {self.lab: lab, **{self.widgets[name]: value for name, value in values.items()}}
 
-    def failed(self, lab: Lab | None, error: Exception) -> dict:
+    def failed(self, lab: Lab, error: Exception) -> dict:
         """Bad input: the message shown, the session (and what it generated) kept as it was."""
-        lab = lab or Lab()
         lab.fail(error)
         return self.shown(lab)

@@ -1,6 +1,6 @@
 """The Model box of the settings panel: the target, the draft model and the run mode (free text here, the
-allow-list as dropdowns in public mode), the draft head's status (trained in the background when missing) and
-the Load button."""
+allow-list as dropdowns in public mode), the draft head's status (with a button that trains one where it is
+missing, never on a public Space) and the Load button."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from specviz.lab import head_training, model_status
 from specviz.lab.input_values import text_value
 from specviz.lab.visitor_request import MAX_NAME_CHARS
 from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_handler import visitor_handler
 from specviz.runtime.loading import DEFAULT_MODEL
 
 DRAFT_MODELS = [("default: the trained draft head when there is one, else self", ""),
@@ -29,6 +30,13 @@ DRAFT_LABEL = ("Draft model of the model source (respec, reader, rapid, unified)
                "(cheap, untrained)")
 MODE_LABEL = "Run mode (precision and compile; a mode this machine cannot run falls back to fp32 eager and says so)"
 
+
+def _refused_training(panel: "ModelPanel", _, error):
+    return panel.policy.shown(f"⚠️ {error}"), gr.Timer(active=False), gr.Button(visible=False)
+
+
+def _refused_loading(panel: "ModelPanel", _, error) -> str:
+    return panel.policy.shown(f"⚠️ {error}")
 
 class ModelPanel:
     def __init__(self, context: PageContext):
@@ -82,23 +90,18 @@ class ModelPanel:
         return (self.policy.shown(status.message), gr.Timer(active=status.training),
                 gr.Button(label, visible=offer))
 
-    def on_train_head(self, name):
+    @visitor_handler(_refused_training)
+    def on_train_head(self, request: gr.Request, name):
         """The button: train the page's model's head in a child process (never on a public Space)."""
         if self.policy.public or (not isinstance(name, str) and name is not None):
-            return ("⚠️ This Space ships its draft heads and trains none.", gr.Timer(active=False),
-                    gr.Button(visible=False))
-        try:
-            name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
-            return self.shown_status(name, head_training.start_for_model(name))
-        except SpecvizError as error:
-            return self.policy.shown(f"⚠️ {error}"), gr.Timer(active=False), gr.Button(visible=False)
+            raise SpecvizError("This Space ships its draft heads and trains none.")
+        name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
+        return self.shown_status(name, head_training.start_for_model(name))
 
-    def on_load_model(self, name, mode=""):
+    @visitor_handler(_refused_loading)
+    def on_load_model(self, request: gr.Request, name, mode=""):
         if self.policy.public:  # no button on a public Space; its event still has an index a client can call
-            return "⚠️ This Space loads its models itself: pick one in the Model box and press Step."
-        try:
-            name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
-            mode = self.policy.check_mode(text_value("mode", mode, MAX_NAME_CHARS))
-            return self.policy.shown(model_status.load_and_describe(name, mode))
-        except SpecvizError as error:
-            return self.policy.shown(f"⚠️ {error}")
+            raise SpecvizError("This Space loads its models itself: pick one in the Model box and press Step.")
+        name = self.policy.check_model(text_value("model", name, MAX_NAME_CHARS))
+        mode = self.policy.check_mode(text_value("mode", mode, MAX_NAME_CHARS))
+        return self.policy.shown(model_status.load_and_describe(name, mode))

@@ -24,6 +24,7 @@ from specviz.panels.step_details_tab import StepDetailsTab
 from specviz.panels.sweep_tab import SweepTab
 from specviz.panels.visitor_gate import VisitorGate
 from specviz.render.page_style import PAGE_CSS, PAGE_JS
+from specviz.render.session_view import live_counters
 
 TITLE = "specviz: speculative decoding with draft trees"
 LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
@@ -59,9 +60,9 @@ def launch_options(page: "Page") -> dict:
 
 
 def counters_data(lab) -> dict | None:
-    """The counters the stage shows (lab.counters.LabCounters), as data for API callers and tests (no Markdown
+    """The counters the stage shows (render.counters.LabCounters), as data for API callers and tests (no Markdown
     to parse); None before a live run."""
-    counters = (lab or Lab()).counters()
+    counters = live_counters(lab.on_screen().live) if isinstance(lab, Lab) else None
     return asdict(counters) if counters is not None else None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specviz.engine.suite import example_prompts, load_suite
 from specviz.lab.public_policy import Policy
-from specviz.lab.recording import shipped_traces
+from specviz.lab.shipped_traces import shipped_traces
 from specviz.methods import DEFAULT_METHOD
 
 ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"

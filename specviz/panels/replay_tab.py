@@ -12,8 +12,12 @@ from specviz.lab.fair_share import SHARE, visitor_of
 from specviz.lab.lab import Lab
 from specviz.panels.lab_outputs import LabOutputs
 from specviz.panels.page_context import PageContext
-from specviz.panels.visitor_files import session_of
+from specviz.panels.visitor_handler import visitor_handler
 from specviz.records.trace import MAX_TRACE_BYTES
+
+
+def _refused(tab: "ReplayTab", lab: Lab, error) -> dict:
+    return tab.out.failed(lab, error)
 
 
 class ReplayTab:
@@ -34,32 +38,29 @@ class ReplayTab:
         self.replay_btn.click(self.on_replay_shipped, [out.lab, self.shipped], out.components, api_name="replay")
         self.upload.upload(self.on_upload, [out.lab, self.upload], out.components, api_name="upload_trace")
 
-    def on_replay_shipped(self, lab, name) -> dict:
-        lab = lab or Lab()
-        try:
-            if not isinstance(name, str) or name not in self.traces:
-                raise SpecvizError(f"No shipped trace named {quoted(name)}; the shipped ones: "
-                                   f"{', '.join(self.traces)}.")
-            lab.load_trace(self.traces[name], name, shipped=True)
-        except SpecvizError as error:
-            return self.out.failed(lab, error)
+    @visitor_handler(_refused, session=Lab)
+    def on_replay_shipped(self, request: gr.Request, lab, name) -> dict:
+        if not isinstance(name, str) or name not in self.traces:
+            raise SpecvizError(f"No shipped trace named {quoted(name)}; the shipped ones: {', '.join(self.traces)}.")
+        lab.load_trace(self.traces[name], name, shipped=True)
         return self.out.shown(lab)
 
+    @visitor_handler(_refused, session=Lab)
     def on_upload(self, request: gr.Request, lab, path) -> dict:
-        lab = session_of(request, lab or Lab())
         if not path:
             return self.out.shown(lab)
+        if not isinstance(path, str):
+            raise SpecvizError("Upload a trace file (JSON).")
         try:
-            if not isinstance(path, str):
-                raise SpecvizError("Upload a trace file (JSON).")
             size = os.path.getsize(path)
-            self.policy.check_upload(size)
-            visitor = visitor_of(request)
-            SHARE.check_replay(lab, visitor, size)  # the uploads visitors hold in memory (lab.fair_share)
-            lab.load_trace(path)
-            SHARE.hold_replay(lab, lab.replay, visitor, size)
         except OSError:
-            return self.out.failed(lab, SpecvizError("That upload could not be read: upload the trace file again."))
-        except SpecvizError as error:
-            return self.out.failed(lab, error)
+            raise SpecvizError("That upload could not be read: upload the trace file again.") from None
+        self.policy.check_upload(size)
+        visitor = visitor_of(request)
+        SHARE.check_replay(lab, visitor, size)  # the uploads visitors hold in memory (lab.fair_share)
+        try:
+            lab.load_trace(path)
+        except OSError:
+            raise SpecvizError("That upload could not be read: upload the trace file again.") from None
+        SHARE.hold_replay(lab, lab.replay, visitor, size)
         return self.out.shown(lab)

@@ -4,11 +4,8 @@ inputs, and what the door (lab.visitor_request.VisitorRequest) checks."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import gradio as gr
 
-from specviz.errors import SpecvizError
 from specviz.lab.paper_settings import paper_request, paper_settings_markdown
 from specviz.lab.presets import BY_NAME as PRESETS
 from specviz.lab.share_link import settings_from_query
@@ -17,6 +14,7 @@ from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
 from specviz.methods.budget import AUTO_TEXT
 from specviz.panels.model_panel import ModelPanel
 from specviz.panels.page_context import PageContext
+from specviz.panels.visitor_handler import visitor_handler
 
 
 def _param_input(p):
@@ -30,6 +28,10 @@ def _param_input(p):
 
 def _known_method(method) -> str | None:
     return method if isinstance(method, str) and method in METHODS else None
+
+
+def _refused(panel: "SettingsPanel", _, error) -> dict:
+    return {panel.message: f"⚠️ {error}"}
 
 
 class SettingsPanel:
@@ -80,9 +82,8 @@ class SettingsPanel:
         self.side_a, self.side_b, self.message = side_a, side_b, message
         param_widgets = list(self.params.values())
         self.method.change(self.on_method, self.method, [*param_widgets, self.paper_note], **private)
-        for button, which in ((self.paper_btn, "paper"), (self.tuned_btn, "ours")):
-            button.click(partial(self.on_paper_settings, which), None, [*self.paper_outputs, message],
-                         inputs_kwargs=self.run_inputs, **private)
+        for button, handler in ((self.paper_btn, self.on_paper_settings), (self.tuned_btn, self.on_tuned_settings)):
+            button.click(handler, None, [*self.paper_outputs, message], inputs_kwargs=self.run_inputs, **private)
         eta = self.params["eta"]
         self.temperature.change(self.eta_state, self.temperature, eta, **private)
         demo.load(self.eta_state, self.temperature, eta, **private)
@@ -140,14 +141,19 @@ class SettingsPanel:
                 **{widget: gr.update(value=params.get(name, widget.value), visible=name in own)
                    for name, widget in self.params.items()}}
 
-    def on_paper_settings(self, which: str, max_new_tokens, **settings) -> dict:
-        """The paper's configuration of the page's method (which="paper") or our tuned default ("ours"), applied
-        to the page's settings through the door; settings it cannot apply to are named in the message."""
-        try:
-            request = paper_request(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), which,
-                                    self.policy)
-        except SpecvizError as error:
-            return {self.message: f"⚠️ {error}"}
+    @visitor_handler(_refused)
+    def on_paper_settings(self, request: gr.Request, max_new_tokens, **settings) -> dict:
+        """The paper's configuration of the page's method, applied to the page's settings through the door;
+        settings it cannot apply to are named in the message."""
+        return self._configuration("paper", max_new_tokens, settings)
+
+    @visitor_handler(_refused)
+    def on_tuned_settings(self, request: gr.Request, max_new_tokens, **settings) -> dict:
+        """Our tuned default of the page's method, as on_paper_settings."""
+        return self._configuration("ours", max_new_tokens, settings)
+
+    def _configuration(self, which: str, max_new_tokens, settings: dict) -> dict:
+        request = paper_request(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), which, self.policy)
         shown = self.shown(request)
         return {widget: shown[widget] for widget in self.paper_outputs if widget in shown}
 
@@ -161,7 +167,7 @@ class SettingsPanel:
                 self.side_a: preset.side_a, self.side_b: preset.side_b,
                 self.preset_question: f"**{preset.name}.** {preset.question} Press **Run both** in *A/B compare*."}
 
-    def on_url(self, lab, request: gr.Request) -> dict:
+    def on_url(self, request: gr.Request, lab) -> dict:
         """Settings from the page URL's query parameters; what cannot be used is named in the message (kept in
         the session's lab, so the first visit's Play ticks, which redraw the message, keep showing it)."""
         query = dict(request.query_params) if request is not None else {}

@@ -8,7 +8,6 @@ from contextlib import nullcontext
 
 import gradio as gr
 
-from specviz.errors import SpecvizError
 from specviz.lab import visitors
 from specviz.lab.compare import Compare
 from specviz.lab.fair_share import SHARE, UNLIMITED
@@ -19,8 +18,7 @@ from specviz.lab.startup import STATUS
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.lab_outputs import LabOutputs
 from specviz.panels.page_context import PageContext
-from specviz.panels.visitor_calls import STEP_TOKENS, model_call
-from specviz.panels.visitor_files import session_of
+from specviz.panels.visitor_handler import STEP_TOKENS, model_call, register_session, visitor_handler
 from specviz.render.page_style import PRESENT_JS, TITLE_HTML
 from specviz.render.tree_svg import TREE_JS
 from specviz.render.views import LabView
@@ -29,6 +27,16 @@ from specviz.render.views import LabView
 TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
                   "if (token) trigger('click', {token: Number(token.dataset.token)}); });")
 LIVE_STATUS_EVERY_S = 2.0  # the start-up line asks this often until live steps are ready
+
+
+def _refused(stage: "Stage", lab: Lab, error) -> dict:
+    """Bad input: the message shown, the session (and what it generated) kept as it was."""
+    return stage.out.failed(lab, error)
+
+
+def _refused_play(stage: "Stage", lab: Lab, error) -> dict:
+    """Bad input to Play or its timer: said, and Play stops."""
+    return {**stage.out.failed(lab, error), stage.timer: gr.Timer(active=False)}
 
 
 class Stage:
@@ -106,95 +114,78 @@ class Stage:
         return VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
 
     # ---- events: generation -----------------------------------------------------------------------------
+    @visitor_handler(_refused, session=Lab)
     def on_step(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
         """One step: a draft tree, verified. Named parameters: max_new_tokens, the settings (model, draft_model,
         mode, prompt, method, auto_budget, budget, temperature, top_p, seed) and any method parameter by name."""
-        lab = session_of(request, lab or Lab())
-        try:
-            wanted = self._request(settings, max_new_tokens)
-            lab.take(wanted.settings)
-            with model_call(request, STEP_TOKENS, lab) as budget:
-                lab.step(wanted.max_new_tokens, budget)
-        except SpecvizError as error:
-            return self.out.failed(lab, error)
+        wanted = self._request(settings, max_new_tokens)
+        lab.choose(wanted)
+        with model_call(request, STEP_TOKENS, lab) as budget:
+            lab.step(wanted.max_new_tokens, budget)
         return self.out.shown(lab)
 
+    @visitor_handler(_refused, session=Lab)
     def on_run(self, request: gr.Request, lab, max_new_tokens, **settings):
         """Steps to max_new_tokens or EOS, shown as they come (the same named parameters as /step)."""
-        lab = session_of(request, lab or Lab())
-        try:
-            wanted = self._request(settings, max_new_tokens)
-            lab.take(wanted.settings)
-            with model_call(request, wanted.max_new_tokens, lab) as budget:
-                for _ in lab.run(wanted.max_new_tokens, budget=budget):
-                    yield self.out.shown(lab)
-        except SpecvizError as error:
-            yield self.out.failed(lab, error)
+        wanted = self._request(settings, max_new_tokens)
+        lab.choose(wanted)
+        with model_call(request, wanted.max_new_tokens, lab) as budget:
+            for _ in lab.run(wanted.max_new_tokens, budget=budget):
+                yield self.out.shown(lab)
 
-    def on_stop(self, lab) -> dict:
-        lab = lab or Lab()
+    @visitor_handler(_refused, session=Lab)
+    def on_stop(self, request: gr.Request, lab) -> dict:
         lab.stop()
         return self.out.shown(lab)
 
-    def on_reset(self, lab) -> dict:
-        lab = lab or Lab()
+    @visitor_handler(_refused, session=Lab)
+    def on_reset(self, request: gr.Request, lab) -> dict:
         lab.reset()
         return self.out.shown(lab)
 
     # ---- events: timeline, play, linked views -----------------------------------------------------------
-    def on_go(self, lab, delta) -> dict:
-        lab = lab or Lab()
-        try:
-            lab.go(whole_number("delta", delta, -1_000_000, 1_000_000))
-        except SpecvizError as error:
-            return self.out.failed(lab, error)
+    @visitor_handler(_refused, session=Lab)
+    def on_go(self, request: gr.Request, lab, delta) -> dict:
+        lab.go(whole_number("delta", delta, -1_000_000, 1_000_000))
         return self.out.shown(lab)
 
-    def on_go_to(self, lab, step) -> dict:
-        lab = lab or Lab()
-        try:
-            lab.go_to(whole_number("step", step, 0, 10_000_000))
-        except SpecvizError as error:
-            return self.out.failed(lab, error)
+    @visitor_handler(_refused, session=Lab)
+    def on_go_to(self, request: gr.Request, lab, step) -> dict:
+        lab.go_to(whole_number("step", step, 0, 10_000_000))
         return self.out.shown(lab)
 
-    def on_token(self, lab, evt: gr.EventData) -> dict:
-        lab = lab or Lab()
+    @visitor_handler(_refused, session=Lab)
+    def on_token(self, request: gr.Request, lab, evt: gr.EventData) -> dict:
         token = getattr(evt, "token", None) if evt is not None else None
         lab.select_token(token if isinstance(token, int) and not isinstance(token, bool) else None)
         return self.out.shown(lab)
 
-    def on_play(self, lab, pace) -> dict:
-        lab = lab or Lab()
-        try:  # the pace slider's range: a timer of 0 s would tick as fast as the server answers
-            pace_s = number_in("pace (seconds per step)", pace, 0.2, 5.0)
-        except SpecvizError as error:
-            return {**self.out.failed(lab, error), self.timer: gr.Timer(active=False)}
+    @visitor_handler(_refused_play, session=Lab)
+    def on_play(self, request: gr.Request, lab, pace) -> dict:
+        # the pace slider's range: a timer of 0 s would tick as fast as the server answers
+        pace_s = number_in("pace (seconds per step)", pace, 0.2, 5.0)
         if not lab.play():  # already playing: the timer runs on at its pace
             return {**self.out.shown(lab), self.timer: gr.Timer(active=True)}
         return {**self.out.shown(lab), self.timer: gr.Timer(value=pace_s, active=True)}
 
-    def on_pause(self, lab) -> dict:
-        lab = lab or Lab()
+    @visitor_handler(_refused_play, session=Lab)
+    def on_pause(self, request: gr.Request, lab) -> dict:
         lab.pause()
         return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
 
+    @visitor_handler(_refused_play, session=Lab)
     def on_tick(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
-        lab = lab or Lab()
         if not lab.playing:
             return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
-        try:
-            if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
-                wanted = self._request(settings, max_new_tokens)
-                lab.take(wanted.settings)
-                limit = wanted.max_new_tokens
-            else:
-                limit = self.policy.check_new_tokens(max_new_tokens)
-            live = lab.tick_is_live(limit) and not lab.autoplay
-            with model_call(request, STEP_TOKENS, lab) if live else nullcontext(UNLIMITED) as budget:
-                going = lab.tick(limit, budget)
-        except SpecvizError as error:
-            return {**self.out.failed(lab, error), self.timer: gr.Timer(active=False)}
+        if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
+            wanted = self._request(settings, max_new_tokens)
+            lab.choose(wanted)
+            limit = wanted.max_new_tokens
+        else:
+            limit = self.policy.check_new_tokens(max_new_tokens)
+        live = lab.tick_is_live(limit) and not lab.autoplay
+        with model_call(request, STEP_TOKENS, lab) if live else nullcontext(UNLIMITED) as budget:
+            going = lab.tick(limit, budget)
         return {**self.out.shown(lab), self.timer: gr.Timer(active=going)}
 
     # ---- events: the page's life ------------------------------------------------------------------------
@@ -204,7 +195,7 @@ class Stage:
         lab, compare = lab or Lab(), compare or Compare()
         first = self.context.first_trace
         open_first_visit(lab, self.context.traces.get(first), first)
-        session_of(request, lab, compare)
+        register_session(request, lab, compare)
         return {**self.out.shown(lab), self._compare_state: compare,
                 self.timer: gr.Timer(value=FIRST_PACE_S, active=lab.autoplay)}
 

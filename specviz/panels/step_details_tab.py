@@ -11,9 +11,23 @@ from specviz.lab.lab import Lab
 from specviz.lab.share_link import link_for
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.page_context import PageContext
-from specviz.panels.visitor_files import download_folder, kept
+from specviz.panels.visitor_handler import download_folder, trim_downloads, visitor_handler
+from specviz.render.session_view import distribution
 from specviz.render.slides import write_tree_svg
 from specviz.render.step_panels import distribution_figure, prediction_figure
+
+
+def _refused_download(tab: "StepDetailsTab", _, error) -> str:
+    """A download button's answer is a file: a refusal is the page's error toast."""
+    raise gr.Error(tab.policy.shown(str(error)))
+
+
+def _refused_text(tab: "StepDetailsTab", _, error) -> str:
+    return tab.policy.shown(f"⚠️ {error}")
+
+
+def _unchanged(tab: "StepDetailsTab", _, error):
+    return gr.update()
 
 
 class StepDetailsTab:
@@ -58,32 +72,28 @@ class StepDetailsTab:
         self.share_btn.click(self.on_share, None, self.share_link, inputs_kwargs=run_inputs, api_name="share_link")
 
     # ---- events -----------------------------------------------------------------------------------------
-    @staticmethod
-    def on_node(lab, node_id):
-        return (lab or Lab()).distribution(node_id)
+    @visitor_handler(_unchanged, session=Lab)
+    def on_node(self, request: gr.Request, lab, node_id):
+        return distribution(lab.on_screen(), node_id)
 
+    @visitor_handler(_refused_download, session=Lab)
     def on_download_trace(self, request: gr.Request, lab) -> str:
-        lab = lab or Lab()
-        try:
-            return kept(request, lab.export_trace(str(download_folder(request))), self.policy)
-        except SpecvizError as error:
-            raise gr.Error(self.policy.shown(str(error)))
+        return trim_downloads(request, lab.export_trace(str(download_folder(request))), self.policy)
 
+    @visitor_handler(_refused_download, session=Lab)
     def on_download_svg(self, request: gr.Request, lab) -> str:
-        lab = lab or Lab()
-        record, token_text = lab.shown_record()
+        screen = lab.on_screen()
+        record = screen.record
         if record is None:
-            raise gr.Error("No step to export yet: Step, Run or load a trace first.")
+            raise SpecvizError("No step to export yet: Step, Run or load a trace first.")
         path = write_tree_svg(record, download_folder(request) / f"specviz-tree-step{record.step}.svg",
-                              token_text=token_text)
-        return kept(request, path, self.policy)
+                              token_text=screen.token_text)
+        return trim_downloads(request, path, self.policy)
 
-    def on_share(self, max_new_tokens, **settings) -> str:
+    @visitor_handler(_refused_text)
+    def on_share(self, request: gr.Request, max_new_tokens, **settings) -> str:
         """A link to the page with these settings (the same named parameters as /step)."""
-        try:
-            wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
-        except SpecvizError as error:
-            return self.policy.shown(f"⚠️ {error}")
+        wanted = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
         query, names_example = link_for(wanted, self.context.examples)
         note = "" if names_example else " (the prompt is not an example, so the link leaves it out)"
         return f"Link to these settings: [{query}]({query}){note}"

@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING
 import gradio as gr
 
 from specviz.engine.sweep_grid import MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, METRICS
-from specviz.errors import SpecvizError
-from specviz.lab import visitors
-from specviz.lab.sweep import SCOPES, Sweep
 from specviz.lab.model_calls import call_tokens
+from specviz.lab.sweep import SCOPES, Sweep
 from specviz.lab.visitor_request import VisitorRequest
-from specviz.panels.visitor_calls import model_call
+from specviz.panels.visitor_handler import download_folder, model_call, trim_downloads, visitor_handler
 
 if TYPE_CHECKING:
     from specviz.panels.page_context import PageContext
@@ -33,6 +31,11 @@ SWEEP_FIELDS = ("plot", "csv_file", "table", "message")
 def _metric(metric) -> str | None:
     """A metric the Plot dropdown offers, or None."""
     return metric if isinstance(metric, str) and metric in METRICS else None
+
+
+def _refused(tab: "SweepTab", _, error) -> dict:
+    """The plot stays; the last sweep's CSV and table go."""
+    return {tab.sweep: None, tab.csv_file: None, tab.table: "", tab.message: tab.policy.shown(f"⚠️ {error}")}
 
 
 class SweepTab:
@@ -70,25 +73,19 @@ class SweepTab:
         self.metric.change(self.on_metric, [self.sweep, self.metric], self.plot, api_visibility="private")
 
     # ---- events -----------------------------------------------------------------------------------------
+    @visitor_handler(_refused)
     def on_sweep(self, visit: gr.Request, axis_1, axis_2, scope, category, sweep_tokens, metric, max_new_tokens,
                  progress=gr.Progress(), **settings):
         """A grid over one or two axes (axis_1, axis_2: NAME=V1,V2,...) on the page's prompt or a suite category
         (scope, category), sweep_tokens new tokens per run, with the page's other settings (named as for /step).
         Bad input answers a sentence in the message, and the plot stays."""
-        try:
-            request = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
-            sweep = Sweep(self.policy, self.suite)
-            planned = sweep.plan(request, scope, category, (axis_1, axis_2), sweep_tokens)
-            with model_call(visit, call_tokens(Sweep.call_of(planned))) as budget:
-                sweep.run_planned(planned, lambda event: progress((event.done, event.total), desc=event.label),
-                                  budget)
-            folder = visitors.files_folder(getattr(visit, "session_hash", None))
-            path = sweep.write_csv(folder)
-            visitors.keep_within(folder, self.policy.max_session_files_bytes)
-        except SpecvizError as error:  # the plot stays; the last sweep's CSV and table go
-            return {self.sweep: None, self.csv_file: None, self.table: "",
-                    self.message: self.policy.shown(f"⚠️ {error}")}
-        return {self.sweep: sweep, self.plot: sweep.figure(_metric(metric) or DEFAULT_METRIC), self.csv_file: str(path),
+        request = VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
+        sweep = Sweep(self.policy, self.suite)
+        planned = sweep.plan(request, scope, category, (axis_1, axis_2), sweep_tokens)
+        with model_call(visit, call_tokens(Sweep.call_of(planned))) as budget:
+            sweep.run_planned(planned, lambda event: progress((event.done, event.total), desc=event.label), budget)
+        path = trim_downloads(visit, sweep.write_csv(download_folder(visit)), self.policy)
+        return {self.sweep: sweep, self.plot: sweep.figure(_metric(metric) or DEFAULT_METRIC), self.csv_file: path,
                 self.table: sweep.table_markdown(), self.message: sweep.message}
 
     def on_metric(self, sweep, metric):

@@ -1,16 +1,11 @@
 """A trace from a file is checked before anything draws it: a visitor of a public Space may upload any JSON.
 
-Two passes. On the raw JSON (before any record is built): nesting depth, the number of steps and of nodes in a
-step. On the typed records: every field of every record has its declared type (ints are ints, floats finite or null,
-texts of bounded length, statuses known), and every step's tree is a tree: node i has id i, node 0 is the one
-root (parent -1, depth 0), every other node's parent is an earlier node and its depth one more than its
-parent's, and the same holds for the cut nodes that follow the verified ones. A trace that fails is refused
-with a message that says where and what; one that passes lays out in time linear in its size.
+Two passes: on the raw JSON (nesting depth, steps, nodes a step), then on the typed records (every field of its
+declared type, every step's verified and cut nodes a tree). Totals are capped as well as items, so what the page draws
+of a trace that passes is bounded by construction and lays out in time linear in its size. A trace that fails is
+refused with a message that says where and what.
 
-Caps on totals as well as items, so that what the page draws of a trace is bounded by construction: a token's
-text, the tokens a step commits (at most its tree's depth plus the bonus token) and a whole trace commits, the
-sources of a node (registered names, each once), the cost curve (tree sizes a step can have), and every free-form
-object (params, a node's meta): at most two levels of scalars and a bounded count of entries."""
+Design notes: docs/design.md, "specviz/records/trace_check.py"."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def tokens_html(records: list[StepRecord], token_text, prompt: str = "", recorde
         tail = f" <em>… {more:,} more characters not shown</em>" if more > 0 else ""
         head = (f'<div class="prompt">{badge}<strong>Prompt</strong>: {html.escape(prompt[:MAX_SHOWN_PROMPT])}'
                 f'{tail}</div>')
-    # the generated text comes last, in a plain div (ui.app_load.text_of reads it from there)
+    # the generated text comes last, in a plain div (benches/app_load.py's text_of reads it from there)
     return (f'<div class="{"tv-anim" if animate_last else "tv-static"}">{head}'
             f'<div class="legend">drafted and accepted by: {legend}</div><div class="generated">{body}</div></div>')
 

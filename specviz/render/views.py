@@ -1,5 +1,5 @@
-"""What the page shows, as named structures: the Lab and Compare build them, app.py maps each field to its
-widget by name (no positions to keep in step on either side)."""
+"""What the page shows, as named structures: the presenters (render.session_view, render.compare_view) build them,
+and the panels map each field to its widget by name (no positions to keep in step on either side)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
 """The verify forward as a serving engine runs it: a static KV cache, the tree's mask and positions built on
-the device, one CUDA graph per tree-size bucket, and one device-to-host copy per step.
+the device, one CUDA graph per tree-size bucket (BUCKETS), and one device-to-host copy per step, the logits'
+summary for acceptance (runtime.verify_output.DeviceSummary). A tree past the largest bucket, a prefill chunk,
+a failed capture or a CPU runs the same static forward uncaptured. StaticRunner is what the draft head's
+captured levels (runtime.captured_head) share with it.
 
-A GPU forward of a small model is launch-bound (the default 135M model: ~10 ms eager on an H200, hundreds of
-kernels each launched from Python, for well under 0.2 ms of weight reads). Captured, a step is one graph
-replay. What the host sends is one int64 vector (the tree's tokens, its parents and the cache length); the
-graph derives the ancestor mask (the parent matrix's transitive closure by repeated squaring), each node's
-position (past + depth), writes the block's keys and values into the static cache, runs the decoder, and
-summarises the logits for acceptance (each row's top-K and log-normaliser, each node's logit, rank and its
-row's entropy: runtime.native.logit_kernel's numbers) into one small tensor, the step's only copy back.
-
-A tree of n nodes runs in the smallest bucket that holds it (BUCKETS: 2^k + 1, a root and a budget of 2^k),
-padded: a padding row's parent is itself, so it sees the cache and itself only; its cache entries lie past
-the kept ones and are overwritten by the next step. A tree larger than the largest bucket, a prefill chunk,
-or a machine where capture fails runs the same code uncaptured (`notes` says why). On a CPU the same static
-forward runs uncaptured (tests compare it with the eager forward); graphs are a CUDA thing.
-
-The draft head's levels run the same way over a static cache of their own (runtime.captured_head: StaticRunner
-below is what the two share); an EAGLE-3 head (runtime.eagle_head) stays eager.
+Design notes: docs/design.md, "specviz/runtime/captured_forward.py".
 """
 
 from __future__ import annotations
@@ -31,6 +19,7 @@ import torch.nn.functional as F
 from specviz.runtime.masks import additive_mask
 from specviz.runtime.native import layer_kernel
 from specviz.runtime.static_kv import StaticKV
+from specviz.runtime.verify_output import DeviceSummary, VerifyOutput
 
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129, 257)
 
@@ -290,10 +279,10 @@ class CapturedVerifier(StaticRunner):
     # ---- forwards -------------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, cache: StaticKV, tokens: list[int], parents: list[int], past_len: int,
-                features: bool = False):
-        """Logits (n, vocab) fp32 of a tree's n nodes (root first; parents[0] = 0) at past_len; the cache
-        grows by n entries. The summary's first n rows ride on the logits as `logits.device_summary` (a numpy
-        array, accept.verification.LogitTop reads it). features: return (logits, features (n, hidden) fp32)."""
+                features: bool = False) -> VerifyOutput:
+        """The verify forward of a tree's n nodes (root first; parents[0] = 0) at past_len: its logits (n, vocab)
+        fp32, the features (n, hidden) fp32 when asked for, and the top-k summary made on the device
+        (runtime.verify_output.DeviceSummary, read by accept.verification.LogitTop). The cache grows by n entries."""
         n = len(tokens)
         bucket = bucket_for(n) if self.pad else None
         width = bucket or n
@@ -322,8 +311,8 @@ class CapturedVerifier(StaticRunner):
                 torch.cuda.current_stream().synchronize()
             cache.length = past_len + n
             logits, hidden = logits[:n].clone(), hidden[:n].clone()
-            logits.device_summary = host_summary.numpy()[:n].copy()
-        return (logits, hidden) if features else logits
+            summary = DeviceSummary(host_summary.numpy()[:n].copy())
+        return VerifyOutput(logits, hidden if features else None, summary)
 
     @torch.inference_mode()
     def prefill(self, cache: StaticKV, tokens: list[int], features: bool = False):

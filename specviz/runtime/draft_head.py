@@ -1,28 +1,12 @@
 """A draft head for a target model: one decoder layer that drafts from the target's own features (EAGLE).
 
-The target's head reads one vector per position, the final norm's output f_t (its *feature*). The draft
-head predicts the next feature from the last one and the token sampled after it, autoregressively, as
-EAGLE does:
+The head predicts the target's next final-norm feature from the last one and the token after it, and drafts over the
+target's own head cut to its most frequent tokens (FR-Spec), so a draft level costs one small layer and a few MB of
+head rows instead of a target forward. It runs on the target's lean decoder and kernels. `load_head` reads the
+safetensors file and refuses, with a sentence for the user, one that is corrupt, of a newer format, or trained for
+another target or vocabulary.
 
-    x_{t+1} = fc([embed(token_{t+1}); f_t])          fc: 2 hidden -> hidden
-    f^_{t+1} = norm(layer(x_{t+1}))                   one Llama decoder layer, with its own KV cache
-    q(token_{t+2}) = softmax(W_draft f^_{t+1})        W_draft: the target's own head, frequent rows only
-
-so a draft level costs one small layer and a cut head instead of a target forward. The LM head is most
-of what a level would cost on a model of 135M parameters and 49,152 tokens (28 M of its 135 M weights):
-the head drafts over a frequency-ranked subset of the vocabulary (FR-Spec), the rows of the target's
-head for the tokens the target emits most, so a level reads a few MB of weights. Token embeddings and
-head rows are the target's (never stored with the head); the head's file holds fc, the layer, the norm
-and the subset's token ids.
-
-It runs on the target's kernels: the layer, its norm and the cut head form a one-layer Llama whose lean
-decoder (runtime.lean_forward, runtime.native where it runs) takes the fc output as its embedded input.
-
-The file is safetensors with a JSON header (`HeadRecord`): the format and its version, the target it was
-trained for (name, shape, a probe of its weights), a digest of its vocabulary, the head's shape and how
-it was trained. `load_head` refuses, with a sentence for the user (`SpecvizError`), a file that is
-corrupt, of a newer format, or trained for another target or vocabulary; `runtime.shared_resources.head_for` says so in a
-`MissingHead` that the methods show while they draft with the copy-logit tree instead.
+Design notes: docs/design.md, "specviz/runtime/draft_head.py"; the file: docs/runtime.md, "The draft head's file".
 """
 
 from __future__ import annotations

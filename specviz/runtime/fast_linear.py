@@ -1,24 +1,13 @@
-"""Linear layers through oneDNN's matmul on CPU.
+"""Linear layers through oneDNN's matmul on CPU, from weights reordered once into oneDNN's blocked layout (`pack`: a
+second copy of every linear weight).
 
-On a small CPU, PyTorch's stock `F.linear` (MKL sgemm) costs 1.6x more for 2 rows than for 1 and grows
-from there: with SmolLM2-135M's 211 linear layers, 33 ms for 1 row, 54 ms for 2, 53 ms for 8, 136 ms for
-64 (2 cores, AVX-512). oneDNN's matmul, reached through `torch.ops.mkldnn._linear_pointwise` with the
-same dense fp32 weights, costs 22 / 24 / 26 / 60 ms. With the weights reordered once into oneDNN's
-blocked layout (`pack`, a second copy of every linear weight: about 0.5 GB for this model) it costs
-19.6 / 21.1 / 21.7 / 54 ms (median of 5, random weights with the model's shapes): 2 to 8 rows now cost
-about what 1 row does, which is what makes a small draft tree pay on a CPU.
+Why: on a small CPU PyTorch's stock `F.linear` (MKL sgemm) costs much more for 2 rows than for 1, while packed
+oneDNN costs about the same for 2 to 8 rows, which is what makes a small draft tree pay. One model uses one kernel
+for every method, so greedy tree verification stays token-identical to `ar`; peers run under `stock()`. In fp32 on a
+CPU the lean forward's tree forwards run runtime.native.linear_kernel instead; the modules keep oneDNN for the prefill.
 
-A packed weight also makes each row's result independent of how many rows share the call (checked
-bitwise for 1..130 rows, fp32 and bf16): a tree's linear layers compute its root row exactly as a
-one-token step does (attention over a longer key range still differs in the last bits).
-
-The results differ from MKL's in the last bits (about 1e-6), like any change of kernel, but one model
-uses one kernel for every method, so greedy tree verification stays token-identical to `ar`. Peers
-(transformers' `generate`) run under `stock()` so the bench compares our forward with the stock one.
-
-In fp32 on a CPU the lean forward (every tree forward) runs runtime.native.linear_kernel instead (CHOICES' "native":
-cheaper at every tree size here, and row-independent for every layer); the model's own modules, which run
-the prefill, keep oneDNN.
+Design notes: docs/design.md, "specviz/runtime/fast_linear.py"; figures: docs/benchmarks.md, "Measurements once kept
+in code comments" and "Packed oneDNN weights".
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """A lean decoder forward for Llama-shaped models: the verify forward without transformers' module stack.
 
-On a 2-core CPU the stock forward of SmolLM2-135M spends about 6 ms per call outside the arithmetic
-(30 layers x ~25 module calls, keyword plumbing, mask and cache bookkeeping), a fifth of a one-token
-step. Here one flat loop runs the same arithmetic, gpt-fast style:
+One flat loop (gpt-fast style) runs the stock forward's arithmetic without its per-call module overhead, q/k/v as one
+matmul over a fused matrix the modules' weights are views into (gate and up stay two matmuls: fusing them did not pay;
+docs/benchmarks.md, "Measurements once kept in code comments"). Every tree forward of every method, `ar` included,
+runs it, so greedy tree verification stays token-identical to one-token decoding. On a CPU in fp32 the native kernels
+run inside it, or the whole loop in one call (runtime.native.decoder_kernel). Model types other than llama, mistral
+and qwen2 without a sliding window keep the stock forward (`why_not` says why).
 
-    h = embed(ids)
-    per layer:  x = rmsnorm(h); q, k, v = x W_qkv (one matmul); rotary(q, k); cache.append(k, v)
-                h += attention(q, cache, mask) W_o;  x = rmsnorm(h);  g, u = x W_gate_up (one matmul)
-                h += (silu(x W_gate) * x W_up) W_down
-    logits = rmsnorm(h) W_head
-
-q/k/v run as one matmul: the fused matrix is built once and the modules' own weights become views into
-it (no second copy; the stock forward, the prefill and transformers' generate use the same numbers).
-Measured with oneDNN here (30 layers): q/k/v 2.0 -> 1.0 ms at 1 row, 9.4 -> 10.8 at 64; gate/up fused
-gained nothing (2.3 -> 2.2 at 1 row) and lost 3 ms at 64, so they stay two matmuls. Used for every tree forward of every method, `ar` included, so
-greedy tree verification stays token-identical to one-token decoding.
-
-On a CPU in fp32, attention runs in runtime.native.attention_kernel and the norms, rotary and gated activation in
-runtime.native.layer_kernel (native code, one call each); elsewhere, and in the compiled mode, torch's ops do. Where
-the linear layers run the native kernel too, runtime.native.decoder_kernel runs the whole loop in one native call
-(the same kernels in the same order: the same bits, without ~300 Python-level calls a forward).
-
-Supported: model types whose layers are exactly the Llama recipe (llama, mistral and qwen2 without a
-sliding window). Anything else keeps the stock forward: `install` says why not.
+Design notes: docs/design.md, "specviz/runtime/lean_forward.py".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Which linear-layer kernel a tree forward runs at each tree size, measured on this machine.
 
-A CPU's fastest kernel for the linear layers depends on the processor and on how many rows a forward carries:
-the native kernel (runtime.native.linear_kernel) reads the weights once for a whole small tree, oneDNN's packed
-matmul catches up on big ones, and a processor without the vector units a kernel was tuned for can turn the
-order around (the native kernel once cost 20x stock `F.linear` at 64 rows on AVX2). So nothing is assumed:
-when the cost curve is calibrated (engine.costmodel), the whole tree forward is timed with every kernel that
-runs here at every calibration size, and `choose` keeps, per size, the fastest, switching kernels from one size
-to the next only where the new one saves at least SWITCH_MARGIN of the cost. The choice is stored beside the
-curve, keyed by everything that moves it (model, device, mode, forward, threads) and by the processor (its
-model name and feature flags), and applied when a model is loaded, before its first forward, so every forward
-of a process, `ar`'s one-token steps included, runs the same kernel for the same size.
+The fastest kernel depends on the processor and the row count, so nothing is assumed: when the cost curve is
+calibrated (engine.costmodel) every kernel that runs here is timed at every calibration size, and `choose` keeps the
+fastest per size, switching from the smaller size's kernel only where that saves SWITCH_MARGIN (two kernels agree to
+fp32 rounding, not bitwise). The choice is stored beside the curve, keyed by the processor, and applied when a model
+loads. `--linear NAME` (or SPECVIZ_LINEAR) forces one kernel at every size.
 
-Two kernels agree to fp32 rounding, not bitwise: where a tree's size runs another kernel than a one-token
-step, a near-tie between two tokens could resolve differently. The margin keeps a switch to where it pays
-clearly; on the machines measured here (AVX-512 and AVX2) the native kernel wins at every size and no switch
-happens. `--linear NAME` (or SPECVIZ_LINEAR) forces one kernel at every size and skips the measurement.
+Design notes: docs/design.md, "specviz/runtime/linear_paths.py".
 """
 
 from __future__ import annotations

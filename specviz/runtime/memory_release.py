@@ -1,18 +1,12 @@
 """The C heap's policy: keep freed memory while decoding, give it back when a session ends.
 
-Keep. Every step allocates the same large tensors again (a 65-node tree's logits are 12.8 MB, its
-softmax as much again, the rows a rank count reads 4 MB). With glibc's defaults a block over the mmap
-threshold is a fresh mmap, and the heap's top is trimmed once more than the trim threshold is free, so
-the pages went back to the kernel after a step and were faulted in again on the next: 1,700 to 6,700
-minor page faults a step at budget 64, depending on the process's history (racer's work outside the
-forward: 7.2 or 5.2 ms against 4.8 kept). `keep_freed_memory`, called after every model load, raises
-both thresholds once per process so that a step reuses what the last one freed: after two steps, about
-5 faults a step, in the main thread and in a worker thread alike (the app steps in Gradio's threads).
-Linux with glibc only; elsewhere a no-op. SPECVIZ_MALLOC=stock keeps glibc's defaults (for an A/B).
+Keep: every step allocates the same large tensors again, and with glibc's defaults their pages went back to the
+kernel after a step and were faulted in again on the next; `keep_freed_memory`, called after every model load, raises
+the trim and mmap thresholds once per process (SPECVIZ_MALLOC=stock keeps glibc's defaults). Give back: a released
+session's allocations stay in the heap, so `give_back_freed_memory` runs malloc_trim(0). Linux with glibc only;
+elsewhere both are no-ops.
 
-Give back. A session's KV cache is tens of MB of many-sized allocations; once a browser session ends
-they are freed, but the heap keeps them and the process's resident memory stays at its peak.
-malloc_trim(0) returns every free page, in the middle of the heap too, whatever the thresholds.
+Design notes: docs/design.md, "specviz/runtime/memory_release.py".
 """
 
 from __future__ import annotations

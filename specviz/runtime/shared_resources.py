@@ -11,7 +11,7 @@ ZeroGPU worker) resolves them again. A resource may name read-only parts of itse
 (`shared_parts()`: a model's module and tokenizer), which travel by key too.
 
 Models have slots: `set_model_slots(n)` keeps at most n models loaded, releasing the least recently used one when
-another is loaded; `on_model_released` tells the app, which releases the sessions that held it (ui.live_sessions).
+another is loaded; `on_model_released` tells the app, which releases the sessions that held it (lab/live_sessions.py).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""A session's state as bytes that another process of this installation can read: what ZeroGPU needs, where
-every call that runs the model may run in a freshly forked worker, arguments pickled in, the result pickled
-back, and no CUDA tensor surviving between calls.
+"""A session's state as bytes that another process of this installation can read: what ZeroGPU needs, where a call
+that runs the model may run in a freshly forked worker, its arguments and result pickled.
 
-`dumps(state)` pickles the state with every shared read-only resource it refers to (a model, its tokenizer and
-module, the datastore, a warm copy-logit table: runtime.shared_resources) written as its key, not its contents, and every
-tensor copied to the CPU; `loads(blob, device)` reads it back, each key resolved in this process (loaded there if need
-be) and each tensor placed on the device. The state's own objects (drafters, planner, the sampler's generator) travel
-whole; object identity inside one state is kept (a generator two drafters share is still one generator).
+`dumps(state)` writes every shared read-only resource (runtime.shared_resources) as its key and every tensor on the
+CPU; `loads(blob, device)` resolves the keys in this process and places the tensors. KV caches travel as the tokens
+they hold and are rebuilt with one prefill where next used (`dumps(state, caches=True)` carries them whole): whole,
+they would be hundreds of MB in every reply of a Run. A module or tokenizer that is no registered resource is refused.
 
-KV caches travel as the tokens they hold (`caches_travel()` is False while dumps writes): the objects that own one
-leave it out and rebuild it where they are next used (a session with one prefill forward, which also gives the
-drafters that read the target's features those features again; sessions that share tokens share that prefill:
-engine.rebuilt_prefixes). A cache is ~46 KB a token for the default model in
-fp32, and a visitor's state holds up to three (the run, its paired `ar`, the greedy reference): 534 MB at 4,049
-tokens, each way and in every reply of a Run, against a prefill a GPU does in a few forwards (docs/benchmarks.md,
-"The state a ZeroGPU call carries"). `dumps(state, caches=True)` carries them whole.
-
-An object a resource would own (a torch module, a tokenizer) that is not a registered shared resource is
-refused: pickled by value it would copy the weights into every call."""
+Design notes: docs/design.md, "specviz/runtime/state_pickle.py"."""
 
 from __future__ import annotations
 

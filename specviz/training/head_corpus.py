@@ -10,7 +10,7 @@ writes itself, never the benchmark suites.
   to questions on Python's reference topics and library functions (`generation_prompts`) and to new
   requests the target writes itself after the project's prompts (`request_prompt`, self-instruct).
 
-The head is trained against the target's distributions on this text (tools.train_head), so the text
+The head is trained against the target's distributions on this text (training.train_head), so the text
 need not be the target's own; its own answers are the closest to what it drafts for. A guard drops any
 text that shares a run of GUARD_WORDS words with a suite prompt, answer or document (assets/suite.jsonl,
 assets/heldout.jsonl and the documents their long-context items read): nothing is trained on what the

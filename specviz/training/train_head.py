@@ -1,22 +1,13 @@
-"""`python -m specviz train-head`: train the draft head (runtime.draft_head) for the loaded target on this
-machine's CPU, from the text of tools.head_corpus, and cache it per model.
+"""`python -m specviz train-head`: train the draft head (runtime.draft_head) for the loaded target on this machine's
+CPU, and cache it per model.
 
-1. Text: the target's shipped answers, Python's reference documentation and library code, and the target's
-   own answers written here (seeded; tools.head_corpus): sampled answers to the project's prompts, greedy
-   answers to questions on Python's topics and functions and to new requests it writes after the project's
-   prompts (self-instruct). The suite guard drops anything that overlaps a benchmark suite.
-2. The draft vocabulary (FR-Spec): the `draft_vocab` tokens most frequent in the answers, the end tokens
-   always among them.
-3. Features: the target's own answers keep the features of the forwards that wrote them; the shipped text
-   gets them from one target forward per conversation: f_t at every position (the final norm's output).
-   The target's distribution over the draft vocabulary is softmax(W_draft f_t), recomputed when needed.
-4. Training (EAGLE's losses, EAGLE-3's training-time test): at step 0 the head reads the true f_{t-1} and
-   token t and predicts f_t; at step k it reads its own step k-1 prediction instead, attending to the true
-   entries up to t - k and its own earlier steps' entries on the diagonal, as it does when it drafts at
-   depth k + 1. Loss per step: smooth-L1 between predicted and true features plus `cls_weight` times the
-   cross-entropy of the head's distribution against the target's, on the answers' positions only.
-5. The held-out tenth of the conversations gives the top-1 agreement with the target at each step (how
-   often a greedy draft at depth 1, 2, 3 would be the target's token), recorded in the file.
+The text comes from training.head_corpus (the target's shipped answers, Python's documentation and code, answers the
+target writes here); the draft vocabulary is the answers' most frequent tokens (FR-Spec); the features are the
+target's own final-norm outputs. The losses are EAGLE's (smooth-L1 on the feature plus `cls_weight` times the
+cross-entropy against the target's distribution) with EAGLE-3's training-time test; a held-out tenth of the
+conversations gives the top-1 agreement at each depth, recorded in the file.
+
+Design notes: docs/design.md, "specviz/training/train_head.py".
 """
 
 from __future__ import annotations

@@ -4,17 +4,13 @@ with no model loaded and a method that lands later needs no special case."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from specviz.records.notes import ReSpecNote
 from specviz.records.status import ACCEPTED_STATUSES
 from specviz.records.step import StepRecord
 from specviz.records.trace import Trace
-
-TRACES = Path(__file__).resolve().parents[2] / "assets" / "traces"
 
 
 @dataclass
@@ -78,24 +74,6 @@ def accepted_path(record: StepRecord) -> list[int]:
         parent = child
 
 
-def shipped_traces() -> dict[str, Path]:
-    """The recorded traces in assets/traces, by label (method and prompt id)."""
-    return {path.stem: path for path in sorted(TRACES.glob("*.json"))}
-
-
-_ar_traces: dict[tuple, Trace] = {}
-
-
-def shipped_ar_trace(prompt_ids: list[int]) -> Trace | None:
-    """The shipped `ar` trace of this prompt, if there is one (the replay's second lane)."""
-    if not _ar_traces:
-        for path in shipped_traces().values():
-            if path.stem.startswith("ar-"):
-                trace = Trace.load(path)
-                _ar_traces[tuple(trace.prompt_ids)] = trace
-    return _ar_traces.get(tuple(prompt_ids))
-
-
 def why_small(record: StepRecord) -> str:
     """Why a step drafted nothing or very little: no match, cold copy-logit rows, or the planner chose
     plain decoding (and what it expected); '' when the tree is not small."""
@@ -138,12 +116,10 @@ def user_message(prompt_text: str) -> str:
     return body.split("<|im_end|>", 1)[0]
 
 
-@functools.lru_cache(maxsize=32)
-def _shipped(path: Path, mtime_ns: int) -> Trace:
-    return Trace.load(path)
-
-
-def shipped_trace(path: Path) -> Trace:
-    """A shipped trace, read once per process and shared by every session that replays it (a first visit opens
-    one for each new visitor: one parsed copy, not one per session). Views only read a trace."""
-    return _shipped(path, path.stat().st_mtime_ns)
+def shown_step(recording: "Recording | None", at: int | None) -> int | None:
+    """Index of the step on screen: the timeline's (at, clamped to the run), or the newest when at is None; None
+    before the first step."""
+    if recording is None or not recording.records:
+        return None
+    last = len(recording.records) - 1
+    return last if at is None else max(0, min(at, last))
