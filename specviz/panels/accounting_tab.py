@@ -12,7 +12,8 @@ from specviz.render.views import AccountingView
 
 
 def _refused(tab: "AccountingTab", _, error) -> dict:
-    raise gr.Error(str(error))
+    """The plots' answer has no message: a refusal is the page's error toast (the sentence alone)."""
+    raise gr.Error(str(error)) from None
 
 
 class AccountingTab:

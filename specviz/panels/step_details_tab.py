@@ -18,8 +18,8 @@ from specviz.render.step_panels import distribution_figure, prediction_figure
 
 
 def _refused_download(tab: "StepDetailsTab", _, error) -> str:
-    """A download button's answer is a file: a refusal is the page's error toast."""
-    raise gr.Error(tab.policy.shown(str(error)))
+    """A download button's answer is a file: a refusal is the page's error toast (the sentence alone)."""
+    raise gr.Error(tab.policy.shown(str(error))) from None
 
 
 def _refused_text(tab: "StepDetailsTab", _, error) -> str:
