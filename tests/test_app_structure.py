@@ -20,7 +20,7 @@ def test_layers_and_imports_that_run_back_up(tmp_path):
                   "mid/__init__.py": "", "mid/b.py": "from specviz.low.a import f\n",
                   "top/__init__.py": "", "top/c.py": "import specviz.mid.b\ndef g():\n    from specviz.low import a\n"})
     straight = measure_structure(root)
-    assert straight.layers == {"__init__": 0, "errors": 0, "low": 1, "mid": 2, "top": 3}
+    assert straight.layers == {"specviz": 0, "errors": 0, "low": 1, "mid": 2, "top": 3}
     assert straight.upward == [] and straight.modules["top"] == 2
     # a lazy import back up is still an import that runs back up: low -> top -> mid -> low is a circle
     _write(root, {"low/d.py": "def h():\n    from specviz.top.c import g\n"})

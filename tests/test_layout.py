@@ -10,51 +10,14 @@ from pathlib import Path
 
 import networkx as nx
 
+from specviz.benches.app_structure import import_graph, imported_modules, module_name, package_of
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
 
 # bottom to top: a package may import only itself and packages before it in this list
 LAYERS = ["errors", "params", "runtime", "tree", "records", "accept", "index", "drafters", "methods",
           "engine", "training", "render", "lab", "panels", "benches", "deploy", "commands", "cli"]
-
-
-def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path, known: set[str], root: Path = ROOT) -> set[str]:
-    """The package's modules a file imports anywhere in it (`from a import b` counts a.b when that is a module)."""
-    found = set()
-    current = module_name(path, root)
-    package = current if path.name == "__init__.py" else current.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
-    return {name for name in found if name in known and name != current}
-
-
-def import_graph(package: Path = PACKAGE) -> nx.DiGraph:
-    files = sorted(package.rglob("*.py"))
-    known = {module_name(f, package.parent) for f in files}
-    graph = nx.DiGraph()
-    for f in files:
-        source = module_name(f, package.parent)
-        graph.add_node(source)
-        for target in imported_modules(f, known, package.parent):
-            graph.add_edge(source, target)
-    return graph
-
-
-def package_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def test_the_walk_sees_imports_inside_functions():
@@ -107,7 +70,7 @@ def test_the_app_only_composes_panels_and_nothing_imports_it():
     way round (no module of specviz/ or tests/ imports `app`), and the page's modules live in specviz/panels."""
     app = ROOT / "app.py"
     known = {module_name(f, ROOT) for f in PACKAGE.rglob("*.py")}
-    imported = imported_modules(app, known)
+    imported = imported_modules(app, known, ROOT)
     named = {node.module for node in ast.walk(ast.parse(app.read_text())) if isinstance(node, ast.ImportFrom)
              and (node.module or "").startswith("specviz.")}
     assert not named - known - {m.rsplit(".", 1)[0] for m in known}, f"app.py imports what is not there: {named}"

@@ -11,30 +11,53 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
+
 ROOT = Path(__file__).resolve().parents[1]            # specviz/
 APP_LAYER = ("panels", "lab", "render")               # a Step's hops are counted between these and "below"
 
 
-def package_of(path: Path, root: Path = ROOT) -> str:
-    """specviz/lab/lab.py -> "lab"; a top-level module (specviz/cli.py) is its own package."""
-    parts = path.relative_to(root).parts
-    return parts[0] if len(parts) > 1 else Path(parts[0]).stem
+def module_name(path: Path, root: Path) -> str:
+    """root/specviz/lab/lab.py -> "specviz.lab.lab" (a package's __init__.py is the package)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imported_packages(path: Path) -> set[str]:
-    """The specviz packages a module imports, at any depth of its code (lazy imports too)."""
+def imported_modules(path: Path, known: set[str], root: Path) -> set[str]:
+    """The known modules a file imports anywhere in it, lazy imports and relative ones too (`from a import b`
+    counts a.b when that is a module)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
+    current = module_name(path, root)
+    package = current if path.name == "__init__.py" else current.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] if "." in node.module else [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "specviz" and len(parts) > 1:
-                found.add(parts[1])
-    return found
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {name for name in found if name in known and name != current}
+
+
+def import_graph(package: Path = ROOT) -> nx.DiGraph:
+    """Every module of the package (a folder) and the modules of it each one imports."""
+    files = sorted(path for path in package.rglob("*.py") if "__pycache__" not in path.parts)
+    known = {module_name(f, package.parent) for f in files}
+    graph = nx.DiGraph()
+    for f in files:
+        source = module_name(f, package.parent)
+        graph.add_node(source)
+        for target in imported_modules(f, known, package.parent):
+            graph.add_edge(source, target)
+    return graph
+
+
+def package_of(module: str) -> str:
+    """"specviz.lab.lab" -> "lab"; a top-level module ("specviz.cli") is its own package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 @dataclass(frozen=True)
@@ -52,44 +75,29 @@ class Structure:
         return rows
 
 
-def measure_structure(root: Path = ROOT) -> Structure:
+def measure_structure(package: Path = ROOT) -> Structure:
+    """Modules per package, each package's layer (the longest chain of package imports below it, a circle counted
+    as one), and the package imports that lie on a circle."""
+    graph = import_graph(package)
     modules: dict[str, int] = defaultdict(int)
-    imports: dict[str, set[str]] = defaultdict(set)
-    for path in sorted(root.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        package = package_of(path, root)
-        modules[package] += 1
-        imports[package] |= _imported_packages(path) - {package}
-    reach = {p: _reachable(p, imports) for p in modules}
-    upward = sorted((a, b) for a in modules for b in imports[a] if a in reach.get(b, set()))
-    layers: dict[str, int] = {}
-
-    def layer(package: str, seen: frozenset = frozenset()) -> int:
-        if package not in layers:
-            below = [q for q in imports[package] if q in modules and q not in seen and package not in reach[q]]
-            layers[package] = 1 + max((layer(q, seen | {package}) for q in below), default=-1)
-        return layers[package]
-
-    for package in modules:
-        layer(package)
-    return Structure(dict(modules), layers, upward)
-
-
-def _reachable(start: str, imports: dict[str, set[str]]) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for q in imports.get(todo.pop(), ()):
-            if q not in seen:
-                seen.add(q)
-                todo.append(q)
-    return seen
+    packages = nx.DiGraph()
+    for module in graph.nodes:
+        modules[package_of(module)] += 1
+        packages.add_node(package_of(module))
+    packages.add_edges_from((package_of(a), package_of(b)) for a, b in graph.edges if package_of(a) != package_of(b))
+    circles = nx.condensation(packages)
+    members = circles.graph["mapping"]        # package -> its circle (a node of the condensation)
+    upward = sorted((a, b) for a, b in packages.edges if members[a] == members[b])
+    depth: dict[int, int] = {}
+    for circle in reversed(list(nx.topological_sort(circles))):
+        depth[circle] = 1 + max((depth[below] for below in circles.successors(circle)), default=-1)
+    return Structure(dict(modules), {p: depth[members[p]] for p in packages.nodes}, upward)
 
 
 def _layer_of(filename: str) -> str | None:
     """The app-layer package of a frame's file, "below" for the rest of specviz, None outside it."""
     try:
-        package = package_of(Path(filename).resolve())
+        package = package_of(module_name(Path(filename).resolve(), ROOT.parent))
     except ValueError:
         return None
     return package if package in APP_LAYER else "below"
