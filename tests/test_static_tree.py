@@ -208,7 +208,7 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     import gradio as gr
 
     from specviz.lab.public_policy import Policy
-    from specviz.lab.static_tree import StaticTree
+    from specviz.lab.static_tree import StaticTreeStudies
     from specviz.panels.static_tree_tab import StaticTreeTab
 
     curve = costmodel.CostModel(sizes=[1, 2, 4, 8], ms=[1.0, 1.1, 1.2, 1.4], context_len=64, model=tiny.name,
@@ -243,6 +243,6 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
         assert expected in tab.on_measure(None, drafter, scope, 12, 2, 16, quiet, **page)[tab.message]
     public = StaticTreeTab.__new__(StaticTreeTab)
     public.policy, public.message = Policy.for_public(), tab.message
-    public.studies = StaticTree(public.policy, {"tuning suite": SUITE * 20})
+    public.studies = StaticTreeStudies(public.policy, {"tuning suite": SUITE * 20})
     assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, 16, quiet, **{
         **page, "model": ""})[tab.message]

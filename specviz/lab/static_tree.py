@@ -17,6 +17,7 @@ from specviz.lab.lab_state import CallAction, ModelCall, StaticTreeRequest
 from specviz.lab.prompt_scope import PAGE_PROMPT, scoped_prompts
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
+from specviz.tree.static_tree import StaticTree
 from specviz.tree.static_tree_export import FORMATS, export
 
 SCOPES = (PAGE_PROMPT, "tuning suite", "held-out suite")
@@ -28,7 +29,7 @@ MAX_SHOWN_N = 128    # the N slider's top (a tree of more is not drawn usefully)
 
 
 @dataclass
-class StaticTree:
+class StaticTreeStudies:
     """A visitor's static-tree studies: what they may run (the policy; the suites they may measure on)."""
     policy: Policy = field(default_factory=Policy.private)
     suites: dict[str, list[SuiteItem]] = field(default_factory=dict)
@@ -70,17 +71,18 @@ class StaticTree:
         return whole_number("N", n, 1, min(study.supported, MAX_SHOWN_N))
 
     @staticmethod
-    def exported_text(study: StaticTreeStudy, n: int, fmt) -> str:
-        """The best tree of n tokens in an engine's format, with the study's figures beside it."""
+    def exported_text(study: StaticTreeStudy, tree: StaticTree, fmt) -> str:
+        """The study's best tree of N tokens (study.tree(N)) in an engine's format, with the study's figures."""
         if fmt not in TEXT_FORMATS:
             raise SpecvizError(f"format must be one of {', '.join(TEXT_FORMATS)}, got {quoted(fmt)}.")
+        n = tree.size
         extra = {"drafter": study.drafter, "positions": study.acceptance.positions,
                  "expected_speedup": round(study.expected_speedup[n - 1], 3), "best_tokens_here": study.best_tokens}
-        return export(study.tree(n), fmt, study.engine_method, extra)
+        return export(tree, fmt, study.engine_method, extra)
 
     @staticmethod
-    def write_graphml(study: StaticTreeStudy, n: int, folder: Path) -> Path:
-        """The best tree of n tokens as a GraphML file in folder; its path."""
-        path = Path(folder) / f"specviz-static-tree-{n}.graphml"
-        path.write_text(export(study.tree(n), "graphml"))
+    def write_graphml(tree: StaticTree, folder: Path) -> Path:
+        """A tree of N tokens as a GraphML file in folder; its path."""
+        path = Path(folder) / f"specviz-static-tree-{tree.size}.graphml"
+        path.write_text(export(tree, "graphml"))
         return path

@@ -10,7 +10,7 @@ from specviz.engine.static_study import StaticTreeStudy
 from specviz.engine.suite import SuiteItem
 from specviz.lab.model_calls import call_tokens
 from specviz.lab.public_policy import Policy
-from specviz.lab.static_tree import MAX_DEPTH, MAX_SHOWN_N, SCOPES, TEXT_FORMATS, StaticTree
+from specviz.lab.static_tree import MAX_DEPTH, MAX_SHOWN_N, SCOPES, TEXT_FORMATS, StaticTreeStudies
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.visitor_handler import download_folder, model_call, trim_downloads, visitor_handler
 from specviz.render.static_tree_figures import level_table_markdown, speedup_figure, static_tree_figure
@@ -25,7 +25,7 @@ class StaticTreeTab:
     takes them), whose model, run mode, draft model and prompt the study uses."""
 
     def __init__(self, policy: Policy, suites: dict[str, list[SuiteItem]], settings_inputs: dict, max_new_tokens):
-        self.policy, self.studies = policy, StaticTree(policy, suites)
+        self.policy, self.studies = policy, StaticTreeStudies(policy, suites)
         with gr.Tab("Static tree", id="tab-static-tree"):
             gr.Markdown("The **static** draft tree a serving engine takes (vLLM's `speculative_token_tree`, "
                         "TensorRT-LLM's `eagle_choices`, SGLang's three flags, Medusa's choices), chosen from how often "
@@ -69,7 +69,7 @@ class StaticTreeTab:
                    **settings):
         planned = self.studies.plan(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), drafter,
                                     settings.get("draft_model", ""), scope, tokens, depth)
-        with model_call(visit, call_tokens(StaticTree.call_of(planned))) as budget:
+        with model_call(visit, call_tokens(StaticTreeStudies.call_of(planned))) as budget:
             study = self.studies.measure(planned, lambda event: progress((event.done, event.total), desc=event.label),
                                          budget)
         n = min(study.best_tokens, MAX_SHOWN_N)
@@ -82,12 +82,13 @@ class StaticTreeTab:
     def on_show(self, visit: gr.Request, study, n, fmt):
         if not isinstance(study, StaticTreeStudy):
             return {self.message: "Measure first: the tree comes from a study."}
-        n = StaticTree.shown_size(study, n)
+        n = StaticTreeStudies.shown_size(study, n)
         return self._shown(visit, study, n, fmt)  # the study's message stays
 
     def _shown(self, visit, study: StaticTreeStudy, n: int, fmt) -> dict:
-        text = StaticTree.exported_text(study, n, fmt)
-        path = StaticTree.write_graphml(study, n, download_folder(visit))
-        return {self.tree_plot: static_tree_figure(study.tree(n), study.acceptance.counts),
+        tree = study.tree(n)
+        text = StaticTreeStudies.exported_text(study, tree, fmt)
+        path = StaticTreeStudies.write_graphml(tree, download_folder(visit))
+        return {self.tree_plot: static_tree_figure(tree, study.acceptance.counts),
                 self.curve_plot: speedup_figure(study, n), self.export_text: text,
                 self.graphml: trim_downloads(visit, path, self.policy)}
