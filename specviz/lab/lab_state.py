@@ -40,13 +40,8 @@ class Settings:
     mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
     sampling: SamplingSettings = SamplingSettings()
     max_prompt_tokens: int | None = None  # public mode's cap, checked where the prompt is tokenized (None: context)
-    # the prompt as the model reads it (text, or chat messages), parsed once by the door (lab.visitor_request)
-    read_as: str | tuple[dict, ...] = field(default="", compare=False)
-
-    @property
-    def model_prompt(self) -> str | list[dict]:
-        """The prompt as the model reads it: text, or a chat's messages."""
-        return list(self.read_as) if isinstance(self.read_as, tuple) else self.read_as
+    # the prompt as the model reads it (text, or a chat's messages), parsed once by the door (lab.visitor_request)
+    model_prompt: str | list[dict] = field(default="", compare=False)
 
 
 @dataclass

@@ -63,10 +63,9 @@ def checked_settings(model: str, prompt: str, method: str, budget, params: Mappi
     sampling = SamplingSettings.checked(temperature, top_p, seed)
     resolved = policy.check_params(spec.name, spec.resolve_params(own))
     spec.check_sampling(resolved, sampling)
-    read_as = parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
+    model_prompt = parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
     return Settings(model_key(model), prompt, spec.name, visitor_budget(budget), tuple(sorted(resolved.items())),
-                    draft_name, mode_key(mode), sampling, policy.max_prompt_tokens,
-                    tuple(read_as) if isinstance(read_as, list) else read_as)
+                    draft_name, mode_key(mode), sampling, policy.max_prompt_tokens, model_prompt)
 
 
 @dataclass(frozen=True)
