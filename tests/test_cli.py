@@ -113,8 +113,8 @@ def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path, capsys):
 
 USER_COMMANDS = {"generate", "bench", "sweep", "calibrate", "datastore", "train-head", "trained-files", "draft-quality",
                  "static-tree", "space-bundle", "params"}
-DEV_COMMANDS = {"overhead", "predict", "memory", "page-faults", "profile", "random-model", "long-context", "state-cost",
-                "space-figures", "app-load", "record-traces", "structure"}
+DEV_COMMANDS = {"overhead", "predict", "memory", "page-faults", "profile", "roofline", "random-model", "long-context",
+                "state-cost", "space-figures", "app-load", "record-traces", "structure"}
 
 
 def subcommands(parser) -> dict:
@@ -158,3 +158,22 @@ def test_every_command_is_a_module_that_registers_itself(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["dev", "app-load", "--help"])
     assert stopped.value.code == 0 and "--part" in capsys.readouterr().out
+
+
+def test_dev_overhead_drafts_with_the_drafter_named(tiny_models, monkeypatch, capsys):
+    """`dev overhead` runs a model-drafting method with the drafter --draft-model names (by default the head, as
+    bench and the app do), not always the target's own weights."""
+    from specviz.benches import overhead
+    from specviz.cli import main
+
+    seen = []
+
+    def fake_step_overhead(lm, suite, method, budget, max_new_tokens, params=None, draft=None):
+        seen.append(draft)
+        return {"method": method}
+
+    monkeypatch.setattr(overhead, "step_overhead", fake_step_overhead)
+    assert main(["dev", "overhead", "--suite", "assets/heldout.jsonl", "--method", "reader", "--budgets", "auto",
+                 "--model", tiny_models["same"], "--draft-model", "self-skip:1"]) in (0, None)
+    assert len(seen) == 1 and seen[0] is not None and "skip" in seen[0].name, seen
+    capsys.readouterr()

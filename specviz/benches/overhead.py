@@ -12,15 +12,17 @@ from specviz.methods import Budget
 
 
 def step_overhead(lm: LoadedModel, suite: list[SuiteItem], method: str, budget: Budget | int | str, max_new_tokens: int,
-                  params: dict | None = None) -> dict:
+                  params: dict | None = None, draft=None) -> dict:
     """Median milliseconds per step spent outside the target's forward pass (drafting, union, mask,
     acceptance, cache compaction, drafter updates, the step record), over every step of every prompt. budget: a
-    Budget, or its text form (the CLI's)."""
+    Budget, or its text form (the CLI's). draft: the model drafter of a method that takes one (None: the target's
+    own weights)."""
     budget = Budget.parse(budget)
     parts: dict[str, list[float]] = {"outside_forward": [], "draft": [], "verify_minus_forward": [], "update": [],
                                      "forward": [], "tree_nodes": []}
     for item in suite:
-        run = run_method(lm, method, item.messages, params=params, budget=budget, max_new_tokens=max_new_tokens)
+        run = run_method(lm, method, item.messages, params=params, budget=budget, max_new_tokens=max_new_tokens,
+                         draft=draft)
         for record in run.records:
             t = record.timings_ms
             parts["outside_forward"].append(t.total - t.forward)

@@ -54,6 +54,17 @@ def positive(name: str, value: int, high: int = 100_000) -> int:
     return value
 
 
+def tree_sizes(text: str, high: int = 1024) -> list[int]:
+    """--sizes: comma-separated tree sizes in tokens, each 1..high; a SpecvizError that says why otherwise."""
+    try:
+        sizes = [positive("--sizes", int(x), high) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecvizError(f"--sizes takes whole numbers separated by commas, got {text!r}.") from None
+    if not sizes:
+        raise SpecvizError("--sizes names no size.")
+    return sizes
+
+
 def whole(name: str, text: str) -> int:
     """A flag's text read as a whole number, else a refusal naming the flag."""
     try:

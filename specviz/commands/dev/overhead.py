@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specviz.commands.common_args import graph_regimes, load_target, model_args, positive
+from specviz.commands.common_args import draft_model, graph_regimes, load_target, model_args, positive
 
 
 def register(subparsers) -> None:
@@ -28,11 +28,13 @@ def run(args) -> None:
     suite = load_suite(args.suite)
     budgets = [parse_budget(b.strip()) for b in args.budgets.split(",") if b.strip()]
     lm = load_target(args)
+    # the drafter the method runs by default elsewhere (bench, the app): the trained head where there is one
+    draft = draft_model(args, [args.method], lm)
     regimes = graph_regimes(args, lm) or [None]
     for budget in budgets:
         for regime in regimes:  # each budget in both regimes back to back, so drift moves them alike
             if regime is not None:
                 captured_forward.install(lm, regime)
             figures = step_overhead(lm, suite, args.method, budget, positive("--max-new-tokens", args.max_new_tokens),
-                                    parse_assignments(args.param))
+                                    parse_assignments(args.param), draft)
             print(json.dumps({"graphs": "on" if lm.graphs else "off", **figures}), flush=True)

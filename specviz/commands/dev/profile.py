@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from specviz.commands.common_args import emit, load_target, model_args, positive
-from specviz.errors import SpecvizError
+from specviz.commands.common_args import emit, load_target, model_args, positive, tree_sizes
 
 
 def register(subparsers) -> None:
@@ -21,12 +20,7 @@ def run(args) -> None:
     from specviz.benches.profile_forward import format_profile, profile
 
     lm = load_target(args)
-    try:
-        sizes = [positive("--sizes", int(x), 1024) for x in args.sizes.split(",") if x.strip()]
-    except ValueError:
-        raise SpecvizError(f"--sizes takes whole numbers separated by commas, got {args.sizes!r}.") from None
-    if not sizes:
-        raise SpecvizError("--sizes names no size.")
+    sizes = tree_sizes(args.sizes)
     rows = profile(lm, sizes, positive("--context", args.context, lm.max_context - max(sizes) - 1),
                    positive("--repeats", args.repeats, 1000))
     emit(format_profile(lm, rows), {"mode": lm.mode, "linear": lm.linear, "linear_by_size": lm.linear_summary(),

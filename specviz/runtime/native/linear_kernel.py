@@ -2,12 +2,11 @@
 
 A verify forward of a few tokens is bound by reading the weights (about 536 MB in fp32 for SmolLM2-135M).
 oneDNN's packed matmul reads them once too, but its one-row path is slow here and its cost grows from
-2 rows on. This kernel streams each weight once, in groups of 48 output columns, and keeps a block of up
-to 8 rows x 48 outputs in registers, so every weight vector it loads serves all the rows: the lean
-forward's linear layers alone take 7.5 / 8.0 / 8.8 / 10.2 / 38.5 ms at 1 / 2 / 4 / 8 / 64 rows (2 cores,
-AVX-512; about 72 GB/s of weights at one row), and a one-token verify forward went from about 12 ms
-with oneDNN to about 9.5. Each output is summed over the input in order, so a row's result is bitwise the
-same however many rows share the call.
+2 rows on. This kernel streams each weight once, in groups of output columns (one vector wide with AVX-512,
+three elsewhere), and keeps a block of rows x groups in registers, so every weight vector it loads serves all
+the rows; the block's shape follows the row count (linear_kernel.cc). Each output is summed over the input in
+order, so a row's result is bitwise the same however many rows share the call. Figures: docs/benchmarks.md,
+"Native linear kernel" and "The verify forward against the roofline (issue 63)".
 
 fp32 on a CPU only; elsewhere (bf16, CUDA, no compiler, SPECVIZ_NATIVE=0) runtime.fast_linear's oneDNN or
 PyTorch's linear runs instead, and models.pick_linear says why.
