@@ -167,6 +167,14 @@ def test_a_static_tree_drafts_with_an_eagle_head(target, heads):
 
     measured = measure_ranks(target, head, "eagle-3", suite, depth=2, max_rank=8, max_new_tokens=16)
     assert measured.acceptance.positions > 0  # acceptance by rank path, measured along ar's output
+    # what a serving engine sees of each head: its EAGLE version and the folder it would load
+    from specviz.engine.static_study import drafter_for_engines
+
+    for layout, kind in (("eagle3", "eagle3"), ("eagle1", "eagle")):
+        spec = f"eagle:{heads[layout]}"
+        drafter = drafter_for_engines(target, resolve_draft(target, spec, lambda name: None), spec)
+        assert (drafter.kind, drafter.location) == (kind, str(heads[layout]))
+    assert drafter_for_engines(target, target, "self").kind == "self"
 
 
 def _refusal(target, location) -> str:

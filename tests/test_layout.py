@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
 
 # bottom to top: a package may import only itself and packages before it in this list
-LAYERS = ["errors", "params", "runtime", "tree", "records", "accept", "index", "drafters", "methods",
+LAYERS = ["errors", "params", "runtime", "tree", "serving", "records", "accept", "index", "drafters", "methods",
           "engine", "training", "render", "lab", "panels", "benches", "deploy", "commands", "cli"]
 
 

@@ -1,10 +1,9 @@
 """The static tree a drafter's acceptance by rank justifies: counting rank paths, the best tree for N tokens
-(against brute force), the refusals, every export parsed back by its engine's rules, and the measurement on
+(against brute force), the refusals, the tree's JSON and GraphML, what the command and the tab show of each
+engine's advice (tests/test_serving.py checks the advice itself), and the measurement on
 a real run (the target drafting for itself follows rank 0 everywhere; the head's teacher-forced ranks are its
 dynamic tree's child order)."""
 
-import ast
-import argparse
 import itertools
 import json
 
@@ -81,24 +80,10 @@ def test_expected_speedup_prices_the_verify_and_the_draft_levels():
     assert speedups == [pytest.approx(1.5 * 11 / (12 + 1)), pytest.approx(1.8 * 11 / (13 + 2))]
 
 
-def test_every_export_parses_back_by_its_engines_rules(acceptance):
+def test_the_tree_exports_as_json_and_graphml(acceptance):
     tree = best_tree(acceptance, 6)
-    vllm = json.loads(export(tree, "vllm", "eagle"))
-    assert vllm["method"] == "eagle" and vllm["num_speculative_tokens"] == 6
-    paths = ast.literal_eval(vllm["speculative_token_tree"])
-    assert all(isinstance(p, tuple) for p in paths) and paths == tree.paths
-    assert all(len(p) == 1 or p[:-1] in paths[:i] for i, p in enumerate(paths))  # parents first: breadth-first
-    assert [len(p) for p in paths] == sorted(len(p) for p in paths)
-    parser = argparse.ArgumentParser()
-    for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
-        parser.add_argument(flag, type=int, required=True)
-    sglang = parser.parse_args(export(tree, "sglang").split())
-    assert (sglang.speculative_num_steps, sglang.speculative_eagle_topk, sglang.speculative_num_draft_tokens) == (
-        tree.depth, tree.max_children(), 7)
-    trtllm = json.loads(export(tree, "trtllm"))
-    assert trtllm["eagle_choices"] == [list(p) for p in tree.paths] and trtllm["max_total_draft_tokens"] == 6
-    assert json.loads(export(tree, "medusa"))["medusa_choices"] == [list(p) for p in tree.paths]
     record = json.loads(export(tree, "json", extra={"drafter": "test"}))
+    assert record["paths"] == [list(p) for p in tree.paths]
     assert record["drafter"] == "test" and record["expected_accepted"] == pytest.approx(tree.expected_accepted, abs=1e-4)
     graph = nx.parse_graphml(export(tree, "graphml"))
     assert nx.is_arborescence(graph) and graph.number_of_nodes() == 7
@@ -107,6 +92,8 @@ def test_every_export_parses_back_by_its_engines_rules(acceptance):
     assert set(as_graph(tree).successors("root")) == {"-".join(map(str, p)) for p in tree.paths if len(p) == 1}
     with pytest.raises(SpecvizError, match="choose one of " + ", ".join(FORMATS)):
         export(tree, "onnx")
+    with pytest.raises(SpecvizError, match="choose one of"):  # an engine's text is serving's, never a tree's
+        export(tree, "vllm")
 
 
 @pytest.fixture(scope="module")
@@ -167,17 +154,21 @@ def test_the_command_prints_the_engines_text_and_refuses_bad_input(tiny, tmp_pat
     common = ["static-tree", "--model", tiny.name, "--drafter", "self", "--suite", str(suite), "--depth", "2",
               "--max-new-tokens", "8"]
     report = tmp_path / "report.json"
-    assert main(common + ["--tokens", "2", "--format", "trtllm", "--check", str(suite), "--check-tokens", "1,2,9",
+    assert main(common + ["--tokens", "2", "--format", "json", "--check", str(suite), "--check-tokens", "1,2,9",
                           "--json", str(report)]) == 0
     out = capsys.readouterr()
     written = json.loads(report.read_text())
     assert [c["tokens"] for c in written["checks"]] == [1, 2] and written["checks"][1]["lossless"]
-    assert written["checks"][1]["vllm"]["speculative_token_tree"] == "[(0,), (0, 0)]"
-    assert json.loads(out.out) == {"eagle_choices": [[0], [0, 0]], "max_total_draft_tokens": 2}
+    assert json.loads(out.out)["paths"] == [[0], [0, 0]]
+    # the target drafting for itself is no drafter an engine loads: each says so, Medusa's choices come with a note
+    assert "gains nothing" in written["engines"]["vLLM"]["refused"]
+    assert written["engines"]["Medusa"]["refused"] is None and not written["engines"]["Medusa"]["problems"]
     assert "expected speedup" in out.err and "check N =   2" in out.err and "lossless yes" in out.err
     assert "check N = 9: more than the 2 tokens the measurements support" in out.err
     assert main(common + ["--format", "onnx"]) == 2
     assert "choose one of vllm, sglang" in capsys.readouterr().err
+    assert main(common + ["--format", "trtllm"]) == 2
+    assert "TensorRT-LLM: TensorRT-LLM drafts with an EAGLE-3 head or a separate draft model" in capsys.readouterr().err
     assert main(common + ["--tokens", "200"]) == 2
     assert "support at most 2 draft tokens" in capsys.readouterr().err
     assert main(common + ["--tokens", "two"]) == 2
@@ -225,15 +216,18 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     study, size, message = measured[tab.study], measured[tab.size], measured[tab.message]
     assert study.drafter == "self" and study.acceptance.positions > 0 and size["value"] == study.best_tokens
     assert "best N here" in message and "| (0,) |" in measured[tab.table]
-    assert json.loads(measured[tab.export_text])["num_speculative_tokens"] == study.best_tokens
+    assert "vLLM** cannot take this drafter" in measured[tab.engine_note]  # the page's drafter is the target itself
     assert nx.is_arborescence(nx.read_graphml(measured[tab.graphml]))
     assert len(measured[tab.tree_plot].data[1].x) == study.best_tokens + 1  # the root and every node, by depth
     assert measured[tab.curve_plot].data[2].x == (study.best_tokens,)       # the best N starred
-    for fmt in ("sglang", "trtllm", "medusa"):
+    for fmt, engine in (("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
         shown = tab.on_show(None, study, 1, fmt)
-        assert shown[tab.export_text] == export(study.tree(1), fmt, "draft_model")
+        assert f"{engine}** cannot take this drafter" in shown[tab.engine_note]
         assert tab.message not in shown  # the study's message is kept
-    assert json.loads(tab.on_show(None, study, 1, "json")[tab.export_text])["paths"] == [[0]]
+    medusa = tab.on_show(None, study, 1, "medusa")
+    assert json.loads(medusa[tab.export_text]["value"]) == json.loads(study.engine_advice("Medusa").config_text)
+    assert "Predicted" in medusa[tab.engine_note] and "would refuse" not in medusa[tab.engine_note]
+    assert json.loads(tab.on_show(None, study, 1, "json")[tab.export_text]["value"])["paths"] == [[0]]
     for n, fmt, expected in ((study.supported + 1, "vllm", "between 1 and"), (1, "onnx", "format must be one of"),
                              ("1e9", "vllm", "whole number")):
         assert expected in tab.on_show(None, study, n, fmt)[tab.message]
@@ -246,3 +240,29 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     public.studies = StaticTreeStudies(public.policy, {"tuning suite": SUITE * 20})
     assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, 16, quiet, **{
         **page, "model": ""})[tab.message]
+
+
+def test_an_engines_dynamic_eagle_rule_drafted_in_sessions_is_lossless_and_keeps_its_shape(tiny):
+    """serving's SGLang advice for a head, drafted by EAGLE-2's rule at its settings (engine.static_check): every
+    step's tree holds at most its draft tokens and levels, and the sessions emit ar's tokens."""
+    from specviz.engine.static_check import EagleRuleProbe, check_engine
+    from specviz.serving import sglang
+    from specviz.serving.advice import Drafter
+
+    torch.manual_seed(0)
+    draft_ids = torch.tensor(sorted(set(range(300)) | tiny.eos_ids))
+    shape = target_shape(tiny, 32, len(draft_ids))
+    head = DraftHead(tiny, HeadNetwork(tiny, shape, draft_ids), HeadRecord(target_identity(tiny), shape))
+    acceptance = RankAcceptance.from_rank_sequences("head", SEQUENCES, depth=3, max_rank=8)
+    advice = sglang.advise(Drafter("specviz-head", "head", None), acceptance, lambda q: 1.0 + 0.01 * q, 0.05)
+    assert advice.shape.topk > 1 and advice.shape.drafts > advice.shape.steps  # a tree, not a chain
+    checked = check_engine(tiny, head, advice, SUITE, max_new_tokens=12)
+    assert checked.lossless and checked.steps > 0 and checked.predicted_accepted == round(advice.predicted_accepted, 3)
+    probe = type("Probe", (EagleRuleProbe,), {"steps": 2, "topk": 3, "drafts": 5})
+    session = Session(tiny, probe, budget=5, draft=head)
+    session.start("the cat sat on the mat")
+    for _ in range(3):
+        record = session.step()
+        assert len(record.nodes) - 1 <= 5 and max(node.depth for node in record.nodes) <= 2
+    assert check_engine(tiny, None, sglang.advise(Drafter("self", "self", None), acceptance, lambda q: 1.0, 0.05),
+                        SUITE, 12) is None  # refused: nothing to draft

@@ -23,12 +23,14 @@ def register(subparsers) -> None:
                         "out")
     parser.add_argument("--tokens", default="best", help="draft tokens N (1..256), or best: the N of the largest "
                         "expected speedup on this machine's cost curve")
-    parser.add_argument("--format", default="vllm", help="vllm, sglang, trtllm, medusa, json or graphml")
+    parser.add_argument("--format", default="vllm", help="vllm, sglang, trtllm or medusa: that engine's knobs for "
+                        "the drafter under its own drafting rule, as its current release takes them; json or graphml: "
+                        "the best tree of --tokens itself")
     parser.add_argument("--depth", type=int, default=6, help="deepest level measured")
     parser.add_argument("--max-rank", type=int, default=8, help="ranks measured at each level")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--json", default=None, metavar="OUT", help="write the whole report here: every path's "
-                        "count and chance, the expected curves, the checks and the vLLM tree of each checked N")
+                        "count and chance, the expected curves, the checks and every engine's advice")
     model_args(parser)
     parser.set_defaults(func=run)
 
@@ -39,7 +41,7 @@ def run(args) -> None:
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.shared_resources import resolve_draft
     from specviz.tree.static_tree import best_tree
-    from specviz.tree.static_tree_export import FORMATS, export
+    from specviz.tree.static_tree_export import ENGINE_FORMATS, FORMATS, export
 
     # every flag is checked and every suite read before the model loads
     if args.format not in FORMATS:
@@ -63,12 +65,31 @@ def run(args) -> None:
     tree = best_tree(found.acceptance, tokens or found.best_tokens)
     print_study(args.drafter, found, tree.size)
     checks = run_checks(args, lm, drafter, found.acceptance, check_suite, check_tokens)
+    engine_checks = run_engine_checks(args, lm, drafter, found, check_suite)
     if args.json:
-        write_report(args, found, depth, checks)
-    print(export(tree, args.format, found.engine_method,
-                 {"drafter": args.drafter, "positions": found.acceptance.positions,
-                  "expected_speedup": round(found.expected_speedup[tree.size - 1], 3),
-                  "best_tokens_here": found.best_tokens}))
+        write_report(args, found, depth, checks, engine_checks)
+    if args.format in ENGINE_FORMATS:
+        print(engine_text(found.engine_advice(ENGINE_FORMATS[args.format])))
+        return
+    print(export(tree, args.format, {"drafter": args.drafter, "positions": found.acceptance.positions,
+                                     "expected_speedup": round(found.expected_speedup[tree.size - 1], 3),
+                                     "best_tokens_here": found.best_tokens}))
+
+
+def engine_text(advice) -> str:
+    """The config to copy (stdout); on stderr the knobs, the predicted figures, the rules' source and notes. A
+    refused engine is a SpecvizError that says why and what to use instead."""
+    if advice.refused:
+        raise SpecvizError(f"{advice.engine}: {advice.refused}")
+    knobs = ", ".join(f"{name} {value}" for name, value in advice.knobs)
+    print(f"{advice.engine}: {knobs}; predicted accepted drafts a step {advice.predicted_accepted:.3f} under its own "
+          f"drafting rule, {advice.verified_tokens} tokens verified, predicted speedup {advice.predicted_speedup:.2f}x "
+          f"on this machine; rules read from {advice.rules.where}", file=sys.stderr)
+    for note in advice.notes:
+        print(f"  note: {note}", file=sys.stderr)
+    for problem in advice.problems:
+        print(f"  the engine would refuse it: {problem}", file=sys.stderr)
+    return advice.config_text
 
 
 def print_study(drafter: str, found, tree_size: int) -> None:
@@ -104,12 +125,31 @@ def run_checks(args, lm, drafter, acceptance, check_suite: list[dict], check_tok
     return checks
 
 
-def write_report(args, found, depth: int, checks: list) -> None:
-    """--json: every path's count and chance, the expected curves, and each check with its vLLM tree."""
+def run_engine_checks(args, lm, drafter, found, check_suite: list) -> dict:
+    """--check: each engine's advice drafted in greedy sessions (its chain or tree, or its dynamic EAGLE rule with
+    the head's own scores), the accepted drafts a step measured against what its rule predicted, said on stderr."""
+    from specviz.engine.static_check import check_engine
+    from specviz.serving import ENGINES
+
+    measured = {}
+    for engine in ENGINES if check_suite else ():
+        advice = found.engine_advice(engine)
+        checked = check_engine(lm, None if drafter is lm else drafter, advice, check_suite, args.max_new_tokens)
+        if checked is None:
+            continue
+        measured[engine] = checked
+        knobs = ", ".join(f"{name} {value}" for name, value in advice.knobs)
+        print(f"  check {engine} ({knobs}) on {args.check}: accepted a step predicted {checked.predicted_accepted:.3f} "
+              f"under its rule, measured {checked.measured_accepted:.3f} over {checked.steps} steps, lossless "
+              f"{'yes' if checked.lossless else 'NO'}", file=sys.stderr)
+    return measured
+
+
+def write_report(args, found, depth: int, checks: list, engine_checks: dict) -> None:
+    """--json: every path's count and chance, the expected curves, each check, and every engine's advice."""
     from dataclasses import asdict
 
-    from specviz.tree.static_tree import best_tree
-    from specviz.tree.static_tree_export import export
+    from specviz.serving import ENGINES
 
     acceptance = found.acceptance
     report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
@@ -118,8 +158,9 @@ def write_report(args, found, depth: int, checks: list) -> None:
                         for p, c, ch, (lo, hi) in acceptance.level_table(depth)],
               "expected_accepted": [round(e, 4) for e in found.expected_accepted],
               "expected_speedup": [round(s, 4) for s in found.expected_speedup],
-              "checks": [{**asdict(c), "vllm": json.loads(export(best_tree(acceptance, c.tokens), "vllm",
-                                                                 found.engine_method))}
-                         for c in checks]}
+              "checks": [asdict(c) for c in checks],
+              "engines": {engine: {**asdict(found.engine_advice(engine)),
+                                   "check": asdict(engine_checks[engine]) if engine in engine_checks else None}
+                          for engine in ENGINES}}
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1)

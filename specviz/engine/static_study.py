@@ -5,7 +5,7 @@ tokens and expected speedup on this machine's cost curve, and the N that maximis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from specviz.engine import costmodel
@@ -13,9 +13,13 @@ from specviz.engine.progress_events import final_result
 from specviz.engine.rank_acceptance import measure_ranks
 from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
-from specviz.runtime.eagle_head import drafts_from_features
+from specviz.serving import ENGINES
+from specviz.serving.advice import Drafter, EngineAdvice
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.tree.static_tree import MIN_COUNT, RankAcceptance, StaticTree, best_tree, expected_curve, expected_speedups
+
+
+VERIFY_PRICED = 130  # tree tokens the study keeps the verify cost of (trees up to 129 drafts and the root)
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,8 @@ class StaticTreeStudy:
     expected_accepted: list[float]   # per N (index N - 1): the best tree's expected accepted draft tokens a step
     expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps (this machine)
     depths: list[int]                # per N: the best tree's depth
-    engine_method: str               # vLLM's speculative method for this drafter: "eagle" (a head) or "draft_model"
+    drafter_kind: Drafter            # what the drafter is to a serving engine (serving.advice)
+    verify_ms: tuple[float, ...]     # this machine's verify forward of q tokens (index q - 1), as priced here
 
     @property
     def supported(self) -> int:
@@ -40,6 +45,20 @@ class StaticTreeStudy:
 
     def tree(self, tokens: int) -> StaticTree:
         return best_tree(self.acceptance, tokens)
+
+    def verify_cost(self, tokens: int) -> float:
+        return self.verify_ms[min(tokens, len(self.verify_ms)) - 1]
+
+    def engine_advice(self, engine: str) -> EngineAdvice:
+        """An engine's knobs for this drafter under the engine's own drafting rule (serving.ENGINES)."""
+        if engine not in ENGINES:
+            raise SpecvizError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}.")
+        advice = ENGINES[engine].advise(self.drafter_kind, self.acceptance, self.verify_cost, self.level_ms)
+        if advice.refused or advice.predicted_speedup >= 1:
+            return advice
+        return replace(advice, notes=(*advice.notes, f"predicted {advice.predicted_speedup:.2f}x on this machine: "
+                                      "slower than decoding without a drafter here (a faster machine's cost curve, "
+                                      "or a better drafter, may turn it)"))
 
 
 @dataclass(frozen=True)
@@ -75,5 +94,24 @@ def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteIt
         depths.append(deepest)
     cost = costmodel.load_or_calibrate(lm)
     speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
+    verify_ms = tuple(cost.cost_ms(q) for q in range(1, VERIFY_PRICED + 1))
     return StaticTreeStudy(label, acceptance, measured.level_ms, measured.prompts, curve, speedups, depths,
-                           "eagle" if drafts_from_features(drafter) else "draft_model")
+                           drafter_for_engines(lm, drafter, label), verify_ms)
+
+
+def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
+    """What the drafter a study measured is to a serving engine, and where an engine would load it from."""
+    from specviz.runtime.draft_head import DraftHead
+    from specviz.runtime.eagle_files import parse_eagle_spec
+    from specviz.runtime.eagle_head import EagleHead
+    from specviz.runtime.layer_skip import parse_self_skip
+
+    if isinstance(drafter, DraftHead):
+        return Drafter("specviz-head", label, None)
+    if isinstance(drafter, EagleHead):
+        return Drafter("eagle3" if len(drafter.feature_tap.layers) == 3 else "eagle", label, parse_eagle_spec(label))
+    if drafter is lm:
+        return Drafter("self", label, None)
+    if parse_self_skip(label) is not None:
+        return Drafter("self-skip", label, None)
+    return Drafter("draft-model", label, label)

@@ -1,6 +1,7 @@
 """A static-tree study for a visitor, beside the sweep: the drafter, the prompts and the depth checked against the
 public policy before any model runs, the study run through the model-call router (lab.model_calls) with its
-progress as typed events, and a tree of N tokens exported in each engine's format and as a GraphML file."""
+progress as typed events, each serving engine's knobs for the drafter under its own rule (serving), and a tree of N
+tokens as JSON and as a GraphML file."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from specviz.lab.prompt_scope import PAGE_PROMPT, scoped_prompts
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
 from specviz.tree.static_tree import StaticTree
-from specviz.tree.static_tree_export import FORMATS, export
+from specviz.serving.advice import EngineAdvice
+from specviz.tree.static_tree_export import ENGINE_FORMATS, FORMATS, export
 
 SCOPES = (PAGE_PROMPT, "tuning suite", "held-out suite")
 TEXT_FORMATS = tuple(f for f in FORMATS if f != "graphml")  # GraphML comes as a file
@@ -71,14 +73,17 @@ class StaticTreeStudies:
         return whole_number("N", n, 1, min(study.supported, MAX_SHOWN_N))
 
     @staticmethod
-    def exported_text(study: StaticTreeStudy, tree: StaticTree, fmt) -> str:
-        """The study's best tree of N tokens (study.tree(N)) in an engine's format, with the study's figures."""
+    def exported(study: StaticTreeStudy, tree: StaticTree, fmt) -> EngineAdvice | str:
+        """For an engine's format, that engine's advice for the study's drafter (its own knobs, whatever N shows);
+        for json, the study's best tree of N tokens (study.tree(N)) with the study's figures."""
         if fmt not in TEXT_FORMATS:
             raise SpecvizError(f"format must be one of {', '.join(TEXT_FORMATS)}, got {quoted(fmt)}.")
+        if fmt in ENGINE_FORMATS:
+            return study.engine_advice(ENGINE_FORMATS[fmt])
         n = tree.size
         extra = {"drafter": study.drafter, "positions": study.acceptance.positions,
                  "expected_speedup": round(study.expected_speedup[n - 1], 3), "best_tokens_here": study.best_tokens}
-        return export(tree, fmt, study.engine_method, extra)
+        return export(tree, fmt, extra)
 
     @staticmethod
     def write_graphml(tree: StaticTree, folder: Path) -> Path:

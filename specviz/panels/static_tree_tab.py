@@ -1,6 +1,7 @@
 """The Static tree tab: the static draft tree the visitor's prompts justify for a drafter (engine.static_study),
-drawn depth by depth, N on a slider, the expected-speedup curve with its best N marked, and the tree in each
-serving engine's format to copy (tree.static_tree_export), with a GraphML file (networkx)."""
+drawn depth by depth, N on a slider, the expected-speedup curve with its best N marked; an engine picker with each
+serving engine's knobs for the drafter under its own drafting rule, their predicted accepted length and speedup here,
+and the config to copy (serving); the tree as JSON and as a GraphML file (networkx)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from specviz.lab.public_policy import Policy
 from specviz.lab.static_tree import MAX_DEPTH, MAX_SHOWN_N, SCOPES, TEXT_FORMATS, StaticTreeStudies
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.panels.visitor_handler import download_folder, model_call, trim_downloads, visitor_handler
-from specviz.render.static_tree_figures import level_table_markdown, speedup_figure, static_tree_figure
+from specviz.render.static_tree_figures import (engine_advice_markdown, level_table_markdown, speedup_figure,
+                                                static_tree_figure)
+from specviz.serving.advice import EngineAdvice
+from specviz.tree.static_tree_export import ENGINE_FORMATS
+
+
+FORMAT_LABELS = {**ENGINE_FORMATS, "json": "JSON (the tree)"}
+CODE_LANGUAGES = {"sglang": "shell", "trtllm": "yaml"}  # the others are JSON
 
 
 def _refused(tab: "StaticTreeTab", _, error) -> dict:
@@ -27,11 +35,12 @@ class StaticTreeTab:
     def __init__(self, policy: Policy, suites: dict[str, list[SuiteItem]], settings_inputs: dict, max_new_tokens):
         self.policy, self.studies = policy, StaticTreeStudies(policy, suites)
         with gr.Tab("Static tree", id="tab-static-tree"):
-            gr.Markdown("The **static** draft tree a serving engine takes (vLLM's `speculative_token_tree`, "
-                        "TensorRT-LLM's `eagle_choices`, SGLang's three flags, Medusa's choices), chosen from how often "
-                        "the target followed each rank path of the drafter on these prompts, priced on this "
-                        "machine's cost curve. The drafter is the page's draft model unless you name one "
-                        "(head, self, self-skip:K, eagle:PATH). CLI: `python -m specviz static-tree`.")
+            gr.Markdown("How often the target followed each **rank path** of a drafter on these prompts: the best "
+                        "static tree of N drafts, priced on this machine's cost curve, and what each serving engine "
+                        "should be told for this drafter: vLLM's chain length, SGLang's and TensorRT-LLM's dynamic "
+                        "EAGLE tree (chosen by their own rule), Medusa's choices. The drafter is the page's draft "
+                        "model unless you name one (head, self, self-skip:K, eagle:PATH). CLI: "
+                        "`python -m specviz static-tree`.")
             with gr.Row():
                 self.drafter = gr.Textbox(label="Drafter (blank: the page's draft model)", value="",
                                           elem_id="static-drafter")
@@ -47,14 +56,16 @@ class StaticTreeTab:
             self.study = gr.State(None)
             with gr.Row():
                 self.size = gr.Slider(1, 64, value=4, step=1, label="Draft tokens N", elem_id="static-n")
-                self.format = gr.Radio(list(TEXT_FORMATS), value="vllm", label="Format", elem_id="static-format")
+                self.format = gr.Radio([(FORMAT_LABELS.get(f, f), f) for f in TEXT_FORMATS], value="vllm",
+                                       label="Engine", elem_id="static-format")
             with gr.Row():
                 self.tree_plot = gr.Plot(label="The best tree of N draft tokens", elem_id="static-tree-plot")
                 self.curve_plot = gr.Plot(label="Expected speedup by N", elem_id="static-curve-plot")
+            self.engine_note = gr.Markdown(elem_id="static-engine")
             self.export_text = gr.Code(label="For the engine (copy)", language="json", elem_id="static-export")
             self.graphml = gr.File(label="GraphML (Gephi, networkx)", elem_id="static-graphml")
             self.table = gr.Markdown(elem_id="static-table")
-        shown = [self.tree_plot, self.curve_plot, self.export_text, self.graphml]
+        shown = [self.tree_plot, self.curve_plot, self.engine_note, self.export_text, self.graphml]
         go.click(self.on_measure, [self.drafter, self.scope, self.tokens, self.depth, max_new_tokens],
                  inputs_kwargs=settings_inputs,
                  outputs=[self.study, self.size, *shown, self.table, self.message], api_name="static_tree",
@@ -87,8 +98,13 @@ class StaticTreeTab:
 
     def _shown(self, visit, study: StaticTreeStudy, n: int, fmt) -> dict:
         tree = study.tree(n)
-        text = StaticTreeStudies.exported_text(study, tree, fmt)
+        exported = StaticTreeStudies.exported(study, tree, fmt)
+        if isinstance(exported, EngineAdvice):
+            note, text = engine_advice_markdown(exported), exported.config_text
+        else:
+            note, text = f"The best tree of {n} draft tokens with its measured chances.", exported
         path = StaticTreeStudies.write_graphml(tree, download_folder(visit))
         return {self.tree_plot: static_tree_figure(tree, study.acceptance.counts),
-                self.curve_plot: speedup_figure(study, n), self.export_text: text,
+                self.curve_plot: speedup_figure(study, n), self.engine_note: note,
+                self.export_text: gr.update(value=text, language=CODE_LANGUAGES.get(fmt, "json")),
                 self.graphml: trim_downloads(visit, path, self.policy)}

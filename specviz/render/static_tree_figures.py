@@ -6,6 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from specviz.engine.static_study import StaticTreeStudy
+from specviz.serving.advice import EngineAdvice
 from specviz.tree.static_tree import RankPath, StaticTree
 
 ROW_PX = 22  # height of one leaf row of the tree figure
@@ -103,4 +104,18 @@ def level_table_markdown(study: StaticTreeStudy, levels: int = 2) -> str:
              "| rank path | accepted | count | 95% interval |", "|---|---|---|---|"]
     for path, count, chance, (low, high) in acceptance.level_table(levels)[:24]:
         lines.append(f"| {path} | {chance:.3f} | {count} | {low:.3f} to {high:.3f} |")
+    return "\n".join(lines)
+
+
+def engine_advice_markdown(advice: EngineAdvice) -> str:
+    """An engine's advice in a few lines: its knobs, the predicted figures under its own rule, where its rules were
+    read, the notes, and any rule the config breaks; or why the engine cannot take this drafter."""
+    if advice.refused:
+        return f"**{advice.engine}** cannot take this drafter: {advice.refused}"
+    knobs = ", ".join(f"`{name}` {value}" for name, value in advice.knobs)
+    lines = [f"**{advice.engine}**: {knobs}. Predicted **{advice.predicted_accepted:.2f}** accepted drafts a step "
+             f"under {advice.engine}'s own drafting rule ({advice.verified_tokens} tokens verified), **"
+             f"{advice.predicted_speedup:.2f}x** on this machine's cost curve. Rules read from {advice.rules.where}."]
+    lines += [f"- {note}" for note in advice.notes]
+    lines += [f"- ⚠️ {advice.engine} would refuse it: {problem}" for problem in advice.problems]
     return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""What each serving engine is told (specviz/serving): EAGLE-2's dynamic tree as SGLang and TensorRT-LLM build it,
+against a brute-force reading of the rule; each engine's choice of knobs against every setting tried; every printed
+config through that engine's validation rules (as read from its code), and configs the engines refuse."""
+
+import itertools
+import json
+
+import pytest
+
+from specviz.serving import ENGINES, medusa, sglang, trtllm, vllm
+from specviz.serving.advice import Drafter, chain_accepted, step_speedup
+from specviz.serving.eagle_tree import dynamic_tree, pool_size
+from specviz.tree.static_tree import RankAcceptance, best_tree
+
+SEQUENCES = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 2], [0, 0, 0], [2, 5, 0],
+             [0, 1, 0], [0, 0, 9], [1, 0, 0], [0, 0, 1], [0, 3, 0], [1, 1, 1], [0, 0, 0], [0, 2, 0]] * 3
+HEAD = Drafter("eagle3", "eagle:some/eagle3-head", "some/eagle3-head")
+
+
+def verify_ms(tokens: int) -> float:  # a CPU-like curve: flat to 4 tokens, then steeper
+    return 10.0 + max(0, tokens - 4) * 1.5
+
+
+@pytest.fixture
+def acceptance():
+    return RankAcceptance.from_rank_sequences("test", SEQUENCES, depth=3, max_rank=8)
+
+
+def test_the_dynamic_tree_expands_only_the_best_k_of_each_level(acceptance):
+    chance = acceptance.chance
+    # k = 1: the chain of the drafter's best token
+    assert dynamic_tree(acceptance, 3, 1, 3).paths == [(0,), (0, 0), (0, 0, 0)]
+    # k = 2, S = 2: level 1 is ranks 0 and 1; level 2 holds all four of their children; the best 3 of that pool
+    pool = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
+    expected = sorted(pool, key=lambda p: (-chance(p), len(p), p))[:3]
+    assert dynamic_tree(acceptance, 2, 2, 3).paths == sorted(expected, key=lambda p: (len(p), p))
+    # S = 3, k = 2: only the best 2 of level 2 are expanded, so a level-3 child of another node never appears
+    tree = dynamic_tree(acceptance, 3, 2, pool_size(3, 2))
+    level2 = sorted([p for p in pool if len(p) == 2], key=lambda p: (-chance(p), len(p), p))[:2]
+    assert {p[:2] for p in tree.paths if len(p) == 3} <= set(level2)
+    assert len(tree.paths) == pool_size(3, 2) == 2 + 2 * 4
+    # a wide enough rule keeps what the unconstrained best tree keeps
+    for n in range(1, len(acceptance.supported()) + 1):
+        assert dynamic_tree(acceptance, 3, 8, n).expected_accepted == pytest.approx(
+            best_tree(acceptance, n).expected_accepted)
+
+
+def test_sglangs_choice_is_the_best_setting_its_rule_allows(acceptance):
+    steps, topk, tokens, accepted = sglang.plan(acceptance, verify_ms, 0.5)
+    tried = []
+    for s, k in itertools.product(range(1, 4), range(1, 9)):
+        for n in range(2, min(sglang.MOST_TOKENS, pool_size(s, k) + 1) + 1):
+            if k == 1 and n != s + 1:
+                continue
+            got = dynamic_tree(acceptance, s, k, n - 1).expected_accepted
+            tried.append((step_speedup(got, n, s, verify_ms, 0.5), s, k, n, got))
+    best = max(tried)
+    assert step_speedup(accepted, tokens, steps, verify_ms, 0.5) == pytest.approx(best[0])
+    assert accepted == pytest.approx(dynamic_tree(acceptance, steps, topk, tokens - 1).expected_accepted)
+
+
+def test_every_engines_config_passes_its_own_rules(acceptance):
+    for engine, module in ENGINES.items():
+        advice = module.advise(HEAD, acceptance, verify_ms, 0.5)
+        assert advice.engine == engine and advice.refused is None and advice.problems == (), advice
+        assert advice.predicted_speedup == pytest.approx(step_speedup(
+            advice.predicted_accepted, advice.verified_tokens, dict(advice.knobs).get(
+                "num_speculative_tokens", dict(advice.knobs).get("speculative-num-steps", dict(advice.knobs).get(
+                    "max_draft_len", 1))), verify_ms, 0.5))
+    config = json.loads(vllm.advise(HEAD, acceptance, verify_ms, 0.5).config_text)
+    k = config["num_speculative_tokens"]
+    assert config == {"method": "eagle3", "model": "some/eagle3-head", "num_speculative_tokens": k}
+    assert k == max(range(1, 4), key=lambda n: step_speedup(chain_accepted(acceptance, n), n + 1, n, verify_ms, 0.5))
+    text = sglang.advise(HEAD, acceptance, verify_ms, 0.5).config_text
+    assert "--speculative-algorithm EAGLE3 \\\n  --speculative-draft-model-path some/eagle3-head \\\n" in text
+    yaml = trtllm.advise(HEAD, acceptance, verify_ms, 0.5).config_text
+    assert yaml.startswith("speculative_config:\n  decoding_type: Eagle3\n") and "eagle_choices" not in yaml
+    choices = json.loads(medusa.advise(HEAD, acceptance, verify_ms, 0.5).config_text)["medusa_choices"]
+    assert all(max(path) < medusa.TOPK and len(path) <= medusa.DEFAULT_HEADS for path in choices)
+
+
+def test_the_engines_rules_refuse_what_their_code_refuses():
+    assert any("speculative_token_tree" in p for p in vllm.validate(
+        {"method": "eagle", "model": "m", "num_speculative_tokens": 3, "speculative_token_tree": "[(0,)]"}))
+    assert vllm.validate({"method": "eagle3", "num_speculative_tokens": 3}) == [
+        "num_speculative_tokens was provided but without speculative model."]
+    assert vllm.validate({"method": "ngram", "num_speculative_tokens": 0, "prompt_lookup_min": 5,
+                          "prompt_lookup_max": 2}) == ["Expected num_speculative_tokens to be greater than zero (0).",
+                                                       "prompt_lookup_min=5 must be <= prompt_lookup_max=2"]
+    assert vllm.validate({"method": "ngram", "num_speculative_tokens": 4}) == []
+    flags = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "h", "speculative-num-steps": 3,
+             "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 8}
+    assert "adjusted to speculative_num_steps + 1" in sglang.validate(flags)[0]
+    assert "21 draft tokens is more than the 10 nodes" in sglang.validate({**flags, "speculative-eagle-topk": 2,
+                                                        "speculative-num-draft-tokens": 22})[0]
+    assert "go together" in sglang.validate({"speculative-algorithm": "EAGLE", "speculative-draft-model-path": "h",
+                                             "speculative-num-steps": 3})[0]
+    dynamic = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": "h", "use_dynamic_tree": True,
+               "dynamic_tree_max_topK": 2, "max_total_draft_tokens": 7}
+    assert trtllm.validate(dynamic) == ["max_total_draft_tokens (7) must be in [max_draft_len (3), "
+                                        "dynamic_tree_max_topK * max_draft_len (6)]"]
+    assert "Draft model must be provided for EAGLE" in trtllm.validate({"decoding_type": "Eagle3", "max_draft_len": 2})
+    assert any("release 1.4" in p for p in trtllm.validate({"decoding_type": "Eagle3", "max_draft_len": 2,
+                                                            "speculative_model": "h", "eagle_choices": [[0]]}))
+    assert medusa.validate([[0], [10], [0, 0, 0, 0, 0, 0], [3, 1]], heads=5) == [
+        "[10]: a rank of 10 or more reads the next head's candidates (TOPK = 10)",
+        "[0, 0, 0, 0, 0, 0]: deeper than the model's 5 Medusa heads",
+        "[0, 0, 0, 0, 0, 0]: its prefix [0, 0, 0, 0, 0] is not in the tree",
+        "[3, 1]: its prefix [3] is not in the tree"]
+
+
+def test_drafters_no_engine_loads_are_refused_with_the_alternative(acceptance):
+    for kind in ("self", "self-skip"):
+        for module in (vllm, sglang, trtllm):
+            advice = module.advise(Drafter(kind, kind, None), acceptance, verify_ms, 0.5)
+            assert advice.refused and advice.config_text == "", (module.ENGINE, kind)
+    ours = vllm.advise(Drafter("specviz-head", "head", None), acceptance, verify_ms, 0.5)
+    assert ours.refused is None and "own file format" in " ".join(ours.notes)
+    assert "EAGLE-1/2" in trtllm.advise(Drafter("eagle", "eagle:old", "old"), acceptance, verify_ms, 0.5).refused
+    assert json.loads(vllm.advise(Drafter("eagle", "eagle:old", "old"), acceptance, verify_ms, 0.5).config_text)[
+        "method"] == "eagle"
+    draft = trtllm.advise(Drafter("draft-model", "some/small-model", "some/small-model"), acceptance, verify_ms, 0.5)
+    assert "decoding_type: DraftTarget" in draft.config_text and "use_dynamic_tree" not in draft.config_text
