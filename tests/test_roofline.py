@@ -7,7 +7,7 @@ import pytest
 from conftest import native_library_or_skip
 
 from specviz.benches import roofline
-from specviz.runtime.native import linear_kernel, roofline_probe
+from specviz.runtime.native import roofline_probe
 from specviz.runtime.native.roofline_probe import Roofline
 
 MACHINE = Roofline(read_gbs_one_thread=20.0, read_gbs=30.0, fma_gflops_one_thread=100.0, fma_gflops=200.0,
@@ -29,10 +29,11 @@ def test_a_forwards_work_counts_every_weight_once_and_its_attention(lm):
     weights = layers * (hidden * (2 * hidden + 2 * kv) + 3 * hidden * inter) + config.vocab_size * hidden
     one, sixteen = roofline.forward_work(lm, 1, 512), roofline.forward_work(lm, 16, 512)
     cache = lambda keys: layers * 2 * kv * keys * 4  # noqa: E731
-    assert one.bytes_read == 4 * weights + cache(513)
-    assert sixteen.bytes_read == 4 * weights + cache(528)
-    assert sixteen.flops == 2 * weights * 16 + layers * config.num_attention_heads * 16 * 528 * head_dim * 4
-    # 0.27 GFLOP a token for 135M weights, and 0.03 for its attention over 513 keys
+    # 511 cache entries (the context but its last token, the root) and the tree's own
+    assert one.bytes_read == 4 * weights + cache(512)
+    assert sixteen.bytes_read == 4 * weights + cache(527)
+    assert sixteen.flops == 2 * weights * 16 + layers * config.num_attention_heads * 16 * 527 * head_dim * 4
+    # 0.27 GFLOP a token for 135M weights, and 0.03 for its attention over 512 keys
     assert 0.29e9 < one.flops < 0.32e9
 
 
@@ -41,8 +42,7 @@ def test_the_probes_measure_this_machine():
     measured = roofline_probe.measure(threads=2, repeats=1, read_bytes=8 * 2**20, fma_iterations=200_000)
     figures = (measured.read_gbs_one_thread, measured.read_gbs, measured.fma_gflops_one_thread, measured.fma_gflops)
     assert all(math.isfinite(x) and x > 0 for x in figures), measured
-    if linear_kernel.library() is not None:  # the probe runs the linear kernel's vector width
-        assert linear_kernel.library().linear_kernel_group_columns() % measured.vector_floats == 0
+    assert measured.vector_floats in (4, 8, 16)
 
 
 def test_the_report_sets_each_forward_against_its_bound_and_judges_the_targets(lm, monkeypatch):

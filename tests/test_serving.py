@@ -9,11 +9,11 @@ import pytest
 
 from specviz.serving import ENGINES, medusa, sglang, trtllm, vllm
 from specviz.serving.advice import Drafter, chain_accepted, step_speedup
-from specviz.serving.eagle_tree import dynamic_tree, pool_size
+from specviz.serving.eagle_tree import MOST_TOKENS, dynamic_tree, plan, pool_size
 from specviz.tree.static_tree import RankAcceptance, best_tree
 
 SEQUENCES = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 2], [0, 0, 0], [2, 5, 0],
-             [0, 1, 0], [0, 0, 9], [1, 0, 0], [0, 0, 1], [0, 3, 0], [1, 1, 1], [0, 0, 0], [0, 2, 0]] * 3
+             [0, 1, 0], [0, 0, 9], [1, 0, 0], [0, 0, 1], [0, 3, 0], [1, 1, 1], [0, 0, 0], [0, 2, 0]] * 3 + [[4, 4]]
 HEAD = Drafter("eagle3", "eagle:some/eagle3-head", "some/eagle3-head")
 
 
@@ -27,7 +27,8 @@ def acceptance():
 
 
 def test_the_dynamic_tree_expands_only_the_best_k_of_each_level(acceptance):
-    chance = acceptance.chance
+    chance = acceptance.supported_chance  # a path followed fewer than 3 times counts 0
+    assert chance((4,)) == 0 < acceptance.chance((4,))
     # k = 1: the chain of the drafter's best token
     assert dynamic_tree(acceptance, 3, 1, 3).paths == [(0,), (0, 0), (0, 0, 0)]
     # k = 2, S = 2: level 1 is ranks 0 and 1; level 2 holds all four of their children; the best 3 of that pool
@@ -46,10 +47,10 @@ def test_the_dynamic_tree_expands_only_the_best_k_of_each_level(acceptance):
 
 
 def test_sglangs_choice_is_the_best_setting_its_rule_allows(acceptance):
-    steps, topk, tokens, accepted = sglang.plan(acceptance, verify_ms, 0.5)
+    steps, topk, tokens, accepted = plan(acceptance, verify_ms, 0.5)
     tried = []
     for s, k in itertools.product(range(1, 4), range(1, 9)):
-        for n in range(2, min(sglang.MOST_TOKENS, pool_size(s, k) + 1) + 1):
+        for n in range(2, min(MOST_TOKENS, pool_size(s, k) + 1) + 1):
             if k == 1 and n != s + 1:
                 continue
             got = dynamic_tree(acceptance, s, k, n - 1).expected_accepted
@@ -72,9 +73,12 @@ def test_every_engines_config_passes_its_own_rules(acceptance):
     assert config == {"method": "eagle3", "model": "some/eagle3-head", "num_speculative_tokens": k}
     assert k == max(range(1, 4), key=lambda n: step_speedup(chain_accepted(acceptance, n), n + 1, n, verify_ms, 0.5))
     text = sglang.advise(HEAD, acceptance, verify_ms, 0.5).config_text
+    odd = Drafter("eagle3", "eagle:my heads/x: y", "my heads/x: y")  # a path with a space and a colon
+    assert "--speculative-draft-model-path 'my heads/x: y'" in sglang.advise(odd, acceptance, verify_ms, 0.5).config_text
+    assert '  speculative_model: "my heads/x: y"\n' in trtllm.advise(odd, acceptance, verify_ms, 0.5).config_text
     assert "--speculative-algorithm EAGLE3 \\\n  --speculative-draft-model-path some/eagle3-head \\\n" in text
     yaml = trtllm.advise(HEAD, acceptance, verify_ms, 0.5).config_text
-    assert yaml.startswith("speculative_config:\n  decoding_type: Eagle3\n") and "eagle_choices" not in yaml
+    assert yaml.startswith('speculative_config:\n  decoding_type: "Eagle3"\n') and "eagle_choices" not in yaml
     choices = json.loads(medusa.advise(HEAD, acceptance, verify_ms, 0.5).config_text)["medusa_choices"]
     assert all(max(path) < medusa.TOPK and len(path) <= medusa.DEFAULT_HEADS for path in choices)
 
@@ -120,4 +124,4 @@ def test_drafters_no_engine_loads_are_refused_with_the_alternative(acceptance):
     assert json.loads(vllm.advise(Drafter("eagle", "eagle:old", "old"), acceptance, verify_ms, 0.5).config_text)[
         "method"] == "eagle"
     draft = trtllm.advise(Drafter("draft-model", "some/small-model", "some/small-model"), acceptance, verify_ms, 0.5)
-    assert "decoding_type: DraftTarget" in draft.config_text and "use_dynamic_tree" not in draft.config_text
+    assert 'decoding_type: "DraftTarget"' in draft.config_text and "use_dynamic_tree" not in draft.config_text

@@ -1,8 +1,9 @@
 """Each verify forward against this machine's roofline (`python -m specviz dev roofline`).
 
 The probes (runtime.native.roofline_probe) give the memory bandwidth of a streaming read and the FMA peak on the
-threads the model runs. A forward of q tree tokens over a cache of `context_len` entries must read every linear
-weight once plus the cache's keys and values, and compute 2 FLOPs per weight per token plus its attention; its
+threads the model runs. A forward of q tree tokens after a context of `context_len` tokens (the cache holds all but
+the last, which is the tree's root) must read every linear weight once plus the keys and values, and compute 2 FLOPs
+per weight per token plus its attention over every key (the kernel scores masked keys too); its
 bound is the larger of bytes / bandwidth and FLOPs / peak. The forwards are timed interleaved (one round through
 every size per repeat, so drift moves them alike), with the linear layers alone beside them (what the rest of
 the forward costs), and `fraction` says how close each comes to its bound (1.0: at the roofline).
@@ -47,7 +48,7 @@ class ForwardAgainstBound:
     fraction: float         # bound_ms / ms
     gflops: float           # the forward's FLOPs per second
     peak_share: float       # gflops against the FMA peak of the threads used
-    weight_gbs: float       # bytes read per second
+    bytes_gbs: float        # the bytes it must read, per second of it
 
 
 def forward_work(lm, tokens: int, context_len: int) -> ForwardWork:
@@ -58,7 +59,7 @@ def forward_work(lm, tokens: int, context_len: int) -> ForwardWork:
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    keys = context_len + tokens
+    keys = context_len - 1 + tokens  # the cache's entries, then the tree's own
     cache_bytes = layers * 2 * kv_heads * head_dim * keys * element
     attention_flops = layers * heads * tokens * keys * head_dim * 4
     return ForwardWork(tokens, float(weights * element + cache_bytes), float(2 * weights * tokens + attention_flops))
@@ -162,6 +163,6 @@ def format_report(lm, report: RooflineReport) -> str:
     for row in report.rows:
         lines.append(f"{row.tokens:>6} {row.ms:>8.2f} {row.x_one_token:>8.2f} {row.linear_ms:>10.2f} "
                      f"{row.ms - row.linear_ms:>8.2f} {row.bound:>6} {row.bound_ms:>9.2f} {row.fraction:>9.2f} "
-                     f"{row.gflops:>8.1f} {row.peak_share:>8.0%} {row.weight_gbs:>6.1f}")
+                     f"{row.gflops:>8.1f} {row.peak_share:>8.0%} {row.bytes_gbs:>6.1f}")
     lines += [f"target: {line}" for line in targets(report)]
     return "\n".join(lines)

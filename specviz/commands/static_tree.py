@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> None:
-    from specviz.engine.static_study import study_static_trees
+    from specviz.engine.static_study import refused_before_loading, study_static_trees
     from specviz.engine.suite import load_suite
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.shared_resources import resolve_draft
@@ -56,6 +56,10 @@ def run(args) -> None:
     check_suite = [item for item in load_suite(args.check) if item.category not in skipped] if args.check else []
     check_tokens = [positive("--check-tokens", whole("--check-tokens", n), 256)
                     for n in args.check_tokens.split(",") if n.strip()]
+    if args.format in ENGINE_FORMATS:
+        why = refused_before_loading(args.drafter, ENGINE_FORMATS[args.format])
+        if why:
+            raise SpecvizError(f"{ENGINE_FORMATS[args.format]}: {why}")
     lm = load_target(args)
     drafter = resolve_draft(lm, args.drafter, lambda name: load_model(args, name)) or lm
     if isinstance(drafter, MissingHead):
@@ -129,12 +133,13 @@ def run_engine_checks(args, lm, drafter, found, check_suite: list) -> dict:
     """--check: each engine's advice drafted in greedy sessions (its chain or tree, or its dynamic EAGLE rule with
     the head's own scores), the accepted drafts a step measured against what its rule predicted, said on stderr."""
     from specviz.engine.static_check import check_engine
-    from specviz.serving import ENGINES
 
-    measured = {}
-    for engine in ENGINES if check_suite else ():
-        advice = found.engine_advice(engine)
-        checked = check_engine(lm, None if drafter is lm else drafter, advice, check_suite, args.max_new_tokens)
+    measured, by_shape = {}, {}
+    for engine, advice in found.engines.items() if check_suite else ():
+        if advice.shape not in by_shape:  # two engines that draft the same (SGLang, TensorRT-LLM) share one run
+            by_shape[advice.shape] = check_engine(lm, None if drafter is lm else drafter, advice, check_suite,
+                                                  args.max_new_tokens)
+        checked = by_shape[advice.shape]
         if checked is None:
             continue
         measured[engine] = checked
@@ -149,8 +154,6 @@ def write_report(args, found, depth: int, checks: list, engine_checks: dict) -> 
     """--json: every path's count and chance, the expected curves, each check, and every engine's advice."""
     from dataclasses import asdict
 
-    from specviz.serving import ENGINES
-
     acceptance = found.acceptance
     report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
               "level_ms": found.level_ms, "best_tokens": found.best_tokens,
@@ -159,8 +162,8 @@ def write_report(args, found, depth: int, checks: list, engine_checks: dict) -> 
               "expected_accepted": [round(e, 4) for e in found.expected_accepted],
               "expected_speedup": [round(s, 4) for s in found.expected_speedup],
               "checks": [asdict(c) for c in checks],
-              "engines": {engine: {**asdict(found.engine_advice(engine)),
+              "engines": {engine: {**asdict(advice),
                                    "check": asdict(engine_checks[engine]) if engine in engine_checks else None}
-                          for engine in ENGINES}}
+                          for engine, advice in found.engines.items()}}
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1)

@@ -19,9 +19,6 @@ from specviz.runtime.loaded_model import LoadedModel
 from specviz.tree.static_tree import MIN_COUNT, RankAcceptance, StaticTree, best_tree, expected_curve, expected_speedups
 
 
-VERIFY_PRICED = 130  # tree tokens the study keeps the verify cost of (trees up to 129 drafts and the root)
-
-
 @dataclass(frozen=True)
 class StaticTreeStudy:
     drafter: str                     # the drafter as the user named it
@@ -31,8 +28,8 @@ class StaticTreeStudy:
     expected_accepted: list[float]   # per N (index N - 1): the best tree's expected accepted draft tokens a step
     expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps (this machine)
     depths: list[int]                # per N: the best tree's depth
-    drafter_kind: Drafter            # what the drafter is to a serving engine (serving.advice)
-    verify_ms: tuple[float, ...]     # this machine's verify forward of q tokens (index q - 1), as priced here
+    engine_drafter: Drafter          # what the drafter is to a serving engine (serving.advice)
+    engines: dict[str, EngineAdvice]  # each serving engine's advice for it (serving.ENGINES), computed once
 
     @property
     def supported(self) -> int:
@@ -46,19 +43,25 @@ class StaticTreeStudy:
     def tree(self, tokens: int) -> StaticTree:
         return best_tree(self.acceptance, tokens)
 
-    def verify_cost(self, tokens: int) -> float:
-        return self.verify_ms[min(tokens, len(self.verify_ms)) - 1]
-
     def engine_advice(self, engine: str) -> EngineAdvice:
         """An engine's knobs for this drafter under the engine's own drafting rule (serving.ENGINES)."""
-        if engine not in ENGINES:
-            raise SpecvizError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}.")
-        advice = ENGINES[engine].advise(self.drafter_kind, self.acceptance, self.verify_cost, self.level_ms)
-        if advice.refused or advice.predicted_speedup >= 1:
-            return advice
-        return replace(advice, notes=(*advice.notes, f"predicted {advice.predicted_speedup:.2f}x on this machine: "
-                                      "slower than decoding without a drafter here (a faster machine's cost curve, "
-                                      "or a better drafter, may turn it)"))
+        if engine not in self.engines:
+            raise SpecvizError(f"engine must be one of {', '.join(self.engines)}, got {engine!r}.")
+        return self.engines[engine]
+
+
+def advise_engines(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float],
+                   level_ms: float) -> dict[str, EngineAdvice]:
+    """Every engine's advice, each saying so where it predicts a step slower than decoding without a drafter."""
+    engines = {}
+    for name, module in ENGINES.items():
+        advice = module.advise(drafter, acceptance, verify_ms, level_ms)
+        if not advice.refused and advice.predicted_speedup < 1:
+            advice = replace(advice, notes=(*advice.notes, f"predicted {advice.predicted_speedup:.2f}x on this "
+                                            "machine: slower than decoding without a drafter here (a faster machine's "
+                                            "cost curve, or a better drafter, may turn it)"))
+        engines[name] = advice
+    return engines
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,20 @@ def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteIt
         depths.append(deepest)
     cost = costmodel.load_or_calibrate(lm)
     speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
-    verify_ms = tuple(cost.cost_ms(q) for q in range(1, VERIFY_PRICED + 1))
+    engine_drafter = drafter_for_engines(lm, drafter, label)
     return StaticTreeStudy(label, acceptance, measured.level_ms, measured.prompts, curve, speedups, depths,
-                           drafter_for_engines(lm, drafter, label), verify_ms)
+                           engine_drafter, advise_engines(engine_drafter, acceptance, cost.cost_ms, measured.level_ms))
+
+
+def refused_before_loading(spec: str, engine: str) -> str | None:
+    """Why `engine` cannot take the drafter a spec names, where the spec alone says what it is (the target itself,
+    its first layers), so a command refuses before measuring anything; None otherwise."""
+    from specviz.runtime.layer_skip import parse_self_skip
+    from specviz.runtime.shared_resources import SELF_DRAFT
+
+    spec = spec.strip()
+    kind = "self" if spec == SELF_DRAFT else "self-skip" if parse_self_skip(spec) is not None else None
+    return ENGINES[engine].refusal(Drafter(kind, spec, None)) if kind else None
 
 
 def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:

@@ -66,7 +66,7 @@ class StaticTreeTab:
             self.graphml = gr.File(label="GraphML (Gephi, networkx)", elem_id="static-graphml")
             self.table = gr.Markdown(elem_id="static-table")
         shown = [self.tree_plot, self.curve_plot, self.engine_note, self.export_text, self.graphml]
-        go.click(self.on_measure, [self.drafter, self.scope, self.tokens, self.depth, max_new_tokens],
+        go.click(self.on_measure, [self.drafter, self.scope, self.tokens, self.depth, self.format, max_new_tokens],
                  inputs_kwargs=settings_inputs,
                  outputs=[self.study, self.size, *shown, self.table, self.message], api_name="static_tree",
                  concurrency_id="model")
@@ -76,7 +76,7 @@ class StaticTreeTab:
 
     # ---- events -----------------------------------------------------------------------------------------
     @visitor_handler(_refused)
-    def on_measure(self, visit: gr.Request, drafter, scope, tokens, depth, max_new_tokens, progress=gr.Progress(),
+    def on_measure(self, visit: gr.Request, drafter, scope, tokens, depth, fmt, max_new_tokens, progress=gr.Progress(),
                    **settings):
         planned = self.studies.plan(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), drafter,
                                     settings.get("draft_model", ""), scope, tokens, depth)
@@ -85,7 +85,7 @@ class StaticTreeTab:
                                          budget)
         n = min(study.best_tokens, MAX_SHOWN_N)
         return {self.study: study, self.size: gr.update(maximum=min(study.supported, MAX_SHOWN_N), value=n),
-                **self._shown(visit, study, n, "vllm"), self.table: level_table_markdown(study),
+                **self._shown(visit, study, n, fmt), self.table: level_table_markdown(study),
                 self.message: f"Measured {study.acceptance.positions} positions on {len(planned.prompts)} prompt(s): "
                               f"the best N here is {study.best_tokens}; move N to see other trees."}
 

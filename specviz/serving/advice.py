@@ -79,8 +79,8 @@ def step_speedup(accepted: float, verified: int, levels: int, verify_ms: Callabl
 
 def chain_accepted(acceptance: RankAcceptance, length: int) -> float:
     """Expected accepted drafts of a chain of the drafter's best token at each of `length` levels: the chances of
-    the rank paths (0,), (0, 0), ..."""
-    return sum(acceptance.chance((0,) * depth) for depth in range(1, length + 1))
+    the rank paths (0,), (0, 0), ... (of those followed at least MIN_COUNT times)."""
+    return sum(acceptance.supported_chance((0,) * depth) for depth in range(1, length + 1))
 
 
 def as_json(config: dict) -> str:

@@ -44,6 +44,11 @@ def capped_tree(acceptance: RankAcceptance, tokens: int, heads: int = DEFAULT_HE
     return StaticTree(chosen, [acceptance.chance(path) for path in chosen])
 
 
+def refusal(drafter: Drafter) -> str | None:
+    """Medusa's choices are a tree of ranks any drafter's measurements can suggest (with a note): never refused."""
+    return None
+
+
 def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float], level_ms: float,
            heads: int = DEFAULT_HEADS) -> EngineAdvice:
     """N of the largest predicted speedup (Medusa's heads all run on the target's last feature: one drafter

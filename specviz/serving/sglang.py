@@ -9,10 +9,11 @@ was asked; N - 1 can be at most the k + (S - 1) k^2 nodes the rule generates.
 
 from __future__ import annotations
 
+import shlex
 from typing import Callable
 
 from specviz.serving.advice import Drafter, DraftShape, EngineAdvice, RulesSource, refused, step_speedup
-from specviz.serving.eagle_tree import dynamic_tree, pool_size
+from specviz.serving.eagle_tree import plan, pool_size
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "SGLang"
@@ -20,7 +21,7 @@ RULES = RulesSource(ENGINE, "sgl-project/sglang python/sglang/srt/arg_groups/spe
                             "speculative/spec_utils.py and eagle_utils.py (main, 2026; read 2026-11-28)")
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
 NEEDS_DRAFT = ("EAGLE", "EAGLE3", "STANDALONE")
-MOST_TOPK, MOST_TOKENS = 8, 64
+ALGORITHMS_BY_KIND = {"eagle3": "EAGLE3", "eagle": "EAGLE", "draft-model": "STANDALONE", "specviz-head": "EAGLE3"}
 
 
 def validate(flags: dict) -> list[str]:
@@ -48,37 +49,22 @@ def validate(flags: dict) -> list[str]:
     return problems
 
 
-def plan(acceptance: RankAcceptance, verify_ms: Callable[[int], float], level_ms: float,
-         allowed: Callable[[int, int, int], bool] = lambda steps, topk, drafts: True) -> tuple[int, int, int, float]:
-    """(S, k, N, expected accepted) of the largest predicted speedup under EAGLE-2's rule, among the settings
-    allowed(S, k, N - 1) takes: per (S, k) the rule's pool in best-first order, whose first N - 1 nodes are the tree
-    of N (a node's chance never tops its parent's, so each prefix is a tree)."""
-    best, best_speedup = (1, 1, 2, acceptance.chance((0,))), -1.0
-    for steps in range(1, acceptance.depth + 1):
-        for topk in range(1, min(acceptance.max_rank, MOST_TOPK) + 1):
-            pool = dynamic_tree(acceptance, steps, topk, pool_size(steps, topk))
-            order = sorted(zip(pool.chances, pool.paths), key=lambda c: (-c[0], len(c[1]), c[1]))
-            largest = steps + 1 if topk == 1 else min(MOST_TOKENS, len(order) + 1)
-            accepted = 0.0
-            for tokens in range(2, largest + 1):
-                accepted += order[tokens - 2][0]
-                if topk == 1 and tokens != steps + 1 or not allowed(steps, topk, tokens - 1):
-                    continue
-                speedup = step_speedup(accepted, tokens, steps, verify_ms, level_ms)
-                if speedup > best_speedup:
-                    best, best_speedup = (steps, topk, tokens, accepted), speedup
-    return best
+def refusal(drafter: Drafter) -> str | None:
+    """Why SGLang cannot take this drafter (None: it can)."""
+    if drafter.kind in ALGORITHMS_BY_KIND:
+        return None
+    return (f"SGLang drafts with an EAGLE head or a separate draft model (STANDALONE); a {drafter.kind} drafter has "
+            "no checkpoint it loads.")
 
 
 def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float],
            level_ms: float) -> EngineAdvice:
-    algorithms = {"eagle3": "EAGLE3", "eagle": "EAGLE", "draft-model": "STANDALONE", "specviz-head": "EAGLE3"}
-    if drafter.kind not in algorithms:
-        return refused(ENGINE, RULES, "SGLang drafts with an EAGLE head or a separate draft model (STANDALONE); "
-                                      f"a {drafter.kind} drafter has no checkpoint it loads.")
+    why = refusal(drafter)
+    if why:
+        return refused(ENGINE, RULES, why)
     steps, topk, tokens, accepted = plan(acceptance, verify_ms, level_ms)
     path = drafter.location or "PATH/TO/EAGLE3-HEAD"
-    flags = {"speculative-algorithm": algorithms[drafter.kind], "speculative-draft-model-path": path,
+    flags = {"speculative-algorithm": ALGORITHMS_BY_KIND[drafter.kind], "speculative-draft-model-path": path,
              "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}
     notes = [f"SGLang's rule at these settings keeps {tokens - 1} of the {pool_size(steps, topk)} nodes it "
              "generates by path score; the measured chances stand in for the drafter's scores here."]
@@ -89,7 +75,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
         notes.append("specviz's trained head is in specviz's own file format: the knobs are this head's, the path "
                      "must name an EAGLE-3 head SGLang loads.")
     text = " \\\n  ".join(["python -m sglang.launch_server --model-path TARGET",
-                           *(f"--{key} {value}" for key, value in flags.items())])
+                           *(f"--{key} {shlex.quote(str(value))}" for key, value in flags.items())])
     return EngineAdvice(ENGINE, (("speculative-num-steps", steps), ("speculative-eagle-topk", topk),
                                  ("speculative-num-draft-tokens", tokens)), accepted,
                         step_speedup(accepted, tokens, steps, verify_ms, level_ms), tokens, text, RULES, tuple(notes),

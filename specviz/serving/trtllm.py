@@ -11,17 +11,19 @@ removed in release 1.4"; PR #18210 removes it), so it is not printed; a plain `E
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
                                     refused, step_speedup)
-from specviz.serving.sglang import plan
+from specviz.serving.eagle_tree import plan
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "TensorRT-LLM"
 RULES = RulesSource(ENGINE, "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py at 0004396 (2026; read 2026-11-28)")
 DECODING_TYPES = ("Eagle3", "Eagle", "DraftTarget", "NGram", "MTP")
-MOST_LAYERS = 8
+DECODING_BY_KIND = {"eagle3": "Eagle3", "specviz-head": "Eagle3", "draft-model": "DraftTarget"}
+MOST_LAYERS = 8  # the longest chain a separate draft model is given
 STATIC_CHOICES = ("eagle_choices (the static tree) is deprecated in TensorRT-LLM and will be removed in release 1.4; "
                   "use its dynamic tree (use_dynamic_tree, dynamic_tree_max_topK, max_total_draft_tokens).")
 
@@ -54,26 +56,33 @@ def validate(config: dict) -> list[str]:
 
 
 def yaml_text(config: dict) -> str:
-    return "speculative_config:\n" + "".join(f"  {key}: {str(value).lower() if isinstance(value, bool) else value}\n"
-                                             for key, value in config.items())
+    """The config under `speculative_config:` as YAML (strings as JSON strings, which YAML reads as they are)."""
+    return "speculative_config:\n" + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in config.items())
+
+
+def refusal(drafter: Drafter) -> str | None:
+    """Why TensorRT-LLM cannot take this drafter (None: it can)."""
+    if drafter.kind == "eagle":
+        return ("TensorRT-LLM reads an Eagle config as Eagle3 and does not load EAGLE-1/2 checkpoints: measure an "
+                "EAGLE-3 head, or use vLLM or SGLang for this one.")
+    if drafter.kind not in DECODING_BY_KIND:
+        return (f"TensorRT-LLM drafts with an EAGLE-3 head or a separate draft model; a {drafter.kind} drafter has "
+                "no checkpoint it loads.")
+    return None
 
 
 def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float],
            level_ms: float) -> EngineAdvice:
-    kinds = {"eagle3": "Eagle3", "specviz-head": "Eagle3", "draft-model": "DraftTarget"}
-    if drafter.kind == "eagle":
-        return refused(ENGINE, RULES, "TensorRT-LLM reads an Eagle config as Eagle3 and does not load EAGLE-1/2 "
-                                      "checkpoints: measure an EAGLE-3 head, or use vLLM or SGLang for this one.")
-    if drafter.kind not in kinds:
-        return refused(ENGINE, RULES, "TensorRT-LLM drafts with an EAGLE-3 head or a separate draft model; a "
-                                      f"{drafter.kind} drafter has no checkpoint it loads.")
+    why = refusal(drafter)
+    if why:
+        return refused(ENGINE, RULES, why)
     if drafter.kind == "draft-model":  # a separate model drafts a chain
         steps, topk = best_chain(acceptance, verify_ms, level_ms, MOST_LAYERS), 1
     else:
         # its dynamic tree keeps between max_draft_len and topK x max_draft_len drafts
         steps, topk, tokens, accepted = plan(acceptance, verify_ms, level_ms,
                                              lambda steps, topk, drafts: steps <= drafts <= topk * steps)
-    config = {"decoding_type": kinds[drafter.kind], "max_draft_len": steps,
+    config = {"decoding_type": DECODING_BY_KIND[drafter.kind], "max_draft_len": steps,
               "speculative_model": drafter.location or "PATH/TO/EAGLE3-HEAD"}
     if topk == 1:  # a chain: no tree settings (max_total_draft_tokens becomes max_draft_len)
         tokens, accepted = steps + 1, chain_accepted(acceptance, steps)

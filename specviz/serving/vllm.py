@@ -27,6 +27,7 @@ MODEL_FREE = ("ngram", "ngram_gpu", "suffix", "mtp", "extract_hidden_states")
 STATIC_TREE_GONE = ("vLLM no longer takes a static draft tree: `speculative_token_tree` was removed with tree "
                     "attention (vllm-project/vllm PR #42121, merged 2026-05); its drafters propose chains. Use the "
                     "vLLM engine's chain config (num_speculative_tokens), or SGLang or TensorRT-LLM for trees.")
+METHOD_BY_KIND = {"eagle3": "eagle3", "eagle": "eagle", "draft-model": "draft_model"}
 MOST_TOKENS = 8
 
 
@@ -49,14 +50,21 @@ def validate(config: dict) -> list[str]:
     return problems
 
 
+def refusal(drafter: Drafter) -> str | None:
+    """Why vLLM cannot take this drafter (None: it can)."""
+    if drafter.kind in METHOD_BY_KIND or drafter.kind == "specviz-head":
+        return None
+    why = ("vLLM has no layer-skip drafter (a draft model must be a checkpoint of its own)"
+           if drafter.kind == "self-skip" else "the target drafting for itself gains nothing in vLLM")
+    return f"{why}: measure a head (eagle:PATH) or a draft model instead."
+
+
 def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float],
            level_ms: float) -> EngineAdvice:
     """The chain length k of the largest predicted speedup (k drafter levels, k + 1 tokens verified)."""
-    methods = {"eagle3": "eagle3", "eagle": "eagle", "draft-model": "draft_model"}
-    if drafter.kind not in methods and drafter.kind != "specviz-head":
-        why = ("vLLM has no layer-skip drafter (a draft model must be a checkpoint of its own)"
-               if drafter.kind == "self-skip" else "the target drafting for itself gains nothing in vLLM")
-        return refused(ENGINE, RULES, f"{why}: measure a head (eagle:PATH) or a draft model instead.")
+    why = refusal(drafter)
+    if why:
+        return refused(ENGINE, RULES, why)
     best = best_chain(acceptance, verify_ms, level_ms, MOST_TOKENS)
     notes = []
     if drafter.kind == "specviz-head":
@@ -66,7 +74,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
         notes.append("specviz's trained head is in specviz's own file format, which no engine reads: the knobs "
                      "are this head's, and `model` must name an EAGLE-3 head in the speculators format.")
     else:
-        method, model = methods[drafter.kind], drafter.location
+        method, model = METHOD_BY_KIND[drafter.kind], drafter.location
     config = {"method": method, "model": model, "num_speculative_tokens": best}
     accepted = chain_accepted(acceptance, best)
     notes.append(f"pass it as `vllm serve TARGET --speculative-config '{as_json(config)}'` or "

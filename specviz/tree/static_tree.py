@@ -53,6 +53,10 @@ class RankAcceptance:
     def chance(self, path: RankPath) -> float:
         return self.counts.get(path, 0) / self.positions if self.positions else 0.0
 
+    def supported_chance(self, path: RankPath) -> float:
+        """The chance of a path followed at least MIN_COUNT times, else 0 (fewer is mostly noise)."""
+        return self.chance(path) if self.counts.get(path, 0) >= MIN_COUNT else 0.0
+
     def interval(self, path: RankPath, z: float = 1.96) -> tuple[float, float]:
         """Wilson's 95% interval of the chance (what a handful of positions can and cannot say)."""
         n, k = self.positions, self.counts.get(path, 0)
@@ -93,13 +97,6 @@ class StaticTree:
     def expected_accepted(self) -> float:
         """Expected accepted draft tokens a step (the target's own next token comes on top)."""
         return sum(self.chances)
-
-    def max_children(self) -> int:
-        """The most children any node has (SGLang's top-k)."""
-        children: dict[RankPath, int] = {}
-        for path in self.paths:
-            children[path[:-1]] = children.get(path[:-1], 0) + 1
-        return max(children.values(), default=0)
 
 
 def best_tree(acceptance: RankAcceptance, tokens: int) -> StaticTree:

@@ -19,8 +19,8 @@ def register(subparsers) -> None:
 def run(args) -> None:
     from specviz.benches.profile_forward import format_profile, profile
 
-    lm = load_target(args)
     sizes = tree_sizes(args.sizes)
+    lm = load_target(args)
     rows = profile(lm, sizes, positive("--context", args.context, lm.max_context - max(sizes) - 1),
                    positive("--repeats", args.repeats, 1000))
     emit(format_profile(lm, rows), {"mode": lm.mode, "linear": lm.linear, "linear_by_size": lm.linear_summary(),

@@ -20,8 +20,8 @@ def register(subparsers) -> None:
 def run(args) -> None:
     from specviz.benches.roofline import format_report, measure_report
 
-    lm = load_target(args)
     sizes = tree_sizes(args.sizes)
+    lm = load_target(args)
     if lm.device.type != "cpu":
         raise SpecvizError("dev roofline measures a CPU's bandwidth and FMA peak; the model is on "
                            f"{lm.device.type} (pass --device cpu).")

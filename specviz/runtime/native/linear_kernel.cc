@@ -7,7 +7,7 @@
 // row of the block, so a tree of a few tokens reads the weights once, as one token does. The block's shape follows
 // the rows (measured on the model's layers: docs/benchmarks.md, "The verify forward against the roofline"). With
 // AVX-512 groups are one vector wide: up to 8 rows run 3 groups at once (three streams keep more memory requests in
-// flight), up to 14 rows run 2 groups in one pass (the weights read once, where 8 + 6 rows read them twice), more
+// flight), up to 14 rows run 2 groups in one pass (the weights read once, where two blocks of 7 read them twice), more
 // rows take turns in blocks of 8 rows x 3 groups with the groups in cache. Elsewhere a group is 3 or 4 vectors and
 // blocks take one group (what measured best with 16 registers). Where rows take turns, the first block streams the
 // unit's weights from memory (bound by bandwidth, the FMA units half idle) and the second, which finds them in
@@ -73,7 +73,7 @@ inline void store_wide(float* p, wide v) { std::memcpy(p, &v, sizeof v); }
 inline wide splat_wide(float x) { return wide{} + x; }
 
 constexpr int kGroup = kTiles * kWidth;  // output columns per group
-constexpr int64_t kPrefetch = kSmallGroups > 1 ? 512 : 1024;  // floats ahead (2 KB of each of 3 streams, or 4 KB of one) prefetched
+constexpr int64_t kPrefetch = kSmallGroups > 1 ? 512 : 1024;  // floats ahead prefetched: 2 KB of each stream, or 4 KB of one
 
 // R rows x the G groups from group g0: y[r, n] = bias[n] + sum_k x[r, k] w[n, k]. kAhead: prefetch the next G
 // groups (the next unit's weights) into L2, line for line as this block reads its own, instead of its own ahead.
@@ -129,22 +129,33 @@ void rows_block(int rows, const float* x, int64_t K, const float* groups, int64_
 
 // M rows in blocks of at most R rows (of as even a size as can be: 7 rows of R = 4 are 4 + 3), G groups at a
 // time. Each thread takes a contiguous run of G-group units (disjoint outputs) and every row block of each, so a
-// unit's weights come from memory once and stay in cache across the blocks.
+// unit's weights come from memory once and stay in cache across the blocks; the second block of a unit prefetches
+// the thread's next unit, never another thread's (its core's cache) nor past the weights.
 template <int G, int R>
 void blocks(const float* x, int64_t M, int64_t K, const float* groups, int64_t N, const float* bias, float* y,
             int threads) {
     const int64_t count = (N + kGroup - 1) / kGroup, units = (count + G - 1) / G, chunks = (M + R - 1) / R;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t u = 0; u < units; u++) {
-        for (int64_t c = 0; c < chunks; c++) {
-            const int64_t m0 = M * c / chunks, rows = M * (c + 1) / chunks - m0;
-            if ((u + 1) * G <= count) {
-                // the second block prefetches the next unit (past the last one: prefetches never fault)
-                if (c == 1) rows_block<G, R, true>(int(rows), x + m0 * K, K, groups, u * G, bias, y + m0 * N, N);
-                else rows_block<G, R>(int(rows), x + m0 * K, K, groups, u * G, bias, y + m0 * N, N);
-            } else {  // the last groups, fewer than G
-                for (int64_t g = u * G; g < count; g++)
-                    rows_block<1, R>(int(rows), x + m0 * K, K, groups, g, bias, y + m0 * N, N);
+    const int64_t whole = count / G;  // units of G groups (the last may hold fewer)
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int64_t index = 0, team = 1;
+#ifdef _OPENMP
+        index = omp_get_thread_num();
+        team = omp_get_num_threads();
+#endif
+        const int64_t first = units * index / team, last = units * (index + 1) / team;
+        for (int64_t u = first; u < last; u++) {
+            for (int64_t c = 0; c < chunks; c++) {
+                const int64_t m0 = M * c / chunks, rows = M * (c + 1) / chunks - m0;
+                if (u < whole) {
+                    if (c == 1 && u + 1 < last && u + 1 < whole)
+                        rows_block<G, R, true>(int(rows), x + m0 * K, K, groups, u * G, bias, y + m0 * N, N);
+                    else
+                        rows_block<G, R>(int(rows), x + m0 * K, K, groups, u * G, bias, y + m0 * N, N);
+                } else {  // the last groups, fewer than G
+                    for (int64_t g = u * G; g < count; g++)
+                        rows_block<1, R>(int(rows), x + m0 * K, K, groups, g, bias, y + m0 * N, N);
+                }
             }
         }
     }

@@ -3,7 +3,7 @@
 A verify forward of a few tokens is bound by reading the weights (about 536 MB in fp32 for SmolLM2-135M).
 oneDNN's packed matmul reads them once too, but its one-row path is slow here and its cost grows from
 2 rows on. This kernel streams each weight once, in groups of output columns (one vector wide with AVX-512,
-three elsewhere), and keeps a block of rows x groups in registers, so every weight vector it loads serves all
+three or four elsewhere), and keeps a block of rows x groups in registers, so every weight vector it loads serves all
 the rows; the block's shape follows the row count (linear_kernel.cc). Each output is summed over the input in
 order, so a row's result is bitwise the same however many rows share the call. Figures: docs/benchmarks.md,
 "Native linear kernel" and "The verify forward against the roofline (issue 63)".
