@@ -40,6 +40,16 @@ def _chain(root: int, tokens: list[int]) -> DraftTree:
     return tree
 
 
+def prefilled_chains(lm, context_len: int, sizes: list[int], seed: int) -> tuple[object, dict[int, DraftTree]]:
+    """A cache holding a random context of `context_len` tokens but its last, which is the root of a chain tree of
+    each size q (q tokens: the root and the context's continuation), as the engine verifies one."""
+    generator = torch.Generator().manual_seed(seed)
+    context = torch.randint(100, lm.vocab_size - 1, (context_len + max(sizes),), generator=generator).tolist()
+    cache = lm.new_cache()
+    causal_forward(lm, cache, context[:context_len - 1])
+    return cache, {q: _chain(context[context_len - 1], context[context_len:context_len + q - 1]) for q in sizes}
+
+
 class LinearOnly:
     """Every linear layer of the model applied once to (1, rows, in_features) inputs, with the kernel
     the model runs (stock=False: the lean forward's own kernel and weights where it runs, fused q/k/v
@@ -84,12 +94,8 @@ def forward_ms(lm, q: int, context_len: int, repeats: int, profile: bool = False
     """Medians of the forward, of the linear layers alone (the model's kernel, then stock F.linear) and of
     the forward's ratio to each (timed in turn within each repeat), and the heaviest operators of one
     more forward (profile)."""
-    generator = torch.Generator().manual_seed(q)
-    context = torch.randint(100, lm.vocab_size - 1, (context_len + q,), generator=generator).tolist()
-    cache = lm.new_cache()
-    # the cache holds the context but its last token, which is the tree's root (as in the engine)
-    causal_forward(lm, cache, context[:context_len - 1])
-    tree = _chain(context[context_len - 1], context[context_len:context_len + q - 1])
+    cache, trees = prefilled_chains(lm, context_len, [q], seed=q)
+    tree = trees[q]
     # interleaved with the linear layers alone and the forward with each other linear kernel, so machine
     # drift moves them all alike
     linear, stock = LinearOnly(lm, q), LinearOnly(lm, q, stock=True)

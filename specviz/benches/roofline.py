@@ -17,10 +17,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specviz.benches.profile_forward import LinearOnly, _chain
+from specviz.benches.profile_forward import LinearOnly, prefilled_chains
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime import linear_paths
-from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.native import build, linear_kernel
 from specviz.runtime.native.roofline_probe import Roofline, measure
 
@@ -68,12 +67,7 @@ def forward_work(lm, tokens: int, context_len: int) -> ForwardWork:
 @torch.inference_mode()
 def time_forwards(lm, sizes: list[int], context_len: int, repeats: int) -> dict[int, tuple[float, float]]:
     """(median forward ms, median linear-only ms) per size, every size once per repeat in turn."""
-    largest = max(sizes)
-    generator = torch.Generator().manual_seed(0)
-    context = torch.randint(100, lm.vocab_size - 1, (context_len + largest,), generator=generator).tolist()
-    cache = lm.new_cache()
-    causal_forward(lm, cache, context[:context_len - 1])  # the root is the context's last token, as in the engine
-    trees = {q: _chain(context[context_len - 1], context[context_len:context_len + q - 1]) for q in sizes}
+    cache, trees = prefilled_chains(lm, context_len, sizes, seed=0)
     linear = {q: LinearOnly(lm, q) for q in sizes}
     forward_times: dict[int, list[float]] = {q: [] for q in sizes}
     linear_times: dict[int, list[float]] = {q: [] for q in sizes}
@@ -156,7 +150,7 @@ def format_report(lm, report: RooflineReport) -> str:
              f"  streaming read: {r.read_gbs_one_thread:.1f} GB/s on 1 thread, {r.read_gbs:.1f} GB/s on {r.threads}",
              f"  FMA peak ({r.vector_floats}-float vectors): {r.fma_gflops_one_thread:.0f} GFLOP/s on 1 thread, "
              f"{r.fma_gflops:.0f} GFLOP/s on {r.threads}",
-             f"verify forward of {lm.name} ({str(lm.dtype).replace('torch.', '')}, linear={lm.linear}) over a cache of "
+             f"verify forward of {lm.name} ({str(lm.dtype).replace('torch.', '')}, linear={lm.linear}) after a context of "
              f"{report.context_len} tokens, medians of interleaved repeats:",
              f"{'tokens':>6} {'ms':>8} {'x 1 tok':>8} {'linear ms':>10} {'rest ms':>8} {'bound':>6} {'bound ms':>9} "
              f"{'fraction':>9} {'GFLOP/s':>8} {'of peak':>8} {'GB/s':>6}"]

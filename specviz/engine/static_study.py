@@ -102,15 +102,20 @@ def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteIt
                            engine_drafter, advise_engines(engine_drafter, acceptance, cost.cost_ms, measured.level_ms))
 
 
-def refused_before_loading(spec: str, engine: str) -> str | None:
-    """Why `engine` cannot take the drafter a spec names, where the spec alone says what it is (the target itself,
-    its first layers), so a command refuses before measuring anything; None otherwise."""
+def kind_of_spec(spec: str) -> str | None:
+    """What a drafter spec names where the text alone says it: the target itself, or its first layers."""
     from specviz.runtime.layer_skip import parse_self_skip
     from specviz.runtime.shared_resources import SELF_DRAFT
 
     spec = spec.strip()
-    kind = "self" if spec == SELF_DRAFT else "self-skip" if parse_self_skip(spec) is not None else None
-    return ENGINES[engine].refusal(Drafter(kind, spec, None)) if kind else None
+    return "self" if spec == SELF_DRAFT else "self-skip" if parse_self_skip(spec) is not None else None
+
+
+def refused_before_loading(spec: str, engine: str) -> str | None:
+    """Why `engine` cannot take the drafter a spec names, where the spec alone says what it is, so a command refuses
+    before measuring anything; None otherwise."""
+    kind = kind_of_spec(spec)
+    return ENGINES[engine].refusal(Drafter(kind, spec.strip(), None)) if kind else None
 
 
 def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
@@ -118,7 +123,6 @@ def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
     from specviz.runtime.draft_head import DraftHead
     from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.eagle_head import EagleHead
-    from specviz.runtime.layer_skip import parse_self_skip
 
     if isinstance(drafter, DraftHead):
         return Drafter("specviz-head", label, None)
@@ -126,6 +130,6 @@ def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
         return Drafter("eagle3" if len(drafter.feature_tap.layers) == 3 else "eagle", label, parse_eagle_spec(label))
     if drafter is lm:
         return Drafter("self", label, None)
-    if parse_self_skip(label) is not None:
+    if kind_of_spec(label) == "self-skip":
         return Drafter("self-skip", label, None)
     return Drafter("draft-model", label, label)

@@ -4,7 +4,6 @@ drafter levels it runs, on this machine's verify cost curve."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -83,8 +82,18 @@ def chain_accepted(acceptance: RankAcceptance, length: int) -> float:
     return sum(acceptance.supported_chance((0,) * depth) for depth in range(1, length + 1))
 
 
-def as_json(config: dict) -> str:
-    return json.dumps(config)
+# where a config names the drafter to load and the drafter is specviz's own head, whose file no engine reads
+HEAD_PLACEHOLDER = "PATH/TO/EAGLE3-HEAD"
+
+
+def head_location(drafter: Drafter) -> str:
+    """The path an engine loads the drafter from, or the placeholder for specviz's head."""
+    return drafter.location or HEAD_PLACEHOLDER
+
+
+def own_head_note(engine: str) -> str:
+    return (f"specviz's trained head is in specviz's own file format, which {engine} does not read: the knobs are "
+            f"this head's, and {HEAD_PLACEHOLDER} must name an EAGLE-3 head {engine} loads.")
 
 
 def best_chain(acceptance: RankAcceptance, verify_ms: Callable[[int], float], level_ms: float, most: int) -> int:

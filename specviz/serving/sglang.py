@@ -12,7 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Callable
 
-from specviz.serving.advice import Drafter, DraftShape, EngineAdvice, RulesSource, refused, step_speedup
+from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, head_location, own_head_note,
+                                    refused, step_speedup)
 from specviz.serving.eagle_tree import plan, pool_size
 from specviz.tree.static_tree import RankAcceptance
 
@@ -63,7 +64,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
     if why:
         return refused(ENGINE, RULES, why)
     steps, topk, tokens, accepted = plan(acceptance, verify_ms, level_ms)
-    path = drafter.location or "PATH/TO/EAGLE3-HEAD"
+    path = head_location(drafter)
     flags = {"speculative-algorithm": ALGORITHMS_BY_KIND[drafter.kind], "speculative-draft-model-path": path,
              "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}
     notes = [f"SGLang's rule at these settings keeps {tokens - 1} of the {pool_size(steps, topk)} nodes it "
@@ -72,8 +73,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
         notes.append("SGLang's EAGLE-3 loader expects the LlamaForCausalLMEagle3 layout (weights `midlayer.*`); "
                      "a speculators-format head (`layers.0.*`) loads only where SGLang translates it.")
     if drafter.kind == "specviz-head":
-        notes.append("specviz's trained head is in specviz's own file format: the knobs are this head's, the path "
-                     "must name an EAGLE-3 head SGLang loads.")
+        notes.append(own_head_note(ENGINE))
     text = " \\\n  ".join(["python -m sglang.launch_server --model-path TARGET",
                            *(f"--{key} {shlex.quote(str(value))}" for key, value in flags.items())])
     return EngineAdvice(ENGINE, (("speculative-num-steps", steps), ("speculative-eagle-topk", topk),

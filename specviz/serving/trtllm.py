@@ -15,7 +15,7 @@ import json
 from typing import Callable
 
 from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
-                                    refused, step_speedup)
+                                    head_location, own_head_note, refused, step_speedup)
 from specviz.serving.eagle_tree import plan
 from specviz.tree.static_tree import RankAcceptance
 
@@ -83,7 +83,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
         steps, topk, tokens, accepted = plan(acceptance, verify_ms, level_ms,
                                              lambda steps, topk, drafts: steps <= drafts <= topk * steps)
     config = {"decoding_type": DECODING_BY_KIND[drafter.kind], "max_draft_len": steps,
-              "speculative_model": drafter.location or "PATH/TO/EAGLE3-HEAD"}
+              "speculative_model": head_location(drafter)}
     if topk == 1:  # a chain: no tree settings (max_total_draft_tokens becomes max_draft_len)
         tokens, accepted = steps + 1, chain_accepted(acceptance, steps)
         knobs: tuple = (("max_draft_len", steps),)
@@ -95,7 +95,6 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
     notes = [STATIC_CHOICES, "pass it in the YAML of `trtllm-serve TARGET --config FILE`, or as "
              "`LLM(..., speculative_config=Eagle3DecodingConfig(...))`."]
     if drafter.kind == "specviz-head":
-        notes.append("specviz's trained head is in specviz's own file format: the knobs are this head's, the path "
-                     "must name an EAGLE-3 head TensorRT-LLM loads.")
+        notes.append(own_head_note(ENGINE))
     return EngineAdvice(ENGINE, knobs, accepted, step_speedup(accepted, tokens, steps, verify_ms, level_ms), tokens,
                         yaml_text(config), RULES, tuple(notes), tuple(validate(config)), shape=shape)

@@ -9,10 +9,11 @@ speculators-format head's own count is not always read: pass it). A draft model 
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
-from specviz.serving.advice import (Drafter, EngineAdvice, RulesSource, as_json, best_chain, chain, chain_accepted,
-                                    refused, step_speedup)
+from specviz.serving.advice import (Drafter, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
+                                    head_location, own_head_note, refused, step_speedup)
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "vLLM"
@@ -27,7 +28,7 @@ MODEL_FREE = ("ngram", "ngram_gpu", "suffix", "mtp", "extract_hidden_states")
 STATIC_TREE_GONE = ("vLLM no longer takes a static draft tree: `speculative_token_tree` was removed with tree "
                     "attention (vllm-project/vllm PR #42121, merged 2026-05); its drafters propose chains. Use the "
                     "vLLM engine's chain config (num_speculative_tokens), or SGLang or TensorRT-LLM for trees.")
-METHOD_BY_KIND = {"eagle3": "eagle3", "eagle": "eagle", "draft-model": "draft_model"}
+METHOD_BY_KIND = {"eagle3": "eagle3", "eagle": "eagle", "draft-model": "draft_model", "specviz-head": "eagle3"}
 MOST_TOKENS = 8
 
 
@@ -52,7 +53,7 @@ def validate(config: dict) -> list[str]:
 
 def refusal(drafter: Drafter) -> str | None:
     """Why vLLM cannot take this drafter (None: it can)."""
-    if drafter.kind in METHOD_BY_KIND or drafter.kind == "specviz-head":
+    if drafter.kind in METHOD_BY_KIND:
         return None
     why = ("vLLM has no layer-skip drafter (a draft model must be a checkpoint of its own)"
            if drafter.kind == "self-skip" else "the target drafting for itself gains nothing in vLLM")
@@ -66,19 +67,12 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
     if why:
         return refused(ENGINE, RULES, why)
     best = best_chain(acceptance, verify_ms, level_ms, MOST_TOKENS)
-    notes = []
-    if drafter.kind == "specviz-head":
-        # specviz's head file is its own format; the EAGLE-3-shaped head and its speculators export are issue 60's
-        # second part (not built yet), so the model key names where such a head would be
-        method, model = "eagle3", "PATH/TO/EAGLE3-HEAD"
-        notes.append("specviz's trained head is in specviz's own file format, which no engine reads: the knobs "
-                     "are this head's, and `model` must name an EAGLE-3 head in the speculators format.")
-    else:
-        method, model = METHOD_BY_KIND[drafter.kind], drafter.location
-    config = {"method": method, "model": model, "num_speculative_tokens": best}
+    notes = [own_head_note(ENGINE)] if drafter.kind == "specviz-head" else []
+    method = METHOD_BY_KIND[drafter.kind]  # specviz's head: an EAGLE-3 head would take its place
+    config = {"method": method, "model": head_location(drafter), "num_speculative_tokens": best}
     accepted = chain_accepted(acceptance, best)
-    notes.append(f"pass it as `vllm serve TARGET --speculative-config '{as_json(config)}'` or "
+    notes.append(f"pass it as `vllm serve TARGET --speculative-config '{json.dumps(config)}'` or "
                  "`LLM(..., speculative_config={...})`; a chain of the drafter's best token at each level.")
     return EngineAdvice(ENGINE, (("method", method), ("num_speculative_tokens", best)), accepted,
-                        step_speedup(accepted, best + 1, best, verify_ms, level_ms), best + 1, as_json(config), RULES,
-                        tuple(notes), tuple(validate(config)), shape=chain(best))
+                        step_speedup(accepted, best + 1, best, verify_ms, level_ms), best + 1, json.dumps(config),
+                        RULES, tuple(notes), tuple(validate(config)), shape=chain(best))
