@@ -107,6 +107,28 @@ def tiny_models(lm, tmp_path_factory):
         stale.unlink()
 
 
+@pytest.fixture(scope="session")
+def layered_target(lm, tmp_path_factory):
+    """A random eight-layer Llama with the default model's tokenizer, deep enough for EAGLE-3's three fused layers
+    (2, 4 and 5), saved as a local folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specviz.runtime.loading import load_model
+
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("eagle-target")
+    config = LlamaConfig(vocab_size=len(lm.tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=8,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    yield load_model(str(folder))
+    # its warm copy-logit table is cached under the user's cache folder by this temporary folder's name
+    from specviz.runtime.cache_dir import cache_root
+
+    for stale in (cache_root() / "copy_logits").glob(f"*{folder.parent.name}_{folder.name}*"):
+        stale.unlink()
+
+
 def native_library_or_skip(kernel, what: str):
     """A native kernel module's loaded library (the `kernel` fixtures of its tests), or a skip that says
     why this machine has none."""

@@ -23,22 +23,9 @@ PROMPTS = [[{"role": "user", "content": "Name three colours and say why you like
 
 
 @pytest.fixture(scope="module")
-def target(lm, tmp_path_factory):
+def target(layered_target):
     """A random eight-layer Llama with the default model's tokenizer (EAGLE-3 fuses layers 2, 4 and 5)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(1)
-    folder = tmp_path_factory.mktemp("eagle-target")
-    config = LlamaConfig(vocab_size=len(lm.tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=8,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    lm.tokenizer.save_pretrained(folder)
-    yield load_model(str(folder))
-    # its warm copy-logit table is cached under the user's cache folder by this temporary folder's name
-    from specviz.runtime.cache_dir import cache_root
-
-    for stale in (cache_root() / "copy_logits").glob(f"*{folder.parent.name}_{folder.name}*"):
-        stale.unlink()
+    return layered_target
 
 
 def _config(target, **fields) -> dict:

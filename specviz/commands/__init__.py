@@ -3,8 +3,8 @@ the module's `run(args)`), `run` is the command's glue between the flags and the
 users run, in the order `--help` lists them; the maintenance commands behind the docs' figures are under
 `dev` (specviz/commands/dev/). common_args.py holds what several commands share."""
 
-from specviz.commands import (bench, calibrate, datastore, draft_quality, generate, params, space_bundle,
-                              static_tree, sweep, train_head, trained_files)
+from specviz.commands import (bench, calibrate, datastore, draft_quality, export_head, generate, params,
+                              space_bundle, static_tree, sweep, train_head, trained_files)
 
-COMMANDS = (generate, bench, sweep, calibrate, datastore, train_head, trained_files, draft_quality, static_tree,
-            space_bundle, params)
+COMMANDS = (generate, bench, sweep, calibrate, datastore, train_head, export_head, trained_files, draft_quality,
+            static_tree, space_bundle, params)

@@ -15,7 +15,8 @@ def model_args(parser: argparse.ArgumentParser, graphs_both: bool = False) -> No
     parser.add_argument("--model", default=None, help="hub id or local folder (default: packaged "
                         "SmolLM2-135M-Instruct)")
     parser.add_argument("--draft-model", default=None, help="draft model of the model source (respec, reader, unified, "
-                        "rapid) and of hf-assisted: head (the trained draft head, `train-head`), self (the target's "
+                        "rapid) and of hf-assisted: head (the trained draft head, `train-head`), head-eagle3 (the "
+                        "EAGLE-3-shaped head, `train-head --shape eagle3`), self (the target's "
                         "own weights), self-skip:K, eagle:PATH (a published EAGLE-1/2 or EAGLE-3 head: folder or hub "
                         "id), or a model id / folder of the target's vocabulary (default: the "
                         "head when one is trained for the target, else self)")
@@ -96,13 +97,16 @@ def draft_model(args, methods: list[str], lm):
     """The draft model --draft-model names (runtime.shared_resources.resolve_draft), loaded as the target was;
     hf-assisted needs a model of its own: the default model when none is named."""
     from specviz.runtime.draft_head import HEAD_SPEC, MissingHead
+    from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.layer_skip import parse_self_skip
     from specviz.runtime.shared_resources import SELF_DRAFT, model_key, resolve_draft
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
 
     spec = (args.draft_model or "").strip()
     if "hf-assisted" in methods:
-        if spec in (SELF_DRAFT, HEAD_SPEC) or parse_self_skip(spec) is not None:
-            raise SpecvizError("hf-assisted needs a draft model of its own, not self, self-skip or the head.")
+        if spec in (SELF_DRAFT, HEAD_SPEC, EAGLE3_SPEC) or parse_self_skip(spec) is not None \
+                or parse_eagle_spec(spec) is not None:
+            raise SpecvizError("hf-assisted needs a draft model of its own, not self, self-skip or a head.")
         spec = spec or model_key(None)
     draft = resolve_draft(lm, spec, lambda name: load_model(args, name))
     if isinstance(draft, MissingHead):

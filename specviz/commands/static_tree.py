@@ -13,7 +13,8 @@ from specviz.errors import SpecvizError
 def register(subparsers) -> None:
     parser = subparsers.add_parser("static-tree", help="the static draft tree a drafter's measured acceptance by "
                                    "rank justifies, in a serving engine's format")
-    parser.add_argument("--drafter", default="head", help="head, self, self-skip:K, eagle:PATH or a model id/folder")
+    parser.add_argument("--drafter", default="head", help="head, head-eagle3, self, self-skip:K, eagle:PATH or a model "
+                        "id/folder")
     parser.add_argument("--suite", default="assets/suite.jsonl", help="where acceptance by rank is measured")
     parser.add_argument("--check", default=None, metavar="SUITE", help="also run the drafter with the static trees "
                         "of --check-tokens in greedy sessions on this suite (e.g. assets/heldout.jsonl): measured "

@@ -123,11 +123,15 @@ def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
     from specviz.runtime.draft_head import DraftHead
     from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.eagle_head import EagleHead
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder, shown_path
 
     if isinstance(drafter, DraftHead):
         return Drafter("specviz-head", label, None)
     if isinstance(drafter, EagleHead):
-        return Drafter("eagle3" if len(drafter.feature_tap.layers) == 3 else "eagle", label, parse_eagle_spec(label))
+        kind = "eagle3" if len(drafter.feature_tap.layers) == 3 else "eagle"
+        if label.strip() == EAGLE3_SPEC:   # trained here: its cache folder is in EAGLE-3's layout, which they load
+            return Drafter(kind, label, shown_path(eagle3_folder(lm)))
+        return Drafter(kind, label, parse_eagle_spec(label))
     if drafter is lm:
         return Drafter("self", label, None)
     if kind_of_spec(label) == "self-skip":

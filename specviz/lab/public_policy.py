@@ -73,6 +73,16 @@ def allowed_eagle_heads() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n if n.startswith("eagle:") else f"eagle:{n}" for n in names))
 
 
+def trained_eagle3_heads() -> tuple[str, ...]:
+    """head-eagle3 where the default model has one trained here (runtime.trained_eagle3; no Space ships one, so a
+    Space offers it only where its owner trained one into its cache), else nothing."""
+    from specviz.runtime.draft_head import cached_head_path
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder_name
+
+    folder = cached_head_path(eagle3_folder_name(DEFAULT_MODEL))
+    return (EAGLE3_SPEC,) if (folder / "model.safetensors").is_file() else ()
+
+
 @dataclass(frozen=True)
 class Policy:
     """What a visitor may ask for. Policy.private(): everything (the app as it runs on a laptop)."""
@@ -102,7 +112,8 @@ class Policy:
         models = allowed_models()
         return cls(public=True, models=models, max_new_tokens=MAX_NEW_TOKENS, max_sweep_runs=MAX_SWEEP_RUNS,
                    max_sweep_tokens=MAX_SWEEP_TOKENS, max_upload_bytes=MAX_UPLOAD_BYTES, model_slots=MODEL_SLOTS,
-                   drafts=SELF_DRAFTS + models + allowed_eagle_heads(), max_prompt_chars=MAX_PROMPT_CHARS,
+                   drafts=SELF_DRAFTS + trained_eagle3_heads() + models + allowed_eagle_heads(),
+                   max_prompt_chars=MAX_PROMPT_CHARS,
                    max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
                    max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
                    max_session_files_bytes=MAX_SESSION_FILES_BYTES, max_files_bytes=MAX_FILES_BYTES,
@@ -137,6 +148,8 @@ class Policy:
                            f"({', '.join(d for d in SELF_DRAFTS if d.startswith('self-skip'))}) or a model on its list "
                            f"({', '.join(self.models)})"
                            + "".join(f", or the EAGLE head {d}" for d in self.drafts if d.startswith("eagle:"))
+                           + (", or the EAGLE-3-shaped head trained here (head-eagle3)" if "head-eagle3" in self.drafts
+                              else "")
                            + ". Pick one of them.")
 
     def check_mode(self, mode: str | None) -> str:

@@ -26,7 +26,9 @@ class CompareTab:
         self.context, self.policy = context, context.policy
         with gr.Tab("A/B compare", id="tab-ab"):
             gr.Markdown("Two configurations on the prompt above: each side is the page's settings with the "
-                        "overrides you write (`method=respec tau=3`, `budget=64`, `temperature=0.8`, ...).")
+                        "overrides you write (`method=respec tau=3`, `budget=64`, `temperature=0.8`, ...; "
+                        "`draft_model=head` on one side and `draft_model=head-eagle3` on the other compare the two "
+                        "heads).")
             with gr.Row():
                 self.side_a = gr.Textbox(label="Side A overrides", elem_id="side-a", value="")
                 self.side_b = gr.Textbox(label="Side B overrides", elem_id="side-b", value="method=pld")

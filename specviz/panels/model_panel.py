@@ -18,6 +18,7 @@ from specviz.runtime.loading import DEFAULT_MODEL
 
 DRAFT_MODELS = [("default: the trained draft head when there is one, else self", ""),
                 ("head: the draft head trained for the target (python -m specviz train-head)", "head"),
+                ("head-eagle3: the EAGLE-3-shaped head (python -m specviz train-head --shape eagle3)", "head-eagle3"),
                 ("self: the target's own weights (self-speculation)", "self"),
                 ("self-skip:8: the target's first 8 layers (cheap, untrained)", "self-skip:8")]
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),

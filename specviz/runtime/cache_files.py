@@ -35,6 +35,28 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
     return target
 
 
+def write_folder_atomically(target: Path, write: Callable[[Path], None]) -> Path:
+    """write(folder) into a staging sibling folder, then put it in target's place (an existing target is moved
+    aside first and removed after): a reader finds the old folder or the new one whole, never a mix; on failure
+    nothing is left behind."""
+    import shutil
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging, old = staging_path(target), target.with_name(f".{target.name}.{os.getpid()}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        write(staging)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
 def discard(target: Path, why: str) -> None:
     """A cache that could not be read back: removed (to be rebuilt), with a line in the log."""
     LOG.warning("discarding the cache %s (%s): it is rebuilt", target, why)

@@ -300,13 +300,13 @@ class DraftHead:
 
 
 # ---- files --------------------------------------------------------------------------------------------
-def _slug(text: str) -> str:
+def file_slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-80:]
 
 
 def head_file_name(model_name: str) -> str:
     """The file name of a target's head, from the loaded model's name (LoadedModel.name)."""
-    return f"{_slug(model_name)}.safetensors"
+    return f"{file_slug(model_name)}.safetensors"
 
 
 def cached_head_path(file_name: str) -> Path:

@@ -90,7 +90,7 @@ def eagle_folder(location: str) -> Path:
                            f"({type(exc).__name__}). Download it first, or give its folder.") from None
 
 
-def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+def read_head_weights(folder: Path) -> dict[str, torch.Tensor]:
     for name in WEIGHT_FILES:
         file = folder / name
         if not file.is_file():
@@ -111,7 +111,7 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise SpecvizError(f"No weights in '{folder}': an EAGLE head has {' or '.join(WEIGHT_FILES)} beside config.json.")
 
 
-def _read_config(folder: Path) -> dict:
+def read_head_config(folder: Path) -> dict:
     file = folder / "config.json"
     try:
         config = json.loads(file.read_text())
@@ -187,7 +187,7 @@ def read_eagle(location: str, target_hidden: int, target_vocab: int, target_laye
     (its head's rows) and layer count; SpecvizError with the mismatch otherwise."""
     folder = eagle_folder(location)
     source = str(location)
-    config, weights = _read_config(folder), _read_weights(folder)
+    config, weights = read_head_config(folder), read_head_weights(folder)
     layout = _layout(weights, source)
     g = _geometry(config)
     vocab = _number(config, "vocab_size")

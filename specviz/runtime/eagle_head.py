@@ -26,13 +26,15 @@ from specviz.runtime.loaded_model import LoadedModel
 class EagleHead:
     """Read-only and shared by every session, as a DraftHead is."""
 
-    def __init__(self, lm: LoadedModel, files: EagleFiles):
+    def __init__(self, lm: LoadedModel, files: EagleFiles, name: str | None = None):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+        from specviz.runtime import fast_linear
+
         # not the files themselves: their weights dict would keep a host copy of every weight for good
         self.lm, self.layout = lm, files.layout
-        self.name = f"{EAGLE_SPEC}:{files.source}"
+        self.name = name or f"{EAGLE_SPEC}:{files.source}"
         self.feature_tap = files.tap
         g = files.geometry
         self.geometry = g
@@ -42,13 +44,29 @@ class EagleHead:
         self.w = {part: take(f"{prefix}{part}.weight") for part in
                   ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm")}
-        self.fc = take("fc.weight")
+        fc = take("fc.weight")
+        self.fc_inputs = fc.shape[1]   # 3 x the target's width for EAGLE-3's fused features
         self.fc_bias = take("fc.bias") if "fc.bias" in files.weights else None
+        # the linears run on the target's kernel (the native one on a CPU in fp32: a draft level costs a fifth of
+        # what F.linear's takes for a few rows), q/k/v and gate/up each as one matrix
+        kernel = lm.linear if lm.linear in fast_linear.CHOICES else "stock"
+        self.linear, prepare = fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, lm.packed)
+        linear_of = self.linear
+        w = self.w
+        self.qkv = prepare(torch.cat([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]]))
+        self.gate_up = prepare(torch.cat([w["mlp.gate_proj"], w["mlp.up_proj"]]))
+        self.o_proj, self.down = prepare(w["self_attn.o_proj"]), prepare(w["mlp.down_proj"])
+        self.fc_prepared = prepare(fc)
         if files.layout is EagleLayout.EAGLE3:
             self.input_norm, self.hidden_norm = take("midlayer.input_layernorm.weight"), take("midlayer.hidden_norm.weight")
-            self.norm, self.head = take("norm.weight"), take("lm_head.weight")
-        else:  # the target's own head reads the layer's output
-            self.norm, self.head = None, lm.model.get_output_embeddings().weight.detach()
+            self.norm, head = take("norm.weight"), take("lm_head.weight")
+            self.head_linear, self.head_prepared = linear_of, prepare(head)
+        else:  # EAGLE-1/2: the target's own head (its whole vocabulary) reads the layer's output, used as it is
+            self.norm, head = None, lm.model.get_output_embeddings().weight.detach()
+            self.head_linear, self.head_prepared = F.linear, head
+        self._size = fc.numel() + sum(w.numel() for w in self.w.values()) + head.numel()
+        # only the prepared weights stay (the native kernel's and packed oneDNN's are copies of the dense ones)
+        self.w = {"post_attention_layernorm": self.w["post_attention_layernorm"]}
         own_embedding = files.weights.get("embed_tokens.weight")
         self.embedding = own_embedding.to(device, dtype) if own_embedding is not None else \
             lm.model.get_input_embeddings().weight.detach()
@@ -66,7 +84,7 @@ class EagleHead:
     @property
     def size(self) -> int:
         """Weights a draft level reads: fc, the layer and the head it drafts through."""
-        return self.fc.numel() + sum(w.numel() for w in self.w.values()) + self.head.numel()
+        return self._size
 
     def new_cache(self):
         from specviz.runtime.kv import new_cache
@@ -87,47 +105,50 @@ class EagleHead:
         n = len(tokens)
         f = features.to(device, dtype)
         embedded = self.embedding[torch.tensor(tokens, dtype=torch.long, device=device)]
+        linear = self.linear
         if self.layout is EagleLayout.EAGLE1:
-            x = F.linear(torch.cat([embedded, f], dim=-1), self.fc, self.fc_bias)
+            x = linear(torch.cat([embedded, f], dim=-1), self.fc_prepared, self.fc_bias)
             residual, attention_in = x, x
         else:
-            if f.shape[-1] == self.fc.shape[1]:  # the target's fused layers; the head's own features are hidden wide
-                f = F.linear(f, self.fc)
+            if f.shape[-1] == self.fc_inputs:  # the target's fused layers; the head's own features are hidden wide
+                f = linear(f, self.fc_prepared, None)
             residual = f
             attention_in = torch.cat([self._rmsnorm(embedded, self.input_norm), self._rmsnorm(f, self.hidden_norm)], -1)
-        w = self.w
-        q = F.linear(attention_in, w["self_attn.q_proj"]).view(1, n, g.heads, g.head_dim).transpose(1, 2)
-        k = F.linear(attention_in, w["self_attn.k_proj"]).view(1, n, g.kv_heads, g.head_dim).transpose(1, 2)
-        v = F.linear(attention_in, w["self_attn.v_proj"]).view(1, n, g.kv_heads, g.head_dim).transpose(1, 2)
+        q_width, kv_width = g.heads * g.head_dim, g.kv_heads * g.head_dim
+        q, k, v = linear(attention_in, self.qkv, None).split([q_width, kv_width, kv_width], dim=-1)
+        q = q.reshape(1, n, g.heads, g.head_dim).transpose(1, 2)
+        k = k.reshape(1, n, g.kv_heads, g.head_dim).transpose(1, 2)
+        v = v.reshape(1, n, g.kv_heads, g.head_dim).transpose(1, 2)
         position_ids = torch.tensor([[max(0, p - 1) for p in positions]], dtype=torch.long, device=device)
         cos, sin = self.rotary(v, position_ids)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         keys, values = cache.layers[0].update(k, v)
         groups = g.heads // g.kv_heads
         if groups > 1:
             keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible.to(device)[None, None])
-        h = residual + F.linear(attended.transpose(1, 2).reshape(n, g.heads * g.head_dim), w["self_attn.o_proj"])
-        x = self._rmsnorm(h, w["post_attention_layernorm"])
-        h = h + F.linear(F.silu(F.linear(x, w["mlp.gate_proj"])) * F.linear(x, w["mlp.up_proj"]), w["mlp.down_proj"])
+        h = residual + linear(attended.transpose(1, 2).reshape(n, q_width), self.o_proj, None)
+        gate, up = linear(self._rmsnorm(h, self.w["post_attention_layernorm"]), self.gate_up, None).chunk(2, dim=-1)
+        h = h + linear(F.silu(gate) * up, self.down, None)
         read = h if self.norm is None else self._rmsnorm(h, self.norm)
-        return F.linear(read, self.head).float(), h.float()
+        return self.head_linear(read, self.head_prepared, None).float(), h.float()
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding (Llama's rotate-half convention); x (1, heads, n, head_dim), cos/sin (1, n, head_dim)."""
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (Llama's rotate-half convention); x (b, heads, n, head_dim), cos/sin (b, n, head_dim)."""
     cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
 
 
-def load_eagle(lm: LoadedModel, location: str) -> EagleHead:
-    """The EAGLE head at location checked against lm (SpecvizError with the mismatch otherwise)."""
+def load_eagle(lm: LoadedModel, location: str, name: str | None = None) -> EagleHead:
+    """The EAGLE head at location checked against lm (SpecvizError with the mismatch otherwise); name: the
+    drafter's label (default eagle:LOCATION)."""
     config = lm.model.config
     return EagleHead(lm, read_eagle(location, int(config.hidden_size),
                                     int(lm.model.get_output_embeddings().weight.shape[0]),
-                                    int(config.num_hidden_layers)))
+                                    int(config.num_hidden_layers)), name)
 
 
 def drafts_from_features(draft) -> bool:

@@ -256,11 +256,44 @@ def eagle_for(lm, location: str):
         return MissingHead(str(error), name=f"eagle:{location} (unavailable)")
 
 
+def _trained_eagle3(model: tuple, folder: str, stamp: int):
+    """The EAGLE-3-shaped head trained here, in folder, for the target under key model (stamp: as _head's)."""
+    from pathlib import Path
+
+    return _trained_eagle3_loaded(resolve(model), Path(folder))
+
+
+def trained_eagle3_for(lm):
+    """The EAGLE-3-shaped head trained for lm (runtime.trained_eagle3), loaded once per process and target and
+    keyed as the trained head is, or a MissingHead that says why it cannot draft."""
+    from specviz.runtime.draft_head import MissingHead
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder
+
+    folder = eagle3_folder(lm)
+    weights = folder / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns if weights.is_file() else 0
+    try:
+        if lm.shared_key is not None:
+            return shared(("head-eagle3", lm.shared_key, str(folder), stamp))
+        return shared(("head-eagle3", id(lm.model), str(folder), stamp),
+                      lambda: _trained_eagle3_loaded(lm, folder))
+    except SpecvizError as error:
+        return MissingHead(str(error), name=f"{EAGLE3_SPEC} (unavailable)")
+
+
+def _trained_eagle3_loaded(lm, folder):
+    from specviz.runtime.eagle_head import load_eagle
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, checked_eagle3_folder
+
+    return load_eagle(lm, str(checked_eagle3_folder(lm, folder)), name=EAGLE3_SPEC)
+
+
 def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     """The draft model a user named for target lm: the trained draft head for 'head' or 'head:FILE'
     (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
     own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), a published
-    EAGLE head for 'eagle:PATH' (a folder or hub id; runtime.eagle_head, or a MissingHead that says why), else
+    EAGLE head for 'eagle:PATH' (a folder or hub id; runtime.eagle_head, or a MissingHead that says why), the
+    EAGLE-3-shaped head trained here for 'head-eagle3' (runtime.trained_eagle3), else
     load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
     cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
     draft-quality)."""
@@ -268,12 +301,15 @@ def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.layer_skip import parse_self_skip, self_skip_model
     from specviz.runtime.loading import check_same_vocabulary
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
 
     spec = (spec or "").strip()
     if spec == HEAD_SPEC or (not spec and head_exists(lm)):
         return head_for(lm)
     if spec.startswith(f"{HEAD_SPEC}:"):  # head:FILE, a head file of one's own (another training run)
         return head_for(lm, spec[len(HEAD_SPEC) + 1:])
+    if spec == EAGLE3_SPEC:
+        return trained_eagle3_for(lm)
     if not spec or spec == SELF_DRAFT:
         return None
     location = parse_eagle_spec(spec)
@@ -305,3 +341,4 @@ register_loader("model", _load_model)
 register_loader("self-skip", _self_skip)
 register_loader("head", _head)
 register_loader("eagle", _eagle)
+register_loader("head-eagle3", _trained_eagle3)

@@ -93,7 +93,24 @@ def head_location(drafter: Drafter) -> str:
 
 def own_head_note(engine: str) -> str:
     return (f"specviz's trained head is in specviz's own file format, which {engine} does not read: the knobs are "
-            f"this head's, and {HEAD_PLACEHOLDER} must name an EAGLE-3 head {engine} loads.")
+            f"this head's, and {HEAD_PLACEHOLDER} must name an EAGLE-3 head {engine} loads (`python -m specviz "
+            "train-head --shape eagle3` trains one here: measure it as head-eagle3).")
+
+
+def head_notes(drafter: Drafter, engine: str) -> list[str]:
+    """What the config's drafter path is, for specviz's own heads: the note on the trained head's file, or where the
+    EAGLE-3-shaped head trained here lies and how to copy it out for the engine."""
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
+
+    if drafter.kind == "specviz-head":
+        return [own_head_note(engine)]
+    if drafter.spec.strip() != EAGLE3_SPEC:
+        return []
+    export = "speculators" if engine == "vLLM" else "eagle3"
+    served = " (or `vllm serve DIR` alone: the speculators config names the target)" if engine == "vLLM" else ""
+    return [f"The model path is the EAGLE-3-shaped head trained here, in specviz's cache in EAGLE-3's layout, which "
+            f"{engine} loads; `python -m specviz export-head --format {export} --out DIR` copies it out to serve "
+            f"elsewhere{served}."]
 
 
 def best_chain(acceptance: RankAcceptance, verify_ms: Callable[[int], float], level_ms: float, most: int) -> int:

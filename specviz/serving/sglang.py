@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Callable
 
-from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, head_location, own_head_note,
+from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, head_location, head_notes,
                                     refused, step_speedup)
 from specviz.serving.eagle_tree import plan, pool_size
 from specviz.tree.static_tree import RankAcceptance
@@ -72,8 +72,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
     if drafter.kind in ("eagle3", "specviz-head"):
         notes.append("SGLang's EAGLE-3 loader expects the LlamaForCausalLMEagle3 layout (weights `midlayer.*`); "
                      "a speculators-format head (`layers.0.*`) loads only where SGLang translates it.")
-    if drafter.kind == "specviz-head":
-        notes.append(own_head_note(ENGINE))
+    notes += head_notes(drafter, ENGINE)
     text = " \\\n  ".join(["python -m sglang.launch_server --model-path TARGET",
                            *(f"--{key} {shlex.quote(str(value))}" for key, value in flags.items())])
     return EngineAdvice(ENGINE, (("speculative-num-steps", steps), ("speculative-eagle-topk", topk),

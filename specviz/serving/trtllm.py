@@ -15,7 +15,7 @@ import json
 from typing import Callable
 
 from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
-                                    head_location, own_head_note, refused, step_speedup)
+                                    head_location, head_notes, refused, step_speedup)
 from specviz.serving.eagle_tree import plan
 from specviz.tree.static_tree import RankAcceptance
 
@@ -94,7 +94,6 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
         shape = DraftShape(steps=steps, topk=topk, drafts=tokens - 1)
     notes = [STATIC_CHOICES, "pass it in the YAML of `trtllm-serve TARGET --config FILE`, or as "
              "`LLM(..., speculative_config=Eagle3DecodingConfig(...))`."]
-    if drafter.kind == "specviz-head":
-        notes.append(own_head_note(ENGINE))
+    notes += head_notes(drafter, ENGINE)
     return EngineAdvice(ENGINE, knobs, accepted, step_speedup(accepted, tokens, steps, verify_ms, level_ms), tokens,
                         yaml_text(config), RULES, tuple(notes), tuple(validate(config)), shape=shape)

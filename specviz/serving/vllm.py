@@ -13,7 +13,7 @@ import json
 from typing import Callable
 
 from specviz.serving.advice import (Drafter, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
-                                    head_location, own_head_note, refused, step_speedup)
+                                    head_location, head_notes, refused, step_speedup)
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "vLLM"
@@ -67,7 +67,7 @@ def advise(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[in
     if why:
         return refused(ENGINE, RULES, why)
     best = best_chain(acceptance, verify_ms, level_ms, MOST_TOKENS)
-    notes = [own_head_note(ENGINE)] if drafter.kind == "specviz-head" else []
+    notes = head_notes(drafter, ENGINE)
     method = METHOD_BY_KIND[drafter.kind]  # specviz's head: an EAGLE-3 head would take its place
     config = {"method": method, "model": head_location(drafter), "num_speculative_tokens": best}
     accepted = chain_accepted(acceptance, best)

@@ -29,11 +29,15 @@ from specviz.runtime.draft_head import (HeadNetwork, HeadRecord, head_path, save
 from specviz.runtime.linear_paths import processor_name
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.training.progress_bar import ProgressBar
+from specviz.training.unrolled_mask import unrolled_mask
 from specviz.training.head_corpus import (Conversation, SuiteGuard, guarded, library_questions, project_prompts,
                                        python_code, python_reference, request_prompt, shipped_answers,
                                        topic_questions, usable_request)
 
 
+SPECVIZ_SHAPE, EAGLE3_SHAPE = "specviz", "eagle3"
+HEAD_SHAPES = (SPECVIZ_SHAPE, EAGLE3_SHAPE)
+EAGLE3_UNROLL = 3   # `--shape eagle3`'s training-time-test steps unless told (EAGLE-3 trains deeper than our head)
 REQUEST_TOKENS = 64   # at most, per new request the target writes (self-instruct)
 SAMPLE_TOP = 1024     # the target's answers are sampled among its best this many tokens
 
@@ -60,6 +64,7 @@ class TrainConfig:
     holdout: float = 0.1
     seed: int = 0
     bf16: bool = True              # autocast the head's training to bf16 where the CPU has it
+    head_shape: str = SPECVIZ_SHAPE  # or EAGLE3_SHAPE: three fused layers, its own file (training.train_eagle3)
 
 
 @dataclass
@@ -83,6 +88,7 @@ class Sequence:
     ids: torch.Tensor       # (n,)
     answer_from: int        # first position whose next token is part of the answer
     features: torch.Tensor | None = None   # (n, hidden) fp32
+    fused: torch.Tensor | None = None      # (n, 3 hidden) fp32: the EAGLE-3 tap (config.head_shape eagle3 only)
 
 
 def _log_default(line: str) -> None:
@@ -92,14 +98,15 @@ def _log_default(line: str) -> None:
 # ---- 1. text ---------------------------------------------------------------------------------------------
 @torch.inference_mode()
 def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperature: float, seed: int,
-              batch_size: int, progress: Callable[[int], None] | None = None
+              batch_size: int, progress: Callable[[int], None] | None = None, layers: tuple[int, ...] = ()
               ) -> list[tuple[list[int], list[int], torch.Tensor]]:
     """The target's answers to prompts (token ids), greedy at temperature 0, else sampled (top-p 0.95,
     seeded), in left-padded batches of similar lengths: (prompt, answer up to and with its end token, the
     target's features at every position of prompt + answer) each, in the prompts' order. The features come
     from the generating forwards themselves (no second pass); the last token's row is zeros (never fed). A row
     that wrote its end token leaves the batch (its cache rows too): the forwards after it read the weights
-    for the rows still writing only. progress(n): n more answers done."""
+    for the rows still writing only. progress(n): n more answers done. layers: the hidden states entering these
+    decoder layers follow the final feature in each row (an EAGLE-3 tap: (n, hidden + len(layers) hidden))."""
     from transformers.cache_utils import DynamicCache
 
     tokenizer = lm.tokenizer
@@ -117,9 +124,10 @@ def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperatu
         attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=lm.device)
         positions = (attention.cumsum(-1) - 1).clamp_min(0)
         cache = DynamicCache(config=lm.model.config)
-        hidden = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                         use_cache=True).last_hidden_state
-        prefill = hidden.float().cpu()
+        out = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                      use_cache=True, output_hidden_states=bool(layers))
+        hidden = out.last_hidden_state
+        prefill = _with_taps(out, layers).float().cpu()
         rows = [[prefill[row, width - len(e):]] for row, e in enumerate(encoded)]  # each row's features
         tokens: list[list[int]] = [[] for _ in encoded]
         alive = list(range(len(encoded)))   # the batch's rows still writing, in the cache's order
@@ -145,9 +153,10 @@ def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperatu
                 alive = [alive[j] for j in keep.tolist()]
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
-            hidden = decoder(input_ids=token[:, None].to(lm.device), attention_mask=attention,
-                             position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
-            written = hidden[:, -1].float().cpu()
+            out = decoder(input_ids=token[:, None].to(lm.device), attention_mask=attention, position_ids=positions,
+                          past_key_values=cache, use_cache=True, output_hidden_states=bool(layers))
+            hidden = out.last_hidden_state
+            written = _with_taps(out, layers)[:, -1].float().cpu()
             for j, row in enumerate(alive):
                 rows[row].append(written[j:j + 1])
         for row, index in enumerate(chosen):
@@ -162,6 +171,20 @@ def _generate(lm: LoadedModel, prompts: list[list[int]], max_new: int, temperatu
     return [results[i] for i in range(len(prompts))]
 
 
+def tap_layers(lm: LoadedModel, config: TrainConfig) -> tuple[int, ...]:
+    """The target layers whose inputs the head reads besides the final feature (EAGLE-3's three; none)."""
+    from specviz.training.train_eagle3 import eagle3_layers
+
+    return eagle3_layers(lm) if config.head_shape == EAGLE3_SHAPE else ()
+
+
+def _with_taps(out, layers: tuple[int, ...]) -> torch.Tensor:
+    """A decoder output's final features followed by the hidden states entering `layers` (b, n, (1 + len) hidden)."""
+    if not layers:
+        return out.last_hidden_state
+    return torch.cat([out.last_hidden_state] + [out.hidden_states[i] for i in layers], dim=-1)
+
+
 def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, source: str, temperature: float,
                      seed: int, guard: SuiteGuard | None = None, log: Callable[[str], None] = _log_default
                      ) -> list[tuple[str, Sequence]]:
@@ -174,14 +197,18 @@ def generate_answers(lm: LoadedModel, prompts: list[str], config: TrainConfig, s
     encoded = [encode(lm.tokenizer, [{"role": "user", "content": p}], lm.max_context) for p in prompts]
     found = []
     bar = ProgressBar(f"{source}: the target writes", len(encoded), log)
+    layers = tap_layers(lm, config)
+    hidden = int(lm.model.config.hidden_size)
     for prompt, answer, features in _generate(lm, encoded, config.generate_tokens, temperature, seed,
-                                              config.generate_batch, bar.advance):
+                                              config.generate_batch, bar.advance, layers):
         if not answer or len(prompt) >= config.seq_len - 1:
             continue
         if guard is not None and guard.leaks(lm.tokenizer.decode(answer, skip_special_tokens=True)):
             continue
         ids = torch.tensor((prompt + answer)[:config.seq_len])
-        found.append((source, Sequence(ids, len(prompt) - 1, features[:len(ids)])))
+        features = features[:len(ids)]
+        found.append((source, Sequence(ids, len(prompt) - 1, features[:, :hidden],
+                                       features[:, hidden:] if layers else None)))
     tokens = sum(len(s.ids) - 1 - s.answer_from for _, s in found)
     log(f"{source}: {len(found)} answers of the target, {tokens} tokens, {time.perf_counter() - started:.0f} s")
     return found
@@ -266,18 +293,6 @@ def add_features(lm: LoadedModel, sequences: list[Sequence], log: Callable[[str]
 
 
 # ---- 4. training --------------------------------------------------------------------------------------------
-def unrolled_mask(n: int, step: int) -> torch.Tensor:
-    """Visibility (n, (step + 1) n), True = attend, of step `step`'s queries over the keys of steps 0..step:
-    query t sees step 0's keys up to t - step and step j's key at t - step + j (its own draft path)."""
-    t = torch.arange(n)[:, None]
-    s = torch.arange(n)[None, :]
-    blocks = [s <= t - step] + [s == t - step + j for j in range(1, step + 1)]
-    visible = torch.cat(blocks, dim=1)
-    # a query with nothing visible (t < step) would make the softmax empty: let it see its own key
-    visible[:, -n:] |= torch.eye(n, dtype=torch.bool)
-    return visible
-
-
 def _batches(sequences: list[Sequence], size: int, rng: random.Random) -> list[list[Sequence]]:
     order = sorted(sequences, key=lambda s: len(s.ids))  # similar lengths together: little padding
     batches = [order[i:i + size] for i in range(0, len(order), size)]
@@ -338,12 +353,21 @@ def unrolled_losses(network: HeadNetwork, embed: torch.nn.Module, batch: list[Se
 
 def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None = None,
           log: Callable[[str], None] = _log_default) -> TrainReport:
-    """Steps 1-5 of the module doc; the head is saved to out (default: this target's cache file)."""
+    """Steps 1-5 of the module doc; the head is saved to out (default: this target's cache file, or for the
+    EAGLE-3 shape its cache folder: runtime.trained_eagle3)."""
+    from specviz.runtime.trained_eagle3 import eagle3_folder
+
+    eagle3 = config.head_shape == EAGLE3_SHAPE
+    if config.head_shape not in HEAD_SHAPES:
+        raise SpecvizError(f"No head shape {config.head_shape!r}: choose one of {', '.join(HEAD_SHAPES)}.")
+    if eagle3 and len(tap_layers(lm, config)) != 3:
+        raise SpecvizError(f"EAGLE-3 fuses the inputs of layers 2, N/2 and N-3: {lm.name} has "
+                           f"{lm.model.config.num_hidden_layers} layers, too few for three distinct ones (at least 7).")
     if not (getattr(lm.model.config, "model_type", "") and lm.model.get_output_embeddings() is not None):
         raise SpecvizError(f"{lm.name} has no output embedding to draft over: no draft head for it.")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    report = TrainReport(path=str(out or head_path(lm)))
+    report = TrainReport(path=str(out or (eagle3_folder(lm) if eagle3 else head_path(lm))))
     clock = time.perf_counter()
 
     def phase(name: str) -> None:
@@ -365,12 +389,19 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
     report.draft_vocab = len(draft_ids)
     log(f"{len(sequences)} conversations, {report.train_tokens} tokens ({report.answer_tokens} in answers); draft "
         f"vocabulary {len(draft_ids)} tokens holding {100 * report.draft_vocab_coverage:.1f}% of the answers' tokens")
-    add_features(lm, [s for s in sequences if s.features is None], log)
-    phase("features")
-
     shape = target_shape(lm, config.intermediate, len(draft_ids))
-    network = HeadNetwork(lm, shape, draft_ids)
-    network.body.model.norm.weight.data.copy_(_final_norm_weight(lm))
+    if eagle3:
+        from specviz.training.train_eagle3 import add_fused_features, eagle3_losses, eagle3_network
+
+        add_fused_features(lm, [s for s in sequences if s.fused is None], log)
+        network = eagle3_network(lm, shape, draft_ids, _final_norm_weight(lm))
+        losses_of = eagle3_losses
+    else:
+        add_features(lm, [s for s in sequences if s.features is None], log)
+        network = HeadNetwork(lm, shape, draft_ids)
+        network.body.model.norm.weight.data.copy_(_final_norm_weight(lm))
+        losses_of = unrolled_losses
+    phase("features")
     network.train()
     report.head_weights = sum(p.numel() for name, p in network.named_parameters() if p.requires_grad)
     embed = lm.model.get_input_embeddings()
@@ -389,7 +420,7 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
     for epoch in range(config.epochs):
         for batch in _batches(training, config.batch, rng):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                losses, _ = unrolled_losses(network, embed, batch, config.unroll, config.cls_weight)
+                losses, _ = losses_of(network, embed, batch, config.unroll, config.cls_weight)
             loss = sum(losses) / len(losses)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -403,24 +434,31 @@ def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None
                 log(f"epoch {epoch + 1} step {step}/{total_steps}: loss {sum(recent[-25:]) / len(recent[-25:]):.4f}")
     report.steps, report.final_loss = step, round(sum(recent[-25:]) / max(1, len(recent[-25:])), 5)
     phase("training")
-    report.top1_by_depth = evaluate(network, embed, holdout, config)
+    report.top1_by_depth = evaluate(network, embed, holdout, config, losses_of)
     phase("evaluation")
     log(f"held-out top-1 agreement with the target by depth: {report.top1_by_depth}")
     network.eval()
-    record = HeadRecord(target=target_identity(lm), shape=shape, training={
-        "config": asdict(config), "report": {k: v for k, v in asdict(report).items() if k != "path"},
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__, "machine": processor_name(),
-        "threads": torch.get_num_threads()})
-    save_head(network, record, Path(report.path))
+    training = {"config": asdict(config), "report": {k: v for k, v in asdict(report).items() if k != "path"},
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__, "machine": processor_name(),
+                "threads": torch.get_num_threads()}
+    if eagle3:
+        from specviz.runtime.trained_eagle3 import EAGLE3_FORMAT, EAGLE3_VERSION, write_eagle3_folder
+
+        record = HeadRecord(target=target_identity(lm), shape=shape, training=training, format=EAGLE3_FORMAT,
+                            version=EAGLE3_VERSION)
+        write_eagle3_folder(lm, network.file_state(), draft_ids, record, Path(report.path))
+    else:
+        save_head(network, HeadRecord(target=target_identity(lm), shape=shape, training=training), Path(report.path))
     return report
 
 
 @torch.no_grad()
-def evaluate(network: HeadNetwork, embed: torch.nn.Module, sequences: list[Sequence], config: TrainConfig) -> list:
+def evaluate(network: torch.nn.Module, embed: torch.nn.Module, sequences: list[Sequence], config: TrainConfig,
+             losses_of: Callable = unrolled_losses) -> list:
     network.eval()
     totals = [[0, 0] for _ in range(config.unroll)]
     for batch in [sequences[i:i + config.batch] for i in range(0, len(sequences), config.batch)]:
-        _, agreement = unrolled_losses(network, embed, batch, config.unroll, config.cls_weight)
+        _, agreement = losses_of(network, embed, batch, config.unroll, config.cls_weight)
         for total, (agree, count) in zip(totals, agreement):
             total[0] += agree
             total[1] += count

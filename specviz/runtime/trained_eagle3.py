@@ -1,0 +1,114 @@
+"""The EAGLE-3-shaped head trained here (`train-head --shape eagle3`): a folder in SafeAILab/EAGLE's EAGLE-3 layout
+(config.json beside model.safetensors: fc, midlayer.*, norm, lm_head, d2t, t2d; runtime.eagle_files reads it, and
+runtime.eagle_head drafts with it), with specviz's record of what it was trained for in the weights file's
+metadata, so that a head trained for another target is refused as the trained head's file is (runtime.draft_head).
+
+`--draft-model head-eagle3` names it; it is cached per target beside the trained head (SPECVIZ_HEADS or the cache's
+heads/), never shipped (its 9 M weights are over the size the repository keeps)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from specviz.errors import SpecvizError
+from specviz.runtime.cache_files import write_folder_atomically
+from specviz.runtime.draft_head import HeadRecord, file_slug, cached_head_path, why_not_for
+from specviz.runtime.loaded_model import LoadedModel
+
+EAGLE3_SPEC = "head-eagle3"
+EAGLE3_FORMAT = "specviz-eagle3-head"
+EAGLE3_VERSION = 1
+TRAIN_HINT = "train it with `python -m specviz train-head --shape eagle3`"
+ARCHITECTURE = "LlamaForCausalLMEagle3"   # SafeAILab/EAGLE's and SGLang's name for the layout
+
+
+def eagle3_folder_name(model_name: str) -> str:
+    return f"{file_slug(model_name)}.eagle3"
+
+
+def eagle3_folder(lm: LoadedModel) -> Path:
+    return cached_head_path(eagle3_folder_name(lm.name))
+
+
+def shown_path(path: Path) -> str:
+    """path as a config shows it: under the home folder as ~/... (no user name on a page)."""
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
+
+
+def rope_fields(config) -> dict:
+    """The target's rotary settings as a Llama config.json writes them (rope_theta, rope_scaling), from either
+    transformers' older fields or its rope_parameters."""
+    parameters = dict(getattr(config, "rope_parameters", None) or {})
+    theta = parameters.pop("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
+    if parameters.get("rope_type", "default") == "default":
+        scaling = getattr(config, "rope_scaling", None) if not parameters else None
+    else:
+        scaling = parameters
+    return {"rope_theta": float(theta), "rope_scaling": scaling}
+
+
+def folder_config(lm: LoadedModel, record: HeadRecord) -> dict:
+    """config.json: a one-layer Llama with EAGLE-3's fields (draft_vocab_size, target_hidden_size)."""
+    source, shape = lm.model.config, record.shape
+    return {"architectures": [ARCHITECTURE], "model_type": "llama", "hidden_act": "silu",
+            "hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
+            "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+            "num_hidden_layers": 1, "max_position_embeddings": int(lm.max_context),
+            "rms_norm_eps": float(getattr(source, "rms_norm_eps", 1e-6)), **rope_fields(source),
+            "vocab_size": int(lm.vocab_size), "draft_vocab_size": shape.draft_vocab,
+            "target_hidden_size": int(source.hidden_size), "tie_word_embeddings": False, "torch_dtype": "float32",
+            "bos_token_id": getattr(source, "bos_token_id", None), "eos_token_id": getattr(source, "eos_token_id", None)}
+
+
+def write_eagle3_folder(lm: LoadedModel, weights: dict[str, torch.Tensor], draft_ids: torch.Tensor,
+                        record: HeadRecord, folder: Path) -> Path:
+    """weights (EAGLE-3's key names) with d2t and t2d, and config.json, into folder, whole or not at all
+    (a retrained head replaces the old one at once). The weights carry safetensors' `format` (transformers'
+    loaders want it) and specviz's record."""
+    from safetensors.torch import save_file
+
+    draft_ids = draft_ids.cpu().long()
+    t2d = torch.zeros(lm.vocab_size, dtype=torch.bool)
+    t2d[draft_ids] = True
+    tensors = {**{k: v.float().cpu().contiguous() for k, v in weights.items()},
+               "d2t": (draft_ids - torch.arange(len(draft_ids))).contiguous(), "t2d": t2d}
+    text = json.dumps(folder_config(lm, record), indent=1)
+
+    def write(staging: Path) -> None:
+        (staging / "config.json").write_text(text)
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt", "specviz": record.to_json()})
+
+    return write_folder_atomically(folder, write)
+
+
+def read_eagle3_record(folder: Path) -> HeadRecord:
+    from safetensors import safe_open
+
+    file = folder / "model.safetensors"
+    if not file.is_file():
+        raise SpecvizError(f"No EAGLE-3-shaped head in '{folder}': {TRAIN_HINT}.")
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            record = HeadRecord.from_json((f.metadata() or {})["specviz"])
+    except Exception as exc:  # safetensors, json, a missing key: not one of ours
+        raise SpecvizError(f"'{file}' is damaged or not an EAGLE-3-shaped head trained here "
+                           f"({type(exc).__name__}): {TRAIN_HINT}.") from None
+    if record.format != EAGLE3_FORMAT or record.version != EAGLE3_VERSION:
+        raise SpecvizError(f"'{file}' has format {record.format!r} version {record.version}, not an EAGLE-3-shaped "
+                           f"head of this specviz: {TRAIN_HINT}.")
+    return record
+
+
+def checked_eagle3_folder(lm: LoadedModel, folder: Path | None = None) -> Path:
+    """The trained EAGLE-3-shaped head's folder for lm, checked against it (SpecvizError with why otherwise)."""
+    folder = Path(folder) if folder is not None else eagle3_folder(lm)
+    if not (folder / "model.safetensors").is_file():
+        raise SpecvizError(f"No EAGLE-3-shaped draft head for {lm.name} yet: {TRAIN_HINT}.")
+    why = why_not_for(read_eagle3_record(folder), lm)
+    if why is not None:
+        raise SpecvizError(f"The EAGLE-3-shaped head '{folder}' cannot draft here: {why}; {TRAIN_HINT}.")
+    return folder
