@@ -188,3 +188,13 @@ def test_a_public_space_offers_the_eagle3_head_only_where_one_is_trained(monkeyp
     (tmp_path / eagle3_folder_name(DEFAULT_MODEL)).mkdir()
     (tmp_path / eagle3_folder_name(DEFAULT_MODEL) / "model.safetensors").write_bytes(b"x")
     assert EAGLE3_SPEC in Policy.for_public().drafts
+
+
+def test_an_ab_side_names_the_head_it_drafts_with(layered_target, trained):
+    from specviz.render.compare_view import side_summary
+
+    head = resolve_draft(layered_target, EAGLE3_SPEC, None)
+    session = Session(layered_target, "reader", {}, budget=8, draft=head).start(PROMPTS[0])
+    session.run(4)
+    assert "draft model head-eagle3" in side_summary(session, "B")
+    assert "draft model self" in side_summary(Session(layered_target, "ar").start(PROMPTS[0]), "A")

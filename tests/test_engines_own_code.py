@@ -7,8 +7,8 @@ virtual environment of its own (their transformers pins are not ours):
   for the EAGLE-3-shaped head (its cache folder, and the speculators export) and keep the knobs as printed, and
   vLLM refuses the static tree it no longer has.
 
-Long: the first run installs speculators (about 300 MB with this torch's version from the package index) and vLLM with SGLang
-(about 10 GB: vLLM brings its CUDA libraries even where it only reads configs) into the cache's venvs/;
+Long: the first run installs speculators (about 300 MB with this torch's version from the package index) and vLLM
+with SGLang (about 10 GB: vLLM brings its CUDA libraries even where it only reads configs) into the cache's venvs/;
 SPECVIZ_SPECULATORS_PYTHON and SPECVIZ_ENGINES_PYTHON name interpreters that have them instead. Skipped where
 pip cannot install them."""
 
@@ -147,7 +147,8 @@ def test_vllm_and_sglang_take_the_printed_configs_as_printed(layered_target, tra
     for made in results["vllm"]["configs"]:
         assert made["ok"], made
         assert made["method"] == "eagle3" and made["num_speculative_tokens"] == knobs["num_speculative_tokens"]
-    assert not results["vllm"]["refused"][0]["ok"] and "speculative_token_tree" in results["vllm"]["refused"][0]["error"]
+    [tree_refused] = results["vllm"]["refused"]
+    assert not tree_refused["ok"] and "speculative_token_tree" in tree_refused["error"]
     made = results["sglang"]["configs"][0]
     assert made["ok"], made
     assert (made["speculative_algorithm"], made["speculative_draft_model_path"]) == ("EAGLE3", trained.path)

@@ -10,13 +10,15 @@ from specviz.render.views import CompareView
 
 
 def side_summary(session: Session | None, side: str) -> str:
-    """One side's line: method, parameters, budget, temperature and its figures so far."""
+    """One side's line: method, parameters, budget, temperature, draft model and its figures so far."""
     if session is None:
         return f"**{side}**: not started"
     stats = session.stats()
     params = ", ".join(f"{k}={v}" for k, v in sorted(session.params.items())) or "no parameters"
+    draft = getattr(session.draft, "name", None) or "self"   # a head, a model, or None: the target's own weights
     return (f"**{side}: {session.name}** ({params}; budget {session.budget}; "
-            f"temperature {session.temperature:g}) · **steps** {stats.steps} · **tokens** {stats.new_tokens} · "
+            f"temperature {session.temperature:g}; draft model {draft}) · **steps** {stats.steps} · "
+            f"**tokens** {stats.new_tokens} · "
             f"**MAT** {stats.mean_accepted:.2f} · **tokens/s** {stats.tokens_per_s:.1f} · "
             f"{'lossless' if session.lossless else 'lossy'}")
 

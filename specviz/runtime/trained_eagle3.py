@@ -61,7 +61,8 @@ def folder_config(lm: LoadedModel, record: HeadRecord) -> dict:
             "rms_norm_eps": float(getattr(source, "rms_norm_eps", 1e-6)), **rope_fields(source),
             "vocab_size": int(lm.vocab_size), "draft_vocab_size": shape.draft_vocab,
             "target_hidden_size": int(source.hidden_size), "tie_word_embeddings": False, "torch_dtype": "float32",
-            "bos_token_id": getattr(source, "bos_token_id", None), "eos_token_id": getattr(source, "eos_token_id", None)}
+            "bos_token_id": getattr(source, "bos_token_id", None),
+            "eos_token_id": getattr(source, "eos_token_id", None)}
 
 
 def write_eagle3_folder(lm: LoadedModel, weights: dict[str, torch.Tensor], draft_ids: torch.Tensor,
@@ -90,16 +91,16 @@ def read_eagle3_record(folder: Path) -> HeadRecord:
 
     file = folder / "model.safetensors"
     if not file.is_file():
-        raise SpecvizError(f"No EAGLE-3-shaped head in '{folder}': {TRAIN_HINT}.")
+        raise SpecvizError(f"No EAGLE-3-shaped head in '{shown_path(folder)}': {TRAIN_HINT}.")
     try:
         with safe_open(str(file), framework="pt") as f:
             record = HeadRecord.from_json((f.metadata() or {})["specviz"])
     except Exception as exc:  # safetensors, json, a missing key: not one of ours
-        raise SpecvizError(f"'{file}' is damaged or not an EAGLE-3-shaped head trained here "
+        raise SpecvizError(f"'{shown_path(file)}' is damaged or not an EAGLE-3-shaped head trained here "
                            f"({type(exc).__name__}): {TRAIN_HINT}.") from None
     if record.format != EAGLE3_FORMAT or record.version != EAGLE3_VERSION:
-        raise SpecvizError(f"'{file}' has format {record.format!r} version {record.version}, not an EAGLE-3-shaped "
-                           f"head of this specviz: {TRAIN_HINT}.")
+        raise SpecvizError(f"'{shown_path(file)}' has format {record.format!r} version {record.version}, not an "
+                           f"EAGLE-3-shaped head of this specviz: {TRAIN_HINT}.")
     return record
 
 
@@ -110,5 +111,5 @@ def checked_eagle3_folder(lm: LoadedModel, folder: Path | None = None) -> Path:
         raise SpecvizError(f"No EAGLE-3-shaped draft head for {lm.name} yet: {TRAIN_HINT}.")
     why = why_not_for(read_eagle3_record(folder), lm)
     if why is not None:
-        raise SpecvizError(f"The EAGLE-3-shaped head '{folder}' cannot draft here: {why}; {TRAIN_HINT}.")
+        raise SpecvizError(f"The EAGLE-3-shaped head '{shown_path(folder)}' cannot draft here: {why}; {TRAIN_HINT}.")
     return folder

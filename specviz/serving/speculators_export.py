@@ -32,7 +32,8 @@ from specviz.errors import SpecvizError
 from specviz.runtime.cache_files import write_folder_atomically
 
 FORMATS = ("speculators", "eagle3")
-SPECULATORS_VERSION = "0.9.0"   # the release whose format this writes (its loader is checked in tests/test_engines_own_code.py)
+# the release whose format this writes (its loader reads an export in tests/test_engines_own_code.py)
+SPECULATORS_VERSION = "0.9.0"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYER_CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                        "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
