@@ -198,3 +198,33 @@ def test_an_ab_side_names_the_head_it_drafts_with(layered_target, trained):
     session.run(4)
     assert "draft model head-eagle3" in side_summary(session, "B")
     assert "draft model self" in side_summary(Session(layered_target, "ar").start(PROMPTS[0]), "A")
+
+
+def test_the_second_training_step_is_what_the_drafter_does_at_depth_two(layered_target, trained):
+    """Step 1 of the training-time test at position t (token t, the step-0 output at t - 1, the true keys up to
+    t - 1) is the drafter's depth-2 node: the context fed up to t - 1, then token t on the root's own feature."""
+    from safetensors.torch import load_file
+
+    lm = layered_target
+    weights = load_file(str(Path(trained.path) / "model.safetensors"))
+    draft_ids = torch.arange(len(weights["d2t"])) + weights["d2t"]
+    network = eagle3_network(lm, target_shape(lm, EAGLE3_TINY.intermediate, len(draft_ids)), draft_ids,
+                             torch.ones(32))
+    network.load_state_dict({k: v for k, v in weights.items() if k not in ("d2t", "t2d")})
+    ids = lm.tokenizer("Name three colours and say why you like them, please.", return_tensors="pt").input_ids
+    out = lm.model.get_decoder()(input_ids=ids, output_hidden_states=True)
+    fused = torch.cat([out.hidden_states[i] for i in eagle3_layers(lm)], -1).detach()
+    n = ids.shape[1]
+    embeds = lm.model.get_input_embeddings()(ids).float().detach()
+    with torch.no_grad():
+        past: list = []
+        h0 = network.step(embeds, F.pad(fused[:, :-1], (0, 0, 1, 0)), torch.arange(n)[None], drafting_view(n, 0), past)
+        h1 = network.step(embeds, F.pad(h0[:, :-1], (0, 0, 1, 0)), torch.arange(n)[None], drafting_view(n, 1), past)
+        trained_logits = network.draft_logits(h1)[0, n - 1]
+    head = resolve_draft(lm, EAGLE3_SPEC, None)
+    cache = head.new_cache()
+    _, features = head.forward(fused[0, :n - 2], ids[0, 1:n - 1].tolist(), list(range(1, n - 1)),
+                               torch.ones(n - 2, n - 2, dtype=torch.bool).tril(), cache)
+    logits, _ = head.forward(features[-1:], [int(ids[0, n - 1])], [n - 1], torch.ones(1, n - 1, dtype=torch.bool),
+                             cache)
+    assert torch.allclose(logits[0], trained_logits, atol=1e-5)
