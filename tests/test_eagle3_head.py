@@ -31,6 +31,26 @@ PROMPTS = [[{"role": "user", "content": "Name three colours and say why you like
            [{"role": "user", "content": "def add(a, b):\n    return a + b\n\nRename add to plus."}]]
 
 
+def fused_features(lm, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """text's token ids (1, n) and the target's fused EAGLE-3 features (1, n, 3 hidden) at every position."""
+    ids = lm.tokenizer(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = lm.model.get_decoder()(input_ids=ids, output_hidden_states=True)
+    return ids, torch.cat([out.hidden_states[i] for i in eagle3_layers(lm)], -1)
+
+
+def trained_network(lm, folder: Path):
+    """The training network with the weights of the head trained into folder."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    draft_ids = torch.arange(len(weights["d2t"])) + weights["d2t"]
+    network = eagle3_network(lm, target_shape(lm, EAGLE3_TINY.intermediate, len(draft_ids)), draft_ids,
+                             torch.ones(lm.model.config.hidden_size))
+    network.load_state_dict({k: v for k, v in weights.items() if k not in ("d2t", "t2d")})
+    return network
+
+
 @pytest.fixture(scope="module")
 def trained(layered_target):
     """The tiny head trained into the target's cache folder (SPECVIZ_HEADS, a test folder), and its report."""
@@ -64,17 +84,9 @@ def test_every_method_drafting_with_the_eagle3_head_is_lossless(layered_target, 
 def test_the_runtime_forward_is_the_trained_networks(layered_target, trained):
     """The head as the drafter runs it (runtime.eagle_head, from the files) gives the logits the training network
     gives for the same tokens and fused features, position t pairing token t with the feature at t - 1."""
-    from safetensors.torch import load_file
-
     lm = layered_target
-    weights = load_file(str(Path(trained.path) / "model.safetensors"))
-    draft_ids = torch.arange(len(weights["d2t"])) + weights["d2t"]
-    network = eagle3_network(lm, target_shape(lm, EAGLE3_TINY.intermediate, len(draft_ids)), draft_ids,
-                             torch.ones(32))
-    network.load_state_dict({k: v for k, v in weights.items() if k not in ("d2t", "t2d")})
-    ids = lm.tokenizer("def add(a, b):\n    return a + b\n\nprint(add(2, 3))", return_tensors="pt").input_ids
-    out = lm.model.get_decoder()(input_ids=ids, output_hidden_states=True)
-    fused = torch.cat([out.hidden_states[i] for i in eagle3_layers(lm)], -1).detach()
+    network = trained_network(lm, Path(trained.path))
+    ids, fused = fused_features(lm, "def add(a, b):\n    return a + b\n\nprint(add(2, 3))")
     n = ids.shape[1]
     with torch.no_grad():
         h = network.step(lm.model.get_input_embeddings()(ids).float(), F.pad(fused[:, :-1], (0, 0, 1, 0)),
@@ -203,17 +215,9 @@ def test_an_ab_side_names_the_head_it_drafts_with(layered_target, trained):
 def test_the_second_training_step_is_what_the_drafter_does_at_depth_two(layered_target, trained):
     """Step 1 of the training-time test at position t (token t, the step-0 output at t - 1, the true keys up to
     t - 1) is the drafter's depth-2 node: the context fed up to t - 1, then token t on the root's own feature."""
-    from safetensors.torch import load_file
-
     lm = layered_target
-    weights = load_file(str(Path(trained.path) / "model.safetensors"))
-    draft_ids = torch.arange(len(weights["d2t"])) + weights["d2t"]
-    network = eagle3_network(lm, target_shape(lm, EAGLE3_TINY.intermediate, len(draft_ids)), draft_ids,
-                             torch.ones(32))
-    network.load_state_dict({k: v for k, v in weights.items() if k not in ("d2t", "t2d")})
-    ids = lm.tokenizer("Name three colours and say why you like them, please.", return_tensors="pt").input_ids
-    out = lm.model.get_decoder()(input_ids=ids, output_hidden_states=True)
-    fused = torch.cat([out.hidden_states[i] for i in eagle3_layers(lm)], -1).detach()
+    network = trained_network(lm, Path(trained.path))
+    ids, fused = fused_features(lm, "Name three colours and say why you like them, please.")
     n = ids.shape[1]
     embeds = lm.model.get_input_embeddings()(ids).float().detach()
     with torch.no_grad():

@@ -32,6 +32,7 @@ from specviz.tree.static_tree import RankAcceptance
 from specviz.training.train_eagle3 import eagle3_layers
 from specviz.training.train_head import EAGLE3_SHAPE, train
 
+from test_eagle3_head import fused_features
 from test_head import TINY_CONFIG
 
 ROUNDTRIP = Path(__file__).parent / "speculators_roundtrip.py"
@@ -96,10 +97,8 @@ def test_speculators_own_loader_drafts_the_logits_we_draft(layered_target, train
     export_head(Path(trained.path), exported, "speculators",
                 Verifier(lm.name, ("LlamaForCausalLM",), eagle3_layers(lm)),
                 embedding=lm.model.get_input_embeddings().weight)
-    ids = lm.tokenizer("def add(a, b):\n    return a + b\n\nprint(add(2, 3)) # five", return_tensors="pt").input_ids
-    with torch.no_grad():
-        out = lm.model.get_decoder()(input_ids=ids, output_hidden_states=True)
-    fused = torch.cat([out.hidden_states[i] for i in eagle3_layers(lm)], -1)[0]
+    ids, fused = fused_features(lm, "def add(a, b):\n    return a + b\n\nprint(add(2, 3)) # five")
+    fused = fused[0]
     n = ids.shape[1]
     head = resolve_draft(lm, EAGLE3_SPEC, None)
     ours, _ = head.forward(fused[:-1], ids[0, 1:].tolist(), list(range(1, n)),

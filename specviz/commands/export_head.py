@@ -32,7 +32,7 @@ def run(args) -> dict:
     from specviz.runtime.feature_tap import eagle3_tap
     from specviz.runtime.shared_resources import resolve_draft
     from specviz.runtime.loading import DEFAULT_MODEL, HUB_TWIN_OF_DEFAULT
-    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, checked_eagle3_folder
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder
     from specviz.serving.speculators_export import Verifier, export_head
 
     spec = (args.draft_model or EAGLE3_SPEC).strip()
@@ -40,13 +40,13 @@ def run(args) -> dict:
     if spec != EAGLE3_SPEC and location is None:
         raise SpecvizError(f"Only EAGLE-3 heads export: name {EAGLE3_SPEC} or eagle:PATH, not {spec!r}.")
     lm = load_target(args)
-    source = checked_eagle3_folder(lm) if location is None else eagle_folder(location)
     head = resolve_draft(lm, spec, None)   # the head checked against this target, as drafting checks it
     if isinstance(head, MissingHead):
         raise SpecvizError(f"{spec} cannot be exported for {lm.name}: {head.reason}")
     if not isinstance(head, EagleHead) or len(head.feature_tap.layers) != 3:
         raise SpecvizError(f"{spec} is not an EAGLE-3 head (it reads {head.feature_tap.layers or 'the final norm'}): "
                            "only EAGLE-3 heads export.")
+    source = eagle3_folder(lm) if location is None else eagle_folder(location)
     config = lm.model.config
     name = args.verifier or (HUB_TWIN_OF_DEFAULT if lm.name == DEFAULT_MODEL or not args.model else lm.name)
     verifier = Verifier(name, tuple(getattr(config, "architectures", None) or ["LlamaForCausalLM"]),
