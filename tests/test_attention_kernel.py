@@ -56,6 +56,29 @@ def test_a_rows_result_does_not_depend_on_the_tree_around_it(kernel):
         assert torch.equal(alone, full[:, node:node + 1])
 
 
+def test_a_one_token_steps_row_is_the_root_row_of_every_tree_after_any_context(kernel):
+    """The row ar computes alone (one token, its 9 query heads over 3 key/value heads) against the same row as the
+    root of a chain of 2 to 8 tokens, after every context length from 1 to 139, with the engine's own masks
+    (finfo.min, not -inf): bitwise. Before the kernels were built with -ffp-contract=off, GCC fused multiply-adds
+    in the copy of the loops made for one-row blocks and not in the two-row copy, and a third of these differed
+    on AVX2 (the default model's SmolLM2 shape: a first query head alone in a block of one)."""
+    generator = torch.Generator().manual_seed(0)
+    parted = []
+    for past in range(1, 140):
+        for n in (2, 3, 4, 5, 8):
+            q = torch.randn(1, n, 9, 64, generator=generator)
+            keys, values = torch.randn(2, 1, 3, past + n, 64, generator=generator)
+            mask = torch.zeros(n, past + n)
+            mask[:, past:] = torch.triu(torch.full((n, n), torch.finfo(torch.float32).min), 1)
+            tree = attention_kernel.attend(kernel, q, keys, values, mask, 0.125)
+            one = attention_kernel.attend(kernel, q[:, :1].contiguous(), keys[:, :, :past + 1].contiguous(),
+                                          values[:, :, :past + 1].contiguous(), mask[:1, :past + 1].contiguous(),
+                                          0.125)
+            if not torch.equal(one[0, 0], tree[0, 0]):
+                parted.append((past, n))
+    assert not parted, parted[:10]
+
+
 def test_shapes_it_does_not_take_are_refused_or_left_to_aten(kernel):
     q, keys, values, mask = _case(4, 10, 2, 2, 64, seed=1)
     with pytest.raises(ValueError):

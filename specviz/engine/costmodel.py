@@ -93,8 +93,9 @@ def _slug(text: str) -> str:
 
 # bumped whenever the engine's forward changes cost, so no stale curve is read (2: packed oneDNN weights,
 # 3: native tree attention, 4: native norms, rotary and activation, 5: aligned six-row attention blocks,
-# 6: the whole lean forward in one native call, keys kept transposed, 7: the linear kernel's blocks by row count)
-FORWARD_REVISION = 7
+# 6: the whole lean forward in one native call, keys kept transposed, 7: the linear kernel's blocks by row count,
+# 8: the kernels built with -ffp-contract=off, attention's multiply-adds explicit)
+FORWARD_REVISION = 8
 
 
 def stored_path(lm: LoadedModel) -> Path:

@@ -93,7 +93,7 @@ inline void dot_chunks(const float* q, const float* kt, int64_t j0, vf dots[][2]
         for (int c = 0; c < kChunks; c++) keys[c] = load(kt + (j0 + c * kLanes) * kDim + d * kLanes);
         for (int r = 0; r < rows; r++) {
             const float qd = q[r * kDim + d];
-            for (int c = 0; c < kChunks; c++) dots[r][c] += qd * keys[c];
+            for (int c = 0; c < kChunks; c++) dots[r][c] = mul_add(splat(qd), keys[c], dots[r][c]);
         }
     }
 }
@@ -166,7 +166,7 @@ void attend_block(const float* q, Rows q_rows, int64_t r0, const float* kt, int6
             const float* vj = v + j * kDim;
             for (int c = 0; c < kDim / kLanes; c++) {
                 const vf value = load(vj + c * kLanes);
-                for (int r = 0; r < rows; r++) acc[r][c] += s[r * padded + j] * value;
+                for (int r = 0; r < rows; r++) acc[r][c] = mul_add(splat(s[r * padded + j]), value, acc[r][c]);
             }
             for (int r = 0; r < rows; r++) sum[r] += s[r * padded + j];
         }

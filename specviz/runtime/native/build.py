@@ -29,7 +29,8 @@ from typing import Callable
 from specviz.runtime.cache_dir import cache_root
 
 HEADER = Path(__file__).with_name("vector_math.h")
-BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", f"-I{HEADER.parent}")
+# -ffp-contract=off: no multiply-add GCC fuses on its own (vector_math.h says why); the kernels write theirs
+BASE_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", f"-I{HEADER.parent}")
 ARCH_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,40}")
 THREADED = ("-fopenmp",)  # without it (a compiler with no OpenMP) a kernel runs on one thread
 
@@ -84,22 +85,26 @@ _building: dict[Path, threading.Lock] = {}
 _building_lock = threading.Lock()
 
 
-def build(source: Path, compiler_path: str) -> Path:
+def build(source: Path, compiler_path: str, defines: tuple[str, ...] = ()) -> Path:
     """The shared library of one kernel source, compiled now unless the cache has this very build (a second
-    thread asking for the same source waits for the first's compile: build_all may run beside a first use)."""
+    thread asking for the same source waits for the first's compile: build_all may run beside a first use).
+    defines: preprocessor names to set (a test's build of a path this processor cannot run natively, e.g.
+    SPECVIZ_EMULATE_VNNI); such a build is cached apart."""
     with _building_lock:
         lock = _building.setdefault(source, threading.Lock())
     with lock:
-        return _build(source, compiler_path)
+        return _build(source, compiler_path, defines)
 
 
-def _build(source: Path, compiler_path: str) -> Path:
-
+def _build(source: Path, compiler_path: str, defines: tuple[str, ...] = ()) -> Path:
+    if not all(re.fullmatch(r"[A-Z][A-Z0-9_]{0,40}", name) for name in defines):
+        raise RuntimeError(f"not preprocessor names: {defines}")
     text = b"".join(path.read_bytes() for path in with_includes(source))
-    build_flags = flags()
+    build_flags = (*flags(), *(f"-D{name}" for name in defines))
     key = hashlib.sha256(text + " ".join(build_flags).encode() + compiler_path.encode() + processor().encode()).hexdigest()[:16]
     folder = cache_root() / "native"
-    stem = f"{source.stem}-{architecture()}"  # builds for other architectures stay (tests build two)
+    # builds for other architectures (tests build two) and with other defines stay beside the default one
+    stem = "-".join([source.stem, architecture(), *(name.lower() for name in defines)])
     target = folder / f"{stem}-{key}.so"
     if target.exists():
         return target

@@ -2,7 +2,10 @@
 // runtime/native/layer_kernel.cc). GCC's vector extensions keep them portable (AVX-512, AVX2 or NEON: whatever
 // the build's -march offers). Every function works lane by lane with plain arithmetic (no libm), so a value
 // gets the same result in any lane and in any call: what makes the kernels' results independent of how
-// many rows share a call.
+// many rows share a call. The kernels are built with -ffp-contract=off (runtime/native/build.py): GCC's C++ modes
+// otherwise fuse a * b + c into one multiply-add wherever it sees fit, and it saw fit differently in the copies of
+// a loop made for one row and for two, so a row's attention differed with the rows beside it. A fused multiply-add
+// is written as one (mul_add), everywhere alike.
 //
 // A vector is one register of the build's processor: 16 floats with AVX-512, 8 with AVX, 4 elsewhere (SSE,
 // NEON). Wider-than-native vectors are legal GCC but compile to pieces moved through the stack: the 16-float
@@ -11,6 +14,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__) || (defined(__FMA__) && defined(__AVX__))
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -26,6 +32,15 @@ typedef float vf __attribute__((vector_size(4 * kLanes)));
 typedef int32_t vi __attribute__((vector_size(4 * kLanes)));
 
 inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+
+// a * b + c rounded once, in every lane (one instruction where the processor has it)
+#if defined(__AVX512F__)
+inline vf mul_add(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+#elif defined(__FMA__) && defined(__AVX__)
+inline vf mul_add(vf a, vf b, vf c) { return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+#else
+inline vf mul_add(vf a, vf b, vf c) { for (int l = 0; l < kLanes; l++) c[l] = __builtin_fmaf(a[l], b[l], c[l]); return c; }
+#endif
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 inline vf splat(float x) { return vf{} + x; }
 inline vf vmax(vf a, vf b) { return a > b ? a : b; }
