@@ -177,28 +177,49 @@ def public_server(tmp_path_factory):
         process.wait(10)
 
 
-@pytest.fixture
-def quiet_machine(monkeypatch):
-    """The machine's load reads as a quiet one's wherever the cost curve asks (runtime.machine_load's sample and
-    LoadWatch): for tests that check what follows from a quiet machine, not the reading itself, which other jobs
-    on a CI machine would move."""
-    from specviz.engine import costmodel
+class ScriptedLoad:
+    """The machine's load as the cost curve reads it (runtime.machine_load's sample and LoadWatch), from a script
+    instead of /proc: `readings` are handed out in turn (the last one again when they run out). Tests of what
+    follows from a busy or a quiet machine use it, so that whatever else runs beside the tests moves nothing."""
+
+    def __init__(self, monkeypatch, readings):
+        from specviz.engine import costmodel
+        from specviz.runtime import machine_load
+
+        self.readings, self.read = list(readings), []
+        script = self
+
+        class ScriptedWatch:
+            result = None
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.result = script.next()
+
+        for module in (machine_load, costmodel):
+            monkeypatch.setattr(module, "sample", lambda seconds=0.5: script.next())
+        monkeypatch.setattr(costmodel, "LoadWatch", ScriptedWatch)
+
+    def next(self):
+        reading = self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+        self.read.append(reading)
+        return reading
+
+
+def machine_reading(others_cores: float):
     from specviz.runtime import machine_load
 
-    quiet = machine_load.MachineLoad(0.0, 0.0, 0.0, 2, 0.5)
+    return machine_load.MachineLoad(others_cores, 0.0, 0.0, 2, 0.5)
 
-    class QuietWatch:
-        result = quiet
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-    for module in (machine_load, costmodel):
-        monkeypatch.setattr(module, "sample", lambda seconds=0.5: quiet)
-    monkeypatch.setattr(costmodel, "LoadWatch", QuietWatch)
+@pytest.fixture
+def quiet_machine(monkeypatch):
+    """The machine's load reads as a quiet one's wherever the cost curve asks: for tests that check what follows
+    from a quiet machine, not the reading itself, which other jobs on a CI machine or a laptop would move."""
+    quiet = machine_reading(0.0)
+    ScriptedLoad(monkeypatch, [quiet])
     return quiet
 
 
