@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
-from specviz.runtime.native import attention_kernel, build, decoder_kernel, layer_kernel, linear_kernel, logit_kernel
+from specviz.runtime.native import (attention_kernel, build, decoder_kernel, layer_kernel, linear_kernel, logit_kernel,
+                                    quant_linear_kernel)
 from specviz.tree.draft_tree import DraftTree
 
-KERNELS = (linear_kernel, attention_kernel, layer_kernel, decoder_kernel, logit_kernel)
+KERNELS = (linear_kernel, attention_kernel, layer_kernel, decoder_kernel, logit_kernel, quant_linear_kernel)
 
 
 def _flags() -> set[str]:
@@ -74,9 +75,12 @@ def test_the_linear_kernel_of_each_branch_is_torchs_and_row_independent(architec
 @pytest.mark.parametrize("architecture, blocking", BRANCHES, indirect=["architecture"])
 def test_every_kernel_of_each_branch_passes_its_self_check(architecture, blocking):
     """Each kernel's own check against torch (attention against ATen's, the whole decoder layer against the
-    per-call references, the logit summary against topk and logsumexp) runs when it is loaded."""
+    per-call references, the logit summary against topk and logsumexp, the quantised kernel against its scalar
+    definition bitwise) runs when it is loaded."""
     for kernel in KERNELS:
         assert kernel.library() is not None, f"{kernel.__name__}: {kernel.status()}"
+    expected = "avx2" if architecture == "x86-64-v3" else "generic"
+    assert quant_linear_kernel.isa() == expected
 
 
 @pytest.mark.parametrize("architecture, blocking", BRANCHES, indirect=["architecture"])

@@ -32,8 +32,9 @@ TARGET_PEAK_SHARE = {64: 0.70}
 class ForwardWork:
     """What a forward of `tokens` tree tokens must read and compute at least."""
     tokens: int
-    bytes_read: float   # every linear weight once, and the cache's keys and values
-    flops: float        # 2 per weight per token, and the attention's q.k and p.v over the cache and the tree
+    bytes_read: float   # every linear weight once (the gguf mode: its blocks), and the cache's keys and values
+    flops: float        # fp32: 2 per weight per token (not in the gguf mode), and the attention's q.k and p.v
+    int_ops: float = 0.0  # the gguf mode: 2 per weight per token, the linear layers' 8-bit multiply-adds
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,12 @@ class ForwardAgainstBound:
     gflops: float           # the forward's FLOPs per second
     peak_share: float       # gflops against the FMA peak of the threads used
     bytes_gbs: float        # the bytes it must read, per second of it
+    int_gops: float = 0.0   # the gguf mode: the linear layers' 8-bit multiply-adds (2 ops each) per second
 
 
 def forward_work(lm, tokens: int, context_len: int) -> ForwardWork:
+    from specviz.runtime.fast_linear import BLOCKS_ATTRIBUTE
+
     config = lm.model.config
     linear = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
     weights = sum(m.weight.numel() for m in linear)
@@ -61,6 +65,10 @@ def forward_work(lm, tokens: int, context_len: int) -> ForwardWork:
     keys = context_len - 1 + tokens  # the cache's entries, then the tree's own
     cache_bytes = layers * 2 * kv_heads * head_dim * keys * element
     attention_flops = layers * heads * tokens * keys * head_dim * 4
+    if lm.quantised:  # the blocks as the kernel reads them (a tied head's are the embedding's, read once a forward)
+        blocks = {id(b): b for b in (getattr(m, BLOCKS_ATTRIBUTE) for m in linear)}
+        return ForwardWork(tokens, float(sum(b.nbytes for b in blocks.values()) + cache_bytes),
+                           float(attention_flops), float(2 * weights * tokens))
     return ForwardWork(tokens, float(weights * element + cache_bytes), float(2 * weights * tokens + attention_flops))
 
 
@@ -109,13 +117,19 @@ def measure_report(lm, sizes: list[int], context_len: int = 512, repeats: int = 
         bound_ms, bound = roofline.bound_ms(work.bytes_read, work.flops)
         gflops = work.flops / ms / 1e6
         rows.append(ForwardAgainstBound(q, ms, linear_ms, ms / one_token, bound_ms, bound, bound_ms / ms, gflops,
-                                        gflops / roofline.fma_gflops, work.bytes_read / ms / 1e6))
+                                        gflops / roofline.fma_gflops, work.bytes_read / ms / 1e6,
+                                        work.int_ops / linear_ms / 1e6 if linear_ms else 0.0))
     try:
         arch = build.architecture()
     except RuntimeError as error:
         arch = str(error)
-    return RooflineReport(linear_paths.processor_name(), f"-march={arch} ({linear_kernel.isa() or 'not built'})",
-                          context_len, roofline, rows)
+    if lm.quantised:
+        from specviz.runtime.native import quant_linear_kernel
+
+        isa = f"-march={arch} (gguf: {quant_linear_kernel.isa() or 'not built'})"
+    else:
+        isa = f"-march={arch} ({linear_kernel.isa() or 'not built'})"
+    return RooflineReport(linear_paths.processor_name(), isa, context_len, roofline, rows)
 
 
 def processor_flags() -> str:
@@ -153,10 +167,15 @@ def format_report(lm, report: RooflineReport) -> str:
              f"verify forward of {lm.name} ({str(lm.dtype).replace('torch.', '')}, linear={lm.linear}) after a context of "
              f"{report.context_len} tokens, medians of interleaved repeats:",
              f"{'tokens':>6} {'ms':>8} {'x 1 tok':>8} {'linear ms':>10} {'rest ms':>8} {'bound':>6} {'bound ms':>9} "
-             f"{'fraction':>9} {'GFLOP/s':>8} {'of peak':>8} {'GB/s':>6}"]
+             f"{'fraction':>9} {'GFLOP/s':>8} {'of peak':>8} {'GB/s':>6}"
+             + (f" {'int GOP/s':>10}" if lm.quantised else "")]
+    if lm.quantised:
+        lines.insert(-1, "  the gguf mode: bytes are the quantised blocks, GFLOP/s the fp32 attention's alone, int GOP/s "
+                         "the linear layers' 8-bit multiply-adds (2 ops each) over their own time")
     for row in report.rows:
         lines.append(f"{row.tokens:>6} {row.ms:>8.2f} {row.x_one_token:>8.2f} {row.linear_ms:>10.2f} "
                      f"{row.ms - row.linear_ms:>8.2f} {row.bound:>6} {row.bound_ms:>9.2f} {row.fraction:>9.2f} "
-                     f"{row.gflops:>8.1f} {row.peak_share:>8.0%} {row.bytes_gbs:>6.1f}")
+                     f"{row.gflops:>8.1f} {row.peak_share:>8.0%} {row.bytes_gbs:>6.1f}"
+                     + (f" {row.int_gops:>10.1f}" if lm.quantised else ""))
     lines += [f"target: {line}" for line in targets(report)]
     return "\n".join(lines)

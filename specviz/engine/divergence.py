@@ -16,6 +16,9 @@ import torch
 # Largest top-2 logit margin that the kernels and dtypes used here can swap. Measured: fp32 forwards
 # of different block sizes differ by about 1e-4 in a logit; bf16 against bf16 by up to about 0.3.
 TIE_THRESHOLD = {torch.float32: 0.01, torch.bfloat16: 0.5, torch.float16: 0.5}
+# Between two run modes (the gguf mode's 8-bit activations against fp32): the largest top-2 margin their numbers
+# can swap, as bf16's against fp32 (the two forwards' logits differ by a few tenths at most: tests/test_gguf_mode.py)
+MODES_TIE_THRESHOLD = 0.5
 
 
 def tie_threshold(dtype: torch.dtype) -> float:

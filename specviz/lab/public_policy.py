@@ -155,7 +155,7 @@ class Policy:
     def check_mode(self, mode: str | None) -> str:
         mode = (mode or "").strip()
         if self.public and "compile" in mode.lower():
-            raise SpecvizError("This Space does not offer torch.compile modes: pick the device default or bf16.")
+            raise SpecvizError("This Space does not offer torch.compile modes: pick the device default, gguf or bf16.")
         return mode
 
     def check_new_tokens(self, n) -> int:

@@ -22,6 +22,8 @@ DRAFT_MODELS = [("default: the trained draft head when there is one, else self",
                 ("self: the target's own weights (self-speculation)", "self"),
                 ("self-skip:8: the target's first 8 layers (cheap, untrained)", "self-skip:8")]
 RUN_MODES = [("device default (CPU: fp32, exact)", ""),
+             ("gguf: the GGUF file's own 4- and 8-bit weights (CPU; the default model), exact within the mode",
+              "gguf"),
              ("bf16: faster on big trees, not bitwise exact (differences classified)", "bf16"),
              ("fp32 + torch.compile (slower on this CPU; compiles on first use)", "compile"),
              ("bf16 + torch.compile", "bf16+compile")]

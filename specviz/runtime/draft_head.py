@@ -218,7 +218,7 @@ class DraftHead:
         self.dtype = lm.dtype
         self.network.to(lm.dtype)
         packed = lm.packed
-        kernel = lm.linear if lm.linear in fast_linear.CHOICES else "stock"
+        kernel = lm.float_linear  # its own weights are floats (in the gguf mode too)
         self.linear = fast_linear.kernel(kernel)
         prepare = fast_linear.weight_preparer(kernel, packed)
         self.fc = prepare(self.network.fc.weight, self.network.fc)

@@ -49,7 +49,7 @@ class EagleHead:
         self.fc_bias = take("fc.bias") if "fc.bias" in files.weights else None
         # the linears run on the target's kernel (the native one on a CPU in fp32: a draft level costs a fifth of
         # what F.linear's takes for a few rows), q/k/v and gate/up each as one matrix
-        kernel = lm.linear if lm.linear in fast_linear.CHOICES else "stock"
+        kernel = lm.float_linear  # its own weights are floats (in the gguf mode too)
         self.linear, prepare = fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, lm.packed)
         linear_of = self.linear
         w = self.w

@@ -19,6 +19,10 @@ import torch
 import torch.nn.functional as F
 
 CHOICES = ("native", "onednn", "stock")  # native: runtime.native.linear_kernel (the lean forward's tree forwards)
+# the gguf mode's kernel (runtime.native.quant_linear_kernel): not a --linear choice, the mode's own; its weights are
+# the GGUF's blocks that runtime.gguf_weights.attach_blocks put on each module
+QUANTISED = "gguf"
+BLOCKS_ATTRIBUTE = "_specviz_blocks"
 PACK_ROWS = 64  # the batch size oneDNN lays a packed weight out for (16..128 measured alike here)
 _local = threading.local()
 
@@ -50,6 +54,9 @@ def kernel(name: str):
     if name == "native":
         from specviz.runtime.native import linear_kernel
         return linear_kernel.linear
+    if name == QUANTISED:
+        from specviz.runtime.native import quant_linear_kernel
+        return quant_linear_kernel.linear
     return onednn_linear if name == "onednn" else F.linear
 
 
@@ -61,6 +68,8 @@ def weight_preparer(name: str, packed: bool):
     if name == "native":
         from specviz.runtime.native import linear_kernel
         return lambda weight, module=None: linear_kernel.group(weight)
+    if name == QUANTISED:
+        return quantised_weight
     if name != "onednn" or not packed:
         return lambda weight, module=None: weight
 
@@ -68,6 +77,22 @@ def weight_preparer(name: str, packed: bool):
         own = getattr(module, "_specviz_packed", None)
         return own if own is not None else pack(weight)
     return prepare
+
+
+def quantised_weight(weight: torch.Tensor, module=None):
+    """The gguf kernel's form of a module's weight: its GGUF blocks in the kernel's layout; module may be a tuple of
+    modules whose weights were fused by rows (q, k and v), whose blocks are stacked the same way. A weight without
+    blocks (a draft head's own) is a mistake of the caller: those run a float kernel (LoadedModel.float_linear)."""
+    from specviz.runtime import gguf_blocks
+
+    modules = module if isinstance(module, tuple) else (module,)
+    blocks = [getattr(m, BLOCKS_ATTRIBUTE, None) for m in modules]
+    if any(b is None for b in blocks):
+        raise ValueError("the gguf kernel reads a GGUF's blocks, and this weight has none")
+    matrix = blocks[0] if len(blocks) == 1 else gguf_blocks.concat(blocks)
+    if (matrix.out_features, matrix.in_features) != tuple(weight.shape):
+        raise ValueError(f"blocks of {matrix.out_features}x{matrix.in_features} for a {tuple(weight.shape)} weight")
+    return gguf_blocks.kernel_layout(matrix)
 
 
 def linear_weight_bytes(model: torch.nn.Module) -> int:

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specviz.runtime.gguf_blocks import QuantisedMatrix
+
 
 def _rotary_rows_restored(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """Undo llama.cpp's Q/K permutation: within each head the rows were stored as (half, pair) and are read back as
@@ -23,20 +25,37 @@ def _rotary_rows_restored(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, half, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)
 
 
-def llama_state_dict(path: Path, model) -> dict[str, torch.Tensor]:
-    """fp32 tensors by the parameter names of model (a transformers LlamaForCausalLM of the GGUF's config, on the
-    meta device will do) for a Llama-architecture GGUF; ValueError for a tensor this mapping does not know."""
-    from gguf import MODEL_ARCH, GGUFReader, get_tensor_name_map
-    from gguf.quants import dequantize
+def _parameter_names(model) -> dict[str, str]:
+    """GGUF tensor name -> the model's parameter name, for a Llama model (gguf's own name map)."""
+    from gguf import MODEL_ARCH, get_tensor_name_map
 
-    config = model.config
-    name_map = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    name_map = get_tensor_name_map(MODEL_ARCH.LLAMA, model.config.num_hidden_layers)
     ours = {}
     for name in model.state_dict():
         base, _, suffix = name.rpartition(".")
         stored = name_map.get_name(base)
         if stored is not None:
             ours.setdefault(f"{stored}.{suffix}", name)
+    return ours
+
+
+def _rotary_heads(name: str, config) -> int | None:
+    """The heads whose rows llama.cpp's converter interleaved in this parameter (None: it did not)."""
+    if name.endswith("self_attn.q_proj.weight"):
+        return config.num_attention_heads
+    if name.endswith("self_attn.k_proj.weight"):
+        return config.num_key_value_heads
+    return None
+
+
+def llama_state_dict(path: Path, model) -> dict[str, torch.Tensor]:
+    """fp32 tensors by the parameter names of model (a transformers LlamaForCausalLM of the GGUF's config, on the
+    meta device will do) for a Llama-architecture GGUF; ValueError for a tensor this mapping does not know."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    config = model.config
+    ours = _parameter_names(model)
     state = {}
     for tensor in GGUFReader(str(path)).tensors:
         name = ours.get(tensor.name)
@@ -45,11 +64,43 @@ def llama_state_dict(path: Path, model) -> dict[str, torch.Tensor]:
         values = dequantize(tensor.data, tensor.tensor_type)
         shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists dimensions fastest first
         weight = torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))  # a copy: the file is mapped read-only
-        if name.endswith("self_attn.q_proj.weight"):
-            weight = _rotary_rows_restored(weight, config.num_attention_heads)
-        elif name.endswith("self_attn.k_proj.weight"):
-            weight = _rotary_rows_restored(weight, config.num_key_value_heads)
+        heads = _rotary_heads(name, config)
+        if heads is not None:
+            weight = _rotary_rows_restored(weight, heads)
         state[name] = weight.contiguous()
     if "lm_head.weight" not in state and getattr(config, "tie_word_embeddings", False):
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     return state
+
+
+def _rotary_order(rows: int, heads: int) -> np.ndarray:
+    """The row order _rotary_rows_restored applies, as indices into the stored rows."""
+    return _rotary_rows_restored(torch.arange(rows), heads).numpy()
+
+
+def linear_blocks(path: Path, model) -> tuple[dict[str, "QuantisedMatrix"], list[str]]:
+    """Each nn.Linear of model (by module name) as the GGUF stores its weight, in the model's row order (q and k
+    rows put back as for the float weights; a tied head reads the embedding's blocks), and the names of the linear
+    modules whose tensors are of a type the gguf kernel does not read (runtime.gguf_blocks.TYPES)."""
+    from gguf import GGUFReader
+
+    from specviz.runtime.gguf_blocks import read_matrix
+
+    config = model.config
+    ours = _parameter_names(model)
+    found: dict[str, QuantisedMatrix] = {}
+    for tensor in GGUFReader(str(path)).tensors:
+        name = ours.get(tensor.name)
+        if name is None or not name.endswith(".weight"):
+            continue
+        matrix = read_matrix(tensor)
+        if matrix is None:
+            continue
+        heads = _rotary_heads(name, config)
+        if heads is not None:
+            matrix = matrix.take_rows(_rotary_order(matrix.out_features, heads))
+        found[name[:-len(".weight")]] = matrix
+    if "lm_head" not in found and getattr(config, "tie_word_embeddings", False) and "model.embed_tokens" in found:
+        found["lm_head"] = found["model.embed_tokens"]
+    linears = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    return {name: found[name] for name in linears if name in found}, [name for name in linears if name not in found]

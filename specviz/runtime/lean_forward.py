@@ -111,7 +111,8 @@ class LeanDecoder:
         layers = []
         for layer, (qkv, qkv_bias) in zip(self.inner.layers, self._fused):
             attn, mlp = layer.self_attn, layer.mlp
-            layers.append((layer.input_layernorm.weight, prepare(qkv), qkv_bias,
+            fused = (attn.q_proj, attn.k_proj, attn.v_proj)  # the modules whose rows qkv stacks
+            layers.append((layer.input_layernorm.weight, prepare(qkv, fused), qkv_bias,
                            prepare(attn.o_proj.weight, attn.o_proj), attn.o_proj.bias,
                            layer.post_attention_layernorm.weight, prepare(mlp.gate_proj.weight, mlp.gate_proj),
                            prepare(mlp.up_proj.weight, mlp.up_proj), prepare(mlp.down_proj.weight, mlp.down_proj)))

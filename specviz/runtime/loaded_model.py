@@ -40,6 +40,7 @@ class LoadedModel:
     linear_choice: LinearChoice | None = None  # the kernel per tree size, as measured here (runtime.linear_paths)
     verifier: "CapturedVerifier | None" = None  # static-cache verify forward (CUDA graphs); None: the dynamic cache
     parked_verifier: "CapturedVerifier | None" = None  # one switched off (its graphs kept for switching back)
+    quantised: bool = False  # the gguf mode: tree forwards read the GGUF's blocks (runtime.gguf_blocks)
 
     def new_cache(self, dynamic: bool = False):
         """A KV cache for this model's verify forwards: the captured path's static cache where it is on, else
@@ -83,6 +84,16 @@ class LoadedModel:
         if self.decoder is not None and self.decoder.kernel is not None:
             self.decoder.use_paths(choice)
 
+    @property
+    def float_linear(self) -> str:
+        """The kernel for float weights beside this model (a draft head's own): its own kernel, or in the gguf mode
+        the native fp32 one where it runs, else oneDNN, else stock."""
+        if self.linear != fast_linear.QUANTISED:
+            return self.linear if self.linear in fast_linear.CHOICES else "stock"
+        if linear_kernel.available(self.device, self.dtype) is None:
+            return "native"
+        return "onednn" if fast_linear.available(self.device, self.dtype) is None else "stock"
+
     def linear_path_for(self, rows: int) -> str:
         """The kernel a forward of `rows` tokens runs."""
         return self.linear_choice.path_for(rows) if self.linear_choice is not None else self.linear
@@ -108,7 +119,7 @@ class LoadedModel:
     @property
     def mode(self) -> str:
         """The run mode as a flag string (runtime.modes): 'fp32', 'bf16+compile', ..."""
-        return modes.Mode(self.dtype, self.compiled).label(self.dtype)
+        return modes.Mode(self.dtype, self.compiled, quantised=self.quantised).label(self.dtype)
 
     @cached_property
     def parameter_count(self) -> int:

@@ -259,6 +259,11 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
         raise SpecvizError(f"Could not load model '{name or source}': {str(exc).splitlines()[0]}") from exc
     model.to(torch_device).eval()
     attention.install(model)
+    if run_mode.quantised:
+        why = attach_gguf_blocks(model, name, source)
+        if why is not None:
+            run_mode.notes.append(f"{why}: running fp32 instead.")
+            run_mode.quantised = False
     if run_mode.compiled:
         kernel = "stock"  # Dynamo cannot trace the oneDNN op; inductor picks its own kernels
     packed = False
@@ -269,13 +274,23 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
         if why_not_packed:
             run_mode.notes.append(why_not_packed)
     decoder = None
+    # the lean forward's linear kernel: the modules' own (the prefill, the peers) is kernel; in the gguf mode the
+    # tree forwards read the file's blocks instead (runtime.native.quant_linear_kernel)
+    tree_kernel = fast_linear.QUANTISED if run_mode.quantised else kernel
     if os.environ.get("SPECVIZ_FORWARD", "lean").strip().lower() != "stock":
-        decoder, _ = lean_forward.build(model, fast_linear.kernel(kernel), fast_linear.weight_preparer(kernel, packed),
-                                        kernel=kernel, packed=packed)
+        decoder, _ = lean_forward.build(model, fast_linear.kernel(tree_kernel),
+                                        fast_linear.weight_preparer(tree_kernel, packed), kernel=tree_kernel,
+                                        packed=packed)
     lean = decoder is not None
-    if kernel == "native" and not lean:  # the native kernel runs in the lean forward only
-        kernel = "onednn"
-    forced = bool((linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip()) or run_mode.compiled
+    if tree_kernel == fast_linear.QUANTISED and not lean:
+        run_mode.notes.append("the gguf mode needs the lean forward (a Llama-shaped model): running fp32 instead.")
+        run_mode.quantised, tree_kernel = False, kernel
+    if tree_kernel == "native" and not lean:  # the native kernel runs in the lean forward only
+        tree_kernel = "onednn"
+    kernel = tree_kernel
+    # the gguf mode's kernel is the mode itself: no float kernel is measured against it per size
+    forced = bool((linear or os.environ.get("SPECVIZ_LINEAR", "") or "").strip()) or run_mode.compiled \
+        or run_mode.quantised
     if run_mode.compiled:
         why = modes.compile_forward(decoder) if lean else "compile needs the lean forward (a Llama-shaped model)"
         if why:
@@ -294,7 +309,8 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
     lm = LoadedModel(model=model, tokenizer=tokenizer, name=name or DEFAULT_MODEL, device=torch_device,
                        dtype=torch_dtype, eos_ids=eos_ids, max_context=max_context,
                        load_s=time.perf_counter() - started, linear=kernel, packed=packed, compiled=run_mode.compiled, decoder=decoder,
-                       notes=run_mode.notes + ([kernel_note] if kernel_note else []), linear_forced=forced)
+                       notes=run_mode.notes + ([kernel_note] if kernel_note else []), linear_forced=forced,
+                       quantised=run_mode.quantised)
     graphs = graphs or os.environ.get("SPECVIZ_GRAPHS") or ("off" if os.environ.get("SPACES_ZERO_GPU") else "auto")
     try:  # ZeroGPU: untried there (its worker processes hold the device per call), so off unless asked for
         graphs_note = captured_forward.install(lm, graphs)
@@ -304,6 +320,46 @@ def load_model(name: str | None = None, device: str | None = None, dtype: str | 
         lm.notes.append(graphs_note)
     lm.apply_linear_choice(linear_paths.load(lm.describe()) if lm.measures_linear_paths() else None)
     return lm
+
+
+def gguf_file(name: str | None, source: str) -> Path | None:
+    """The GGUF file a model's gguf mode reads: the packaged one of the default model, or the one .gguf file of a
+    local folder; None where the model has none (a hub id, a folder of safetensors only)."""
+    if (name or "").strip() in ("", DEFAULT_MODEL) and Path(source) == _dequantised_cache_dir():
+        return packaged_gguf_dir() / GGUF_FILE
+    folder = Path(source)
+    found = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
+def attach_gguf_blocks(model, name: str | None, source: str) -> str | None:
+    """Put each linear module's GGUF blocks on it (fast_linear.BLOCKS_ATTRIBUTE) for the gguf mode's kernel; None,
+    or why the mode cannot run this model (no GGUF, a block type the kernel does not read, a width that is no whole
+    number of blocks, no kernel here)."""
+    from specviz.runtime.gguf_weights import linear_blocks
+    from specviz.runtime.native import quant_linear_kernel
+
+    path = gguf_file(name, source)
+    label = name or DEFAULT_MODEL
+    if path is None:
+        return f"the gguf mode runs a GGUF file's own blocks, and {label} was not loaded from one"
+    if getattr(model.config, "model_type", "") != "llama":
+        return f"the gguf mode reads Llama GGUFs, and {label} is a {getattr(model.config, 'model_type', '?')} model"
+    try:
+        blocks, missing = linear_blocks(path, model)
+    except (OSError, ValueError) as error:
+        return f"the GGUF of {label} could not be read ({type(error).__name__}: {error})"
+    if missing:
+        return (f"{len(missing)} linear layers of {label}'s GGUF are in block types the gguf kernel does not read "
+                f"(it reads Q4_0, Q4_1 and Q8_0; e.g. {missing[0]})")
+    modules = dict(model.named_modules())
+    for module_name, matrix in blocks.items():
+        module = modules[module_name]
+        if (matrix.out_features, matrix.in_features) != tuple(module.weight.shape) \
+                or not quant_linear_kernel.supports(matrix):
+            return f"{module_name} of {label}'s GGUF has blocks the gguf kernel cannot run"
+        setattr(module, fast_linear.BLOCKS_ATTRIBUTE, matrix)
+    return None
 
 
 @torch.inference_mode()

@@ -1,9 +1,10 @@
 """Run modes: the precision the model runs in and whether its forward is compiled.
 
-A mode is a '+'-joined set of flags: one precision (`fp32`, `bf16`, `fp16`) and optionally `compile`,
-e.g. `bf16+compile`; `compile` alone keeps the device's default precision. A flag this machine cannot
-run, or one we do not know, never stops the user: the mode falls back to the device default in eager
-mode and `notes` says why, for the CLI (stderr) and the app (message line) to show.
+A mode is a '+'-joined set of flags: one precision (`fp32`, `bf16`, `fp16`, or `gguf`: the linear layers on a GGUF
+file's own quantised blocks, everything else fp32) and optionally `compile`, e.g. `bf16+compile`; `compile` alone
+keeps the device's default precision. A flag this machine cannot run, or one we do not know, never stops the user:
+the mode falls back to the device default in eager mode and `notes` says why, for the CLI (stderr) and the app
+(message line) to show.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 PRECISIONS = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
               "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-MODE_CHOICES = ("fp32", "bf16", "fp16", "compile", "fp32+compile", "bf16+compile")
+QUANTISED = "gguf"  # the flag of the mode whose linear layers read a GGUF file's own blocks (runtime.gguf_blocks)
+MODE_CHOICES = ("fp32", "bf16", "fp16", QUANTISED, "compile", "fp32+compile", "bf16+compile")
 
 
 @dataclass
@@ -24,8 +26,11 @@ class Mode:
     dtype: torch.dtype | None = None   # None: the device's default (fp32 on CPU, bf16/fp16 on CUDA)
     compiled: bool = False
     notes: list[str] = field(default_factory=list)
+    quantised: bool = False            # gguf: the linear layers on the file's blocks, activations in fp32
 
     def label(self, dtype: torch.dtype) -> str:
+        if self.quantised:
+            return QUANTISED
         name = PRECISION_NAMES.get(dtype, str(dtype))
         return name + ("+compile" if self.compiled else "")
 
@@ -34,12 +39,18 @@ def parse_mode(text: str | None) -> Mode:
     """Flags from a mode string; an unknown flag or two precisions fall back to the default eager mode."""
     flags = [f.strip().lower() for f in (text or "").replace(",", "+").split("+") if f.strip()]
     mode = Mode()
-    precisions = [f for f in flags if f in PRECISIONS]
-    unknown = [f for f in flags if f not in PRECISIONS and f != "compile"]
-    if unknown or len(set(PRECISIONS[p] for p in precisions)) > 1:
+    precisions = [f for f in flags if f in PRECISIONS or f == QUANTISED]
+    unknown = [f for f in flags if f not in PRECISIONS and f not in ("compile", QUANTISED)]
+    if unknown or len(set(PRECISIONS.get(p, p) for p in precisions)) > 1:
         what = f"unknown flag {', '.join(repr(u) for u in unknown)}" if unknown else "two precisions"
         return Mode(notes=[f"Mode {text!r} has {what} (choose from {', '.join(MODE_CHOICES)}): "
                            "running the default precision, eager, instead."])
+    if QUANTISED in precisions:
+        mode.dtype, mode.quantised = torch.float32, True
+        if "compile" in flags:  # torch.compile traces torch's ops; the quantised linears are one native call each
+            mode.notes.append("compile does not apply to the gguf mode (its linear layers are native calls): "
+                              "running gguf eager.")
+        return mode
     mode.dtype = PRECISIONS[precisions[0]] if precisions else None
     mode.compiled = "compile" in flags
     return mode
@@ -49,6 +60,8 @@ def canonical(text: str | None) -> str:
     """One spelling per mode ('bf16+compile', 'compile', '' for the default), so that a model is loaded
     once per mode whatever the user typed; a name parse_mode refuses is the default ('')."""
     mode = parse_mode(text)
+    if mode.quantised:
+        return QUANTISED
     if mode.notes:
         return ""
     name = PRECISION_NAMES.get(mode.dtype, "")
@@ -62,6 +75,8 @@ def settled_here(text: str | None) -> tuple[str, list[str]]:
     mode = parse_mode(canonical(text))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     ran = settle(mode, device, torch.float32)
+    if ran.quantised:
+        return QUANTISED, []
     if not ran.notes:
         return canonical(text), []
     name = PRECISION_NAMES.get(ran.dtype, "") if ran.dtype != torch.float32 else ""
@@ -94,10 +109,23 @@ def why_not_compile(device: torch.device) -> str | None:
     return None
 
 
+def why_not_quantised(device: torch.device) -> str | None:
+    """None when the gguf mode's kernel can run here, else why not."""
+    from specviz.runtime.native import quant_linear_kernel
+
+    return quant_linear_kernel.available(device)
+
+
 def settle(mode: Mode, device: torch.device, default_dtype: torch.dtype) -> Mode:
     """The mode this device will run: flags it cannot run are dropped with a note."""
-    dtype = mode.dtype or default_dtype
     notes = list(mode.notes)
+    if mode.quantised:
+        why = why_not_quantised(device)
+        if why is None:
+            return Mode(torch.float32, False, notes, quantised=True)
+        notes.append(f"{why}: running {'fp32' if device.type == 'cpu' else 'the default precision'} instead.")
+        mode = Mode(None, False, notes)
+    dtype = mode.dtype or default_dtype
     why = why_not_precision(device, dtype)
     if why:
         notes.append(f"{why}: running {'fp32' if device.type == 'cpu' else 'the default precision'} instead.")

@@ -6,11 +6,13 @@
 // calls a forward, a millisecond or more here) are compiled into this one translation unit and called in
 // the same order on the same numbers, so its logits are bitwise the per-call forward's. One more saving:
 // the caller may keep each layer's keys transposed between calls (the attention's 16-key tiles), so only
-// keys not yet transposed are.
+// keys not yet transposed are. The linear layers are the fp32 kernel's grouped weights, or in the gguf mode the
+// quantised kernel's blocks (a slot then holds the address of its descriptor, quant::Matrix): the shape says which.
 
 #include "attention_kernel.cc"
 #include "layer_kernel.cc"
 #include "linear_kernel.cc"
+#include "quant_linear_kernel.cc"
 
 #include <algorithm>
 #include <vector>
@@ -21,10 +23,20 @@ namespace {
 // grouped weights (linear_kernel.cc), biases (0: none), and the cache's key, value and transposed-key buffers
 enum Slot : int { kNorm1, kQkv, kQkvBias, kO, kOBias, kNorm2, kGate, kUp, kDown, kKeys, kValues, kTransposed, kSlots };
 
-// the model's sizes, in this order
+// the model's sizes, in this order, and which linear kernel its weights are laid out for (0: linear_kernel.cc's fp32
+// groups, 1: quant_linear_kernel.cc's blocks)
 struct Shape {
-    int64_t hidden, heads, kv_heads, head_dim, intermediate, vocab;
+    int64_t hidden, heads, kv_heads, head_dim, intermediate, vocab, quantised;
 };
+
+// y (n, N) = x (n, K) W^T + bias through the kernel the model's weights are laid out for
+inline void linear(const Shape& s, const float* weight, const float* x, int64_t n, int64_t K, int64_t N,
+                   const float* bias, float* y, int threads) {
+    if (s.quantised)
+        quant_linear_forward(reinterpret_cast<const int64_t*>(weight), x, n, bias, y, threads);
+    else
+        linear_kernel_forward(x, n, K, weight, N, bias, y, threads);
+}
 
 inline const float* slot(const int64_t* slots, int64_t layer, Slot s) {
     return reinterpret_cast<const float*>(slots[layer * kSlots + s]);
@@ -95,8 +107,7 @@ void decoder_kernel_forward(float* h, int64_t n, int64_t past, const int64_t* sl
     for (int64_t layer = 0; layer < layers; layer++) {
         // rmsnorm, the fused q/k/v, rotary on the q and k heads
         layer_kernel_rmsnorm(h, slot(slots, layer, kNorm1), eps[layer], n, s.hidden, x);
-        linear_kernel_forward(x, n, s.hidden, slot(slots, layer, kQkv), qkv_width, slot(slots, layer, kQkvBias), qkv,
-                              threads);
+        linear(s, slot(slots, layer, kQkv), x, n, s.hidden, qkv_width, slot(slots, layer, kQkvBias), qkv, threads);
         layer_kernel_rotary(qkv, qkv_width, n, s.heads + s.kv_heads, d, cos, sin);
         // append the tree's keys and values to the cache
         float* keys = slot_out(slots, layer, kKeys);
@@ -112,18 +123,17 @@ void decoder_kernel_forward(float* h, int64_t n, int64_t past, const int64_t* sl
         attention(qkv, n, past, s, keys, values, capacity[layer], slot_out(slots, layer, kTransposed),
                   transposed_from[layer], mask, scale, attended);
         // h += attended W_o; the gated MLP and its residual
-        linear_kernel_forward(attended, n, q_heads_width, slot(slots, layer, kO), s.hidden, slot(slots, layer, kOBias),
-                              out, threads);
+        linear(s, slot(slots, layer, kO), attended, n, q_heads_width, s.hidden, slot(slots, layer, kOBias), out, threads);
         add_into(h, out, n * s.hidden);
         layer_kernel_rmsnorm(h, slot(slots, layer, kNorm2), eps[layer], n, s.hidden, x);
-        linear_kernel_forward(x, n, s.hidden, slot(slots, layer, kGate), s.intermediate, nullptr, gate, threads);
-        linear_kernel_forward(x, n, s.hidden, slot(slots, layer, kUp), s.intermediate, nullptr, up, threads);
+        linear(s, slot(slots, layer, kGate), x, n, s.hidden, s.intermediate, nullptr, gate, threads);
+        linear(s, slot(slots, layer, kUp), x, n, s.hidden, s.intermediate, nullptr, up, threads);
         layer_kernel_silu_mul(gate, up, n * s.intermediate);
-        linear_kernel_forward(gate, n, s.intermediate, slot(slots, layer, kDown), s.hidden, nullptr, out, threads);
+        linear(s, slot(slots, layer, kDown), gate, n, s.intermediate, s.hidden, nullptr, out, threads);
         add_into(h, out, n * s.hidden);
     }
     layer_kernel_rmsnorm(h, final_norm, final_eps, n, s.hidden, x);
-    linear_kernel_forward(x, n, s.hidden, head, s.vocab, head_bias, logits, threads);
+    linear(s, head, x, n, s.hidden, s.vocab, head_bias, logits, threads);
 }
 
 // The same linear layers alone, as the forward calls them, on n rows of scratch input (tools.profile_forward's
@@ -138,15 +148,13 @@ void decoder_kernel_linear_only(int64_t n, const int64_t* slots, int64_t layers,
     float* out = scratch(out_buffer, n * widest);
     for (int64_t i = 0; i < n * widest; i++) in[i] = 0.5f;
     for (int64_t layer = 0; layer < layers; layer++) {
-        linear_kernel_forward(in, n, s.hidden, slot(slots, layer, kQkv), qkv_width, slot(slots, layer, kQkvBias), out,
-                              threads);
-        linear_kernel_forward(in, n, q_heads_width, slot(slots, layer, kO), s.hidden, slot(slots, layer, kOBias), out,
-                              threads);
-        linear_kernel_forward(in, n, s.hidden, slot(slots, layer, kGate), s.intermediate, nullptr, out, threads);
-        linear_kernel_forward(in, n, s.hidden, slot(slots, layer, kUp), s.intermediate, nullptr, out, threads);
-        linear_kernel_forward(in, n, s.intermediate, slot(slots, layer, kDown), s.hidden, nullptr, out, threads);
+        linear(s, slot(slots, layer, kQkv), in, n, s.hidden, qkv_width, slot(slots, layer, kQkvBias), out, threads);
+        linear(s, slot(slots, layer, kO), in, n, q_heads_width, s.hidden, slot(slots, layer, kOBias), out, threads);
+        linear(s, slot(slots, layer, kGate), in, n, s.hidden, s.intermediate, nullptr, out, threads);
+        linear(s, slot(slots, layer, kUp), in, n, s.hidden, s.intermediate, nullptr, out, threads);
+        linear(s, slot(slots, layer, kDown), in, n, s.intermediate, s.hidden, nullptr, out, threads);
     }
-    linear_kernel_forward(in, n, s.hidden, head, s.vocab, head_bias, logits, threads);
+    linear(s, head, in, n, s.hidden, s.vocab, head_bias, logits, threads);
 }
 
 }  // extern "C"
