@@ -61,9 +61,13 @@ def test_sglangs_choice_is_the_best_setting_its_rule_allows(acceptance):
 
 
 def test_every_engines_config_passes_its_own_rules(acceptance):
+    greedy = [(list(range(30)) * 2, list(range(30)))]  # llama.cpp's n-gram rules draft along greedy continuations
     for engine, module in ENGINES.items():
-        advice = module.advise(HEAD, acceptance, verify_ms, 0.5)
+        advice = (module.advise(HEAD, acceptance, verify_ms, 0.5, greedy=greedy)
+                  if getattr(module, "NEEDS_GREEDY", False) else module.advise(HEAD, acceptance, verify_ms, 0.5))
         assert advice.engine == engine and advice.refused is None and advice.problems == (), advice
+        if engine == "llama.cpp":  # its speedup is the simulation's (tests/test_llamacpp_rules.py)
+            continue
         assert advice.predicted_speedup == pytest.approx(step_speedup(
             advice.predicted_accepted, advice.verified_tokens, dict(advice.knobs).get(
                 "num_speculative_tokens", dict(advice.knobs).get("speculative-num-steps", dict(advice.knobs).get(
@@ -125,3 +129,50 @@ def test_drafters_no_engine_loads_are_refused_with_the_alternative(acceptance):
         "method"] == "eagle"
     draft = trtllm.advise(Drafter("draft-model", "some/small-model", "some/small-model"), acceptance, verify_ms, 0.5)
     assert 'decoding_type: "DraftTarget"' in draft.config_text and "use_dynamic_tree" not in draft.config_text
+
+
+def test_a_deployments_cost_file_is_checked_and_the_shipped_ones_say_where_they_were_measured():
+    from specviz.engine import deployment_cost
+    from specviz.errors import SpecvizError
+
+    shipped = deployment_cost.shipped("smollm2-135m-instruct")
+    assert {"h200-specviz-captured-fp32", "h200-specviz-captured-bf16"} <= set(shipped)
+    for cost in shipped.values():
+        assert cost.sizes[0] == 1 and {"date", "command", "source"} <= set(cost.provenance)
+        assert deployment_cost.parse(cost.to_dict()) == cost
+    good = shipped["h200-specviz-captured-fp32"].to_dict()
+    for change, expected in (({"sizes": [2, 4], "ms": [1.0, 2.0]}, "ascending from 1"),
+                             ({"ms": [float("nan")] * 8}, "positive milliseconds"),
+                             ({"ms": [1.0]}, "the same length"), ({"sizes": [1, True, 3], "ms": [1, 2, 3]}, "whole"),
+                             ({"draft_level_ms": "fast"}, "draft_level_ms"), ({"engine": ""}, "\"engine\""),
+                             ({"gpu": "yes"}, "unknown field"), ({"provenance": {"a": [1]}}, "provenance")):
+        with pytest.raises(SpecvizError, match=expected):
+            deployment_cost.parse({**good, **change})
+    with pytest.raises(SpecvizError, match="JSON object"):
+        deployment_cost.parse([1, 2])
+    flat = deployment_cost.parse(good)
+    assert flat.cost_ms(1) == 6.47 and flat.cost_ms(64) == 8.50 and 8.28 < flat.cost_ms(48) < 8.50
+
+
+def test_on_a_gpus_flat_curve_the_engines_draft_deeper_than_on_a_cpus_and_say_whose_curve_it_was(acceptance):
+    """The same measured acceptance priced on a CPU-like curve (verify_ms above) and on the H200's nearly flat one:
+    vLLM's chain and SGLang's tree grow where verifying more costs little, and every advice names its curve."""
+    from specviz.engine import deployment_cost
+    from specviz.engine.static_study import advise_engines
+
+    cpu = deployment_cost.DeploymentCost("cpu-like", "m", "specviz", "cpu", "fp32", (1, 4, 8, 16, 64),
+                                         tuple(verify_ms(n) for n in (1, 4, 8, 16, 64)), 2.0)
+    gpu = deployment_cost.shipped()["h200-specviz-captured-fp32"]
+    on_cpu = advise_engines(HEAD, acceptance, cpu, 2.0, cpu)
+    on_gpu = advise_engines(HEAD, acceptance, gpu, gpu.level_ms(2.0, cpu), cpu)
+    cpu_chain = dict(on_cpu["vLLM"].knobs)["num_speculative_tokens"]
+    gpu_chain = dict(on_gpu["vLLM"].knobs)["num_speculative_tokens"]
+    assert gpu_chain >= cpu_chain and on_gpu["SGLang"].verified_tokens >= on_cpu["SGLang"].verified_tokens
+    assert (gpu_chain, on_gpu["SGLang"].verified_tokens) != (cpu_chain, on_cpu["SGLang"].verified_tokens)
+    assert all(a.priced_on.startswith("h200-specviz-captured-fp32 (specviz, NVIDIA H200, fp32")
+               for a in on_gpu.values() if not a.refused)
+    assert all(a.priced_on.startswith("cpu-like") for a in on_cpu.values() if not a.refused)
+    bf16 = deployment_cost.shipped()["h200-specviz-captured-bf16"]  # no drafter level measured there: scaled, and said
+    assert bf16.level_ms(2.0, cpu) == pytest.approx(2.0 * 3.48 / verify_ms(1))
+    assert any("gives no drafter level's cost" in note
+               for note in advise_engines(HEAD, acceptance, bf16, 0.7, cpu)["SGLang"].notes)

@@ -218,35 +218,43 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
     page = {"model": tiny.name, "prompt": "the cat sat on the mat and the dog", "method": "unified", "budget": 8,
             "draft_model": "self"}
     quiet = lambda *args, **kwargs: None  # noqa: E731 (gr.Progress outside an event)
-    measured = tab.on_measure(None, "", "tuning suite", 12, 2, "vllm", 16, quiet, **page)
+    here = "this machine"
+    measured = tab.on_measure(None, "", "tuning suite", 12, 2, "vllm", here, 16, quiet, **page)
     study, size, message = measured[tab.study], measured[tab.size], measured[tab.message]
     assert study.drafter == "self" and study.acceptance.positions > 0 and size["value"] == study.best_tokens
-    assert "best N here" in message and "| (0,) |" in measured[tab.table]
+    assert "best N on the cost curve of this machine" in message and "| (0,) |" in measured[tab.table]
     assert "vLLM** cannot take this drafter" in measured[tab.engine_note]  # the page's drafter is the target itself
     # measured with another engine picked: that engine's advice shows
-    assert "Medusa**" in tab.on_measure(None, "", "tuning suite", 12, 2, "medusa", 16, quiet, **page)[tab.engine_note]
+    assert "Medusa**" in tab.on_measure(None, "", "tuning suite", 12, 2, "medusa", here, 16, quiet,
+                                        **page)[tab.engine_note]
     assert nx.is_arborescence(nx.read_graphml(measured[tab.graphml]))
     assert len(measured[tab.tree_plot].data[1].x) == study.best_tokens + 1  # the root and every node, by depth
     assert measured[tab.curve_plot].data[2].x == (study.best_tokens,)       # the best N starred
     for fmt, engine in (("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
-        shown = tab.on_show(None, study, 1, fmt)
+        shown = tab.on_show(None, study, 1, fmt, here)
         assert f"{engine}** cannot take this drafter" in shown[tab.engine_note]
         assert tab.message not in shown  # the study's message is kept
-    medusa = tab.on_show(None, study, 1, "medusa")
+    medusa = tab.on_show(None, study, 1, "medusa", here)
     assert json.loads(medusa[tab.export_text]["value"]) == json.loads(study.engine_advice("Medusa").config_text)
     assert "Predicted" in medusa[tab.engine_note] and "would refuse" not in medusa[tab.engine_note]
-    assert json.loads(tab.on_show(None, study, 1, "json")[tab.export_text]["value"])["paths"] == [[0]]
-    for n, fmt, expected in ((study.supported + 1, "vllm", "between 1 and"), (1, "onnx", "format must be one of"),
-                             ("1e9", "vllm", "whole number")):
-        assert expected in tab.on_show(None, study, n, fmt)[tab.message]
-    assert "Measure first" in tab.on_show(None, None, 1, "vllm")[tab.message]
+    assert "on the cost curve of this machine" in medusa[tab.engine_note]
+    # the same measurements priced on the H200's curve: that curve named, its own speedups (nothing measured again)
+    gpu = tab.on_show(None, study, 1, "medusa", "h200-specviz-captured-fp32")
+    assert "on the cost curve of h200-specviz-captured-fp32 (specviz, NVIDIA H200" in gpu[tab.engine_note]
+    assert "h200-specviz-captured-fp32" in gpu[tab.table]
+    assert json.loads(tab.on_show(None, study, 1, "json", here)[tab.export_text]["value"])["paths"] == [[0]]
+    for n, fmt, cost, expected in ((study.supported + 1, "vllm", here, "between 1 and"),
+                                   (1, "onnx", here, "format must be one of"), ("1e9", "vllm", here, "whole number"),
+                                   (1, "vllm", "a-laptop", "must be one of this machine, h200")):
+        assert expected in tab.on_show(None, study, n, fmt, cost)[tab.message]
+    assert "Measure first" in tab.on_show(None, None, 1, "vllm", here)[tab.message]
     for scope, drafter, expected in (("everything", "", "Measure on one of"),
                                      ("page prompt", "eagle:/nowhere", "cannot draft")):
-        assert expected in tab.on_measure(None, drafter, scope, 12, 2, "vllm", 16, quiet, **page)[tab.message]
+        assert expected in tab.on_measure(None, drafter, scope, 12, 2, "vllm", here, 16, quiet, **page)[tab.message]
     public = StaticTreeTab.__new__(StaticTreeTab)
     public.policy, public.message = Policy.for_public(), tab.message
     public.studies = StaticTreeStudies(public.policy, {"tuning suite": SUITE * 20})
-    assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, "vllm", 16, quiet, **{
+    assert "at most 24 prompts" in public.on_measure(None, "", "tuning suite", 12, 2, "vllm", here, 16, quiet, **{
         **page, "model": ""})[tab.message]
 
 

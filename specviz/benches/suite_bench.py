@@ -70,20 +70,27 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
               params: dict | None = None, budget: Budget | int | str = AUTO_BUDGET, repeats: int = 1,
               draft: LoadedModel | None = None,
               log: Callable[[str], None] = lambda s: None, sampling: SamplingSettings = SamplingSettings(),
-              regimes: list[str] | None = None, warm: bool = True) -> dict:
+              regimes: list[str] | None = None, warm: bool = True,
+              peers: dict[str, Callable[[list[int], int], RunResult]] | None = None) -> dict:
     """regimes: CUDA graphs 'on' and 'off' (runtime.captured_forward.install) taking turns within every repeat of
     every prompt, each with its own `ar`; the report then holds one summary per regime under 'regimes'. budget: a
-    Budget, or its text form (the CLI's "auto" or number of nodes)."""
+    Budget, or its text form (the CLI's "auto" or number of nodes). peers: other engines by name (runner(prompt ids,
+    token limit) -> RunResult: benches.llamacpp's), run after our methods on every prompt and repeat, greedy."""
     budget = Budget.parse(budget)
     if regimes:
         return _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, draft, log, sampling, regimes)
     methods = check_methods(methods)
     params = params or {}
+    peers = peers or {}
+    if peers and not sampling.greedy:
+        raise SpecvizError("The other engines run greedy here: leave --temperature at 0 with --peer.")
     check_params(methods, params)
     encoded = [(item, encode(lm.tokenizer, item.messages, lm.max_context)) for item in suite]
     for method in methods if warm else ():
         warm_up(lm, method, PromptText.of(suite[0].messages), prompt_ids=encoded[0][1],
                 params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
+    for runner in peers.values() if warm else ():
+        runner(encoded[0][1], 8)  # its first answer's one-time costs out of the timings
     from specviz.index.datastore import shared_datastore
     from specviz.engine.self_repetition import self_repetition
 
@@ -95,7 +102,7 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
     rows = []
     for item, prompt_ids in encoded:
         limit = item.limit(max_new_tokens)
-        runs: dict[str, list[RunResult]] = {m: [] for m in methods}
+        runs: dict[str, list[RunResult]] = {m: [] for m in [*methods, *peers]}
         prompt = PromptText.of(item.messages)
         for repeat in range(repeats):
             for method in methods:  # interleaved: A B C A B C ...
@@ -103,10 +110,12 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
                 runs[method].append(run_method(lm, method, prompt, prompt_ids=prompt_ids,
                                                params=params_for(method, params), budget=budget, sampling=seeded,
                                                max_new_tokens=limit, draft=draft))
+            for name, runner in peers.items():
+                runs[name].append(runner(prompt_ids, limit))
         reference = runs[BASELINE][0]
         repetition = (round(self_repetition(prompt_ids, reference.output_ids), 3),
                       round(self_repetition(prompt_ids, reference.output_ids, datastore), 3) if datastore else None)
-        for method in methods:
+        for method in runs:
             first = runs[method][0]
             rows.append({"id": item.id, "category": item.category, "method": method,
                          "new_tokens": first.new_tokens, "steps": first.steps,
@@ -117,10 +126,11 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
                          "decode_s": statistics.median(r.decode_s for r in runs[method]),
                          "drafted": first.drafted, "accepted_drafts": first.accepted_drafts,
                          "self_repetition": repetition[0], "self_repetition_ds": repetition[1],
+                         "first_difference": first_difference(reference.output_ids, first.output_ids),
                          **(planner_figures(first) if first.records is not None else {})})
         log(f"{item.id}: " + "  ".join(
-            f"{r['method']} {r['new_tokens'] / r['wall_s']:.1f} tok/s" for r in rows[-len(methods):]))
-    return summarise(rows, methods)
+            f"{r['method']} {r['new_tokens'] / r['wall_s']:.1f} tok/s" for r in rows[-len(runs):]))
+    return summarise(rows, [*methods, *peers])
 
 
 def _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, draft, log, sampling,
@@ -176,15 +186,16 @@ PEER_REFERENCE = "hf-pld"  # the peer every table also compares against, when it
 
 
 def format_table(report: dict) -> str:
-    """One line per category and method: tokens, steps, MAT, tokens/s, speedup vs ar (and vs hf-pld when
-    it ran), lossless."""
+    """One line per category and method: tokens, steps, MAT, tokens/s end to end and generation only (gen/s: the
+    steps alone, no prefill), speedup vs ar (and vs hf-pld when it ran), lossless."""
     peer = PEER_REFERENCE if PEER_REFERENCE in report["methods"] else None
-    header = f"{'category':<14} {'method':<18} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'vs ar':>6}"
+    header = (f"{'category':<14} {'method':<22} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'gen/s':>7} "
+              f"{'vs ar':>6}")
     lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless selfrep  +DS  predMAE empty  acc"]
     for category, per_method in report["categories"].items():
         for method, s in per_method.items():
-            line = (f"{category:<14} {method:<18} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
-                    f"{s['tokens_per_s']:>7.2f} {s['speedup']:>5.2f}x")
+            line = (f"{category:<14} {method:<22} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
+                    f"{s['tokens_per_s']:>7.2f} {s.get('decode_tokens_per_s', 0.0):>7.2f} {s['speedup']:>5.2f}x")
             if peer:
                 line += f" {s['tokens_per_s'] / per_method[peer]['tokens_per_s']:>8.2f}x"
             ds = f"{s['self_repetition_ds']:.2f}" if s.get("self_repetition_ds") is not None else "-"

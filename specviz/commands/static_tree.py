@@ -23,10 +23,14 @@ def register(subparsers) -> None:
     parser.add_argument("--skip-category", default="long-context", help="comma-separated suite categories to leave "
                         "out")
     parser.add_argument("--tokens", default="best", help="draft tokens N (1..256), or best: the N of the largest "
-                        "expected speedup on this machine's cost curve")
+                        "expected speedup on the --cost curve")
     parser.add_argument("--format", default="vllm", help="vllm, sglang, trtllm or medusa: that engine's knobs for "
                         "the drafter under its own drafting rule, as its current release takes them; json or graphml: "
                         "the best tree of --tokens itself")
+    parser.add_argument("--cost", default="here", help="whose verify cost prices the trees and every engine's "
+                        "knobs: here (this machine's curve), llama.cpp (llama.cpp's own here: llama-bench, built once "
+                        "into the cache), a curve shipped in assets/costs by name (e.g. h200-specviz-captured-fp32), "
+                        "or a cost file (engine/deployment_cost.py's JSON; `calibrate --json` writes one)")
     parser.add_argument("--depth", type=int, default=6, help="deepest level measured")
     parser.add_argument("--max-rank", type=int, default=8, help="ranks measured at each level")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -34,6 +38,31 @@ def register(subparsers) -> None:
                         "count and chance, the expected curves, the checks and every engine's advice")
     model_args(parser)
     parser.set_defaults(func=run)
+
+
+def deployment_of(name: str):
+    """--cost: None for this machine's curve, else a shipped curve by name or a cost file (SpecvizError otherwise)."""
+    from pathlib import Path
+
+    from specviz.engine import deployment_cost
+
+    name = (name or "here").strip()
+    if name == "here":
+        return None
+    if name == "llama.cpp":  # llama.cpp's own verify cost on this machine (llama-bench; built once into the cache)
+        import torch
+
+        from specviz.benches.llamacpp import cost_curve
+        from specviz.runtime.loading import DEFAULT_MODEL, gguf_file, resolve_model_source
+
+        gguf = gguf_file(None, resolve_model_source(None))
+        return cost_curve(gguf, DEFAULT_MODEL, torch.get_num_threads(), log=lambda line: print(line, file=sys.stderr))
+    shipped = deployment_cost.shipped()
+    if name in shipped:
+        return shipped[name]
+    if Path(name).is_file():
+        return deployment_cost.load(name)
+    raise SpecvizError(f"--cost {name!r} is neither here, a shipped curve ({', '.join(shipped) or 'none'}) nor a file.")
 
 
 def run(args) -> None:
@@ -61,12 +90,13 @@ def run(args) -> None:
         why = refused_before_loading(args.drafter, ENGINE_FORMATS[args.format])
         if why:
             raise SpecvizError(f"{ENGINE_FORMATS[args.format]}: {why}")
+    deployment = deployment_of(args.cost)
     lm = load_target(args)
     drafter = resolve_draft(lm, args.drafter, lambda name: load_model(args, name)) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"--drafter {args.drafter}: {drafter.reason}")
     found = study_static_trees(lm, drafter, args.drafter, suite, depth, max_rank,
-                               positive("--max-new-tokens", args.max_new_tokens))
+                               positive("--max-new-tokens", args.max_new_tokens), deployment=deployment)
     tree = best_tree(found.acceptance, tokens or found.best_tokens)
     print_study(args.drafter, found, tree.size)
     checks = run_checks(args, lm, drafter, found.acceptance, check_suite, check_tokens)
@@ -89,7 +119,7 @@ def engine_text(advice) -> str:
     knobs = ", ".join(f"{name} {value}" for name, value in advice.knobs)
     print(f"{advice.engine}: {knobs}; predicted accepted drafts a step {advice.predicted_accepted:.3f} under its own "
           f"drafting rule, {advice.verified_tokens} tokens verified, predicted speedup {advice.predicted_speedup:.2f}x "
-          f"on this machine; rules read from {advice.rules.where}", file=sys.stderr)
+          f"on the cost curve of {advice.priced_on}; rules read from {advice.rules.where}", file=sys.stderr)
     for note in advice.notes:
         print(f"  note: {note}", file=sys.stderr)
     for problem in advice.problems:
@@ -136,7 +166,14 @@ def run_engine_checks(args, lm, drafter, found, check_suite: list) -> dict:
     from specviz.engine.static_check import check_engine
 
     measured, by_shape = {}, {}
+    advice = found.engines.get("llama.cpp")
+    if check_suite and advice is not None and not advice.refused:
+        checked = check_llamacpp(args, lm, advice, check_suite)
+        if checked is not None:
+            measured["llama.cpp"] = checked
     for engine, advice in found.engines.items() if check_suite else ():
+        if engine == "llama.cpp":
+            continue
         if advice.shape not in by_shape:  # two engines that draft the same (SGLang, TensorRT-LLM) share one run
             by_shape[advice.shape] = check_engine(lm, None if drafter is lm else drafter, advice, check_suite,
                                                   args.max_new_tokens)
@@ -158,6 +195,7 @@ def write_report(args, found, depth: int, checks: list, engine_checks: dict) -> 
     acceptance = found.acceptance
     report = {"drafter": args.drafter, "suite": args.suite, "positions": acceptance.positions,
               "level_ms": found.level_ms, "best_tokens": found.best_tokens,
+              "priced_on": found.deployment.to_dict(),
               "paths": [{"path": list(p), "count": c, "chance": round(ch, 5), "interval": [round(lo, 5), round(hi, 5)]}
                         for p, c, ch, (lo, hi) in acceptance.level_table(depth)],
               "expected_accepted": [round(e, 4) for e in found.expected_accepted],
@@ -168,3 +206,32 @@ def write_report(args, found, depth: int, checks: list, engine_checks: dict) -> 
                           for engine, advice in found.engines.items()}}
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1)
+
+
+def check_llamacpp(args, lm, advice, check_suite: list):
+    """--check for llama.cpp: its own llama-server with the advised flags against it without them, on the check
+    suite's prompts (built once into the cache), said on stderr."""
+    import torch
+
+    from specviz.benches.llamacpp import check_flags, is_built
+    from specviz.runtime.loading import gguf_file, resolve_model_source
+    from specviz.runtime.prompts import encode
+
+    gguf = gguf_file(args.model, resolve_model_source(args.model))
+    if gguf is None:
+        print("  check llama.cpp: left out (it runs the GGUF file the model was loaded from, and this model has none)",
+              file=sys.stderr)
+        return None
+    if not is_built() and args.cost != "llama.cpp":
+        print("  check llama.cpp: left out (llama.cpp is not built here; `--cost llama.cpp` or `bench --peer "
+              "llama.cpp` builds it once, about 10 minutes on 2 cores)", file=sys.stderr)
+        return None
+    prompts = [encode(lm.tokenizer, item.messages, lm.max_context) for item in check_suite]
+    checked = check_flags(tuple(advice.config_text.split()), prompts, args.max_new_tokens, gguf, lm.tokenizer,
+                          torch.get_num_threads(), log=lambda line: print(line, file=sys.stderr))
+    print(f"  check llama.cpp ({checked.flags}) on {args.check}: accepted a step predicted "
+          f"{checked.predicted_accepted:.3f} under its rule (along its own greedy tokens), measured "
+          f"{checked.measured_accepted:.3f} over {checked.steps} steps; speedup over its plain decoding "
+          f"{checked.speedup_end_to_end:.2f}x end to end, {checked.speedup_generation:.2f}x generation only; "
+          f"{checked.same_tokens}/{checked.prompts} prompts the same tokens as without the flags", file=sys.stderr)
+    return checked

@@ -43,6 +43,7 @@ class RankMeasurement:
     acceptance: RankAcceptance
     level_ms: float      # median time of one drafter forward of one level (one node: the head's or a token's)
     prompts: int
+    greedy: tuple = ()   # (prompt ids, the target's greedy continuation) per prompt, as tuples of ints
 
 
 @torch.inference_mode()
@@ -89,13 +90,14 @@ def measure_ranks(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], 
                   max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None) -> RankMeasurement:
     """drafter: a DraftHead or EagleHead, or a LoadedModel drafting (the target itself for `self`, self-skip:K, another).
     progress(done, total, label) after each prompt."""
-    sequences, times = [], []
+    sequences, times, greedy = [], [], []
     for done, item in enumerate(suite):
         if progress is not None:
             progress(done, len(suite), f"prompt {done + 1} of {len(suite)}: {item.id}")
         prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)
         limit = item.limit(max_new_tokens)
         continuation = run_method(lm, "ar", prompt_ids=prompt_ids, budget=Budget(1), max_new_tokens=limit).output_ids
+        greedy.append((tuple(prompt_ids), tuple(continuation)))
         if len(continuation) < depth:
             continue
         if drafts_from_features(drafter):
@@ -105,4 +107,4 @@ def measure_ranks(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], 
         sequences += found
         times += ms
     return RankMeasurement(RankAcceptance.from_rank_sequences(label, sequences, depth, max_rank),
-                           round(statistics.median(times), 3) if times else 0.0, len(suite))
+                           round(statistics.median(times), 3) if times else 0.0, len(suite), tuple(greedy))

@@ -1,7 +1,7 @@
 """One study of a drafter's static trees: acceptance by rank path measured on some prompts
 (engine.rank_acceptance), the best tree of every supported size N (tree.static_tree), its expected accepted
-tokens and expected speedup on this machine's cost curve, and the N that maximises it. What the CLI's
-`static-tree` prints and the app's static-tree tab draws."""
+tokens and expected speedup on a deployment's cost curve (this machine's, or one of engine.deployment_cost's), and
+the N that maximises it. What the CLI's `static-tree` prints and the app's static-tree tab draws."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from specviz.engine import costmodel
+from specviz.engine.deployment_cost import DeploymentCost, of_this_machine
 from specviz.engine.progress_events import final_result
 from specviz.engine.rank_acceptance import measure_ranks
 from specviz.engine.suite import SuiteItem
@@ -23,13 +24,24 @@ from specviz.tree.static_tree import MIN_COUNT, RankAcceptance, StaticTree, best
 class StaticTreeStudy:
     drafter: str                     # the drafter as the user named it
     acceptance: RankAcceptance
-    level_ms: float                  # one drafter level's forward (median)
+    level_ms: float                  # one drafter level's forward (median), measured here
     prompts: int
     expected_accepted: list[float]   # per N (index N - 1): the best tree's expected accepted draft tokens a step
-    expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps (this machine)
+    expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps, on `deployment`
     depths: list[int]                # per N: the best tree's depth
     engine_drafter: Drafter          # what the drafter is to a serving engine (serving.advice)
-    engines: dict[str, EngineAdvice]  # each serving engine's advice for it (serving.ENGINES), computed once
+    engines: dict[str, EngineAdvice]  # each serving engine's advice for it (serving.ENGINES), on `deployment`
+    deployment: DeploymentCost       # whose verify cost every speedup is priced on (engine.deployment_cost)
+    here: DeploymentCost             # this machine's curve, where the drafter's level was measured
+    greedy: tuple = ()               # (prompt ids, the target's greedy continuation) per prompt measured
+
+    def priced(self, deployment: DeploymentCost) -> "StaticTreeStudy":
+        """The same measurements priced on another deployment's cost curve: its speedups, its best N and every
+        engine's knobs chosen there (nothing is measured again)."""
+        level = deployment.level_ms(self.level_ms, self.here)
+        speedups = expected_speedups(self.expected_accepted, deployment.cost_ms, level, self.depths)
+        engines = advise_engines(self.engine_drafter, self.acceptance, deployment, level, self.here, self.greedy)
+        return replace(self, expected_speedup=speedups, engines=engines, deployment=deployment)
 
     @property
     def supported(self) -> int:
@@ -50,16 +62,26 @@ class StaticTreeStudy:
         return self.engines[engine]
 
 
-def advise_engines(drafter: Drafter, acceptance: RankAcceptance, verify_ms: Callable[[int], float],
-                   level_ms: float) -> dict[str, EngineAdvice]:
-    """Every engine's advice, each saying so where it predicts a step slower than decoding without a drafter."""
+def advise_engines(drafter: Drafter, acceptance: RankAcceptance, deployment: DeploymentCost, level_ms: float,
+                   here: DeploymentCost | None = None, greedy: tuple = ()) -> dict[str, EngineAdvice]:
+    """Every engine's advice priced on the deployment's curve (level_ms: a drafter level there; greedy: the prompts'
+    greedy continuations, which llama.cpp's n-gram rules draft along), each naming that curve, and saying so where
+    it predicts a step slower than decoding without a drafter."""
     engines = {}
+    whose = deployment.label()
+    level_note = deployment.level_note() if here is None or deployment != here else None
     for name, module in ENGINES.items():
-        advice = module.advise(drafter, acceptance, verify_ms, level_ms)
-        if not advice.refused and advice.predicted_speedup < 1:
-            advice = replace(advice, notes=(*advice.notes, f"predicted {advice.predicted_speedup:.2f}x on this "
-                                            "machine: slower than decoding without a drafter here (a faster machine's "
-                                            "cost curve, or a better drafter, may turn it)"))
+        if getattr(module, "NEEDS_GREEDY", False):
+            advice = module.advise(drafter, acceptance, deployment.cost_ms, level_ms, greedy=greedy)
+        else:
+            advice = module.advise(drafter, acceptance, deployment.cost_ms, level_ms)
+        if not advice.refused:
+            notes = [level_note] if level_note else []
+            if advice.predicted_speedup < 1:
+                notes.append(f"predicted {advice.predicted_speedup:.2f}x on {whose}'s cost curve: slower than decoding "
+                             "without a drafter there (another deployment's cost curve, or a better drafter, may turn "
+                             "it)")
+            advice = replace(advice, notes=(*advice.notes, *notes), priced_on=whose)
         engines[name] = advice
     return engines
 
@@ -80,10 +102,10 @@ def last_study(events: Iterable[StudyProgress | StaticTreeStudy],
 
 
 def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteItem], depth: int, max_rank: int,
-                       max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None
-                       ) -> StaticTreeStudy:
-    """drafter: as measure_ranks takes it (a head, or a LoadedModel: lm itself for `self`). SpecvizError when no
-    path was followed often enough to say anything."""
+                       max_new_tokens: int, progress: Callable[[int, int, str], None] | None = None,
+                       deployment: DeploymentCost | None = None) -> StaticTreeStudy:
+    """drafter: as measure_ranks takes it (a head, or a LoadedModel: lm itself for `self`). deployment: whose cost
+    curve prices it (None: this machine's). SpecvizError when no path was followed often enough to say anything."""
     measured = measure_ranks(lm, drafter, label, suite, depth, max_rank, max_new_tokens, progress)
     acceptance = measured.acceptance
     curve = expected_curve(acceptance)
@@ -95,11 +117,14 @@ def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteIt
     for path in supported:
         deepest = max(deepest, len(path))
         depths.append(deepest)
-    cost = costmodel.load_or_calibrate(lm)
-    speedups = expected_speedups(curve, cost.cost_ms, measured.level_ms, depths)
+    here = of_this_machine(costmodel.load_or_calibrate(lm), measured.level_ms)
+    speedups = expected_speedups(curve, here.cost_ms, measured.level_ms, depths)
     engine_drafter = drafter_for_engines(lm, drafter, label)
-    return StaticTreeStudy(label, acceptance, measured.level_ms, measured.prompts, curve, speedups, depths,
-                           engine_drafter, advise_engines(engine_drafter, acceptance, cost.cost_ms, measured.level_ms))
+    study = StaticTreeStudy(label, acceptance, measured.level_ms, measured.prompts, curve, speedups, depths,
+                            engine_drafter, advise_engines(engine_drafter, acceptance, here, measured.level_ms, here,
+                                                           measured.greedy),
+                            here, here, measured.greedy)
+    return study.priced(deployment) if deployment is not None else study
 
 
 def kind_of_spec(spec: str) -> str | None:

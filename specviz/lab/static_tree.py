@@ -68,6 +68,33 @@ class StaticTreeStudies:
         return model_calls.studied(self.call_of(planned), progress, budget)
 
     @staticmethod
+    def deployments() -> list[str]:
+        """The cost curves a study can be priced on (engine.deployment_cost): this machine's, then the shipped ones."""
+        from specviz.engine.deployment_cost import THIS_MACHINE, shipped
+
+        return [THIS_MACHINE, *shipped()]
+
+    @staticmethod
+    def deployment_named(name):
+        """The shipped curve of that name, or None for this machine's; SpecvizError for any other value."""
+        from specviz.engine.deployment_cost import THIS_MACHINE, shipped
+
+        name = text_value("cost of the deployment", name, MAX_NAME_CHARS).strip() or THIS_MACHINE
+        if name == THIS_MACHINE:
+            return None
+        curves = shipped()
+        if name not in curves:
+            raise SpecvizError(f"The cost of the deployment must be one of {', '.join([THIS_MACHINE, *curves])}, "
+                               f"got {quoted(name)}.")
+        return curves[name]
+
+    @staticmethod
+    def priced(study: StaticTreeStudy, name) -> StaticTreeStudy:
+        """The study on the named deployment's cost curve (this machine's: as measured)."""
+        deployment = StaticTreeStudies.deployment_named(name) or study.here
+        return study if deployment == study.deployment else study.priced(deployment)
+
+    @staticmethod
     def shown_size(study: StaticTreeStudy, n) -> int:
         """N checked against what the study supports (and the slider shows)."""
         return whole_number("N", n, 1, min(study.supported, MAX_SHOWN_N))

@@ -21,7 +21,7 @@ from specviz.tree.static_tree_export import ENGINE_FORMATS
 
 
 FORMAT_LABELS = {**ENGINE_FORMATS, "json": "JSON (the tree)"}
-CODE_LANGUAGES = {"sglang": "shell", "trtllm": "yaml"}  # the others are JSON
+CODE_LANGUAGES = {"sglang": "shell", "trtllm": "yaml", "llamacpp": "shell"}  # the others are JSON
 
 
 def _refused(tab: "StaticTreeTab", _, error) -> dict:
@@ -58,6 +58,9 @@ class StaticTreeTab:
                 self.size = gr.Slider(1, 64, value=4, step=1, label="Draft tokens N", elem_id="static-n")
                 self.format = gr.Radio([(FORMAT_LABELS.get(f, f), f) for f in TEXT_FORMATS], value="vllm",
                                        label="Engine", elem_id="static-format")
+                deployments = StaticTreeStudies.deployments()
+                self.cost = gr.Dropdown(deployments, value=deployments[0], elem_id="static-cost",
+                                        label="Cost of the deployment (whose verify cost prices the trees and knobs)")
             with gr.Row():
                 self.tree_plot = gr.Plot(label="The best tree of N draft tokens", elem_id="static-tree-plot")
                 self.curve_plot = gr.Plot(label="Expected speedup by N", elem_id="static-curve-plot")
@@ -66,35 +69,41 @@ class StaticTreeTab:
             self.graphml = gr.File(label="GraphML (Gephi, networkx)", elem_id="static-graphml")
             self.table = gr.Markdown(elem_id="static-table")
         shown = [self.tree_plot, self.curve_plot, self.engine_note, self.export_text, self.graphml]
-        go.click(self.on_measure, [self.drafter, self.scope, self.tokens, self.depth, self.format, max_new_tokens],
+        go.click(self.on_measure, [self.drafter, self.scope, self.tokens, self.depth, self.format, self.cost,
+                                   max_new_tokens],
                  inputs_kwargs=settings_inputs,
                  outputs=[self.study, self.size, *shown, self.table, self.message], api_name="static_tree",
                  concurrency_id="model")
-        for control in (self.size, self.format):
-            control.change(self.on_show, [self.study, self.size, self.format], [*shown, self.message],
+        for control in (self.size, self.format, self.cost):
+            control.change(self.on_show, [self.study, self.size, self.format, self.cost], [*shown, self.table,
+                                                                                         self.message],
                            api_visibility="private")
 
     # ---- events -----------------------------------------------------------------------------------------
     @visitor_handler(_refused)
-    def on_measure(self, visit: gr.Request, drafter, scope, tokens, depth, fmt, max_new_tokens, progress=gr.Progress(),
-                   **settings):
+    def on_measure(self, visit: gr.Request, drafter, scope, tokens, depth, fmt, cost, max_new_tokens,
+                   progress=gr.Progress(), **settings):
         planned = self.studies.plan(VisitorRequest.from_inputs(settings, max_new_tokens, self.policy), drafter,
                                     settings.get("draft_model", ""), scope, tokens, depth)
+        StaticTreeStudies.deployment_named(cost)  # a name that is none of the curves is refused before measuring
         with model_call(visit, call_tokens(StaticTreeStudies.call_of(planned))) as budget:
             study = self.studies.measure(planned, lambda event: progress((event.done, event.total), desc=event.label),
                                          budget)
-        n = min(study.best_tokens, MAX_SHOWN_N)
+        shown = StaticTreeStudies.priced(study, cost)
+        n = min(shown.best_tokens, MAX_SHOWN_N)
         return {self.study: study, self.size: gr.update(maximum=min(study.supported, MAX_SHOWN_N), value=n),
-                **self._shown(visit, study, n, fmt), self.table: level_table_markdown(study),
+                **self._shown(visit, shown, n, fmt), self.table: level_table_markdown(shown),
                 self.message: f"Measured {study.acceptance.positions} positions on {len(planned.prompts)} prompt(s): "
-                              f"the best N here is {study.best_tokens}; move N to see other trees."}
+                              f"the best N on the cost curve of {shown.deployment.label()} is {shown.best_tokens}; "
+                              "move N to see other trees, or pick another deployment's cost."}
 
     @visitor_handler(_refused)
-    def on_show(self, visit: gr.Request, study, n, fmt):
+    def on_show(self, visit: gr.Request, study, n, fmt, cost):
         if not isinstance(study, StaticTreeStudy):
             return {self.message: "Measure first: the tree comes from a study."}
-        n = StaticTreeStudies.shown_size(study, n)
-        return self._shown(visit, study, n, fmt)  # the study's message stays
+        shown = StaticTreeStudies.priced(study, cost)
+        n = StaticTreeStudies.shown_size(shown, n)
+        return {**self._shown(visit, shown, n, fmt), self.table: level_table_markdown(shown)}  # the message stays
 
     def _shown(self, visit, study: StaticTreeStudy, n: int, fmt) -> dict:
         tree = study.tree(n)

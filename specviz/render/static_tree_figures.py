@@ -86,7 +86,7 @@ def speedup_figure(study: StaticTreeStudy, chosen: int | None = None) -> go.Figu
     low, high = min(study.expected_speedup), max(study.expected_speedup)
     pad = max(high - low, 0.05) * 0.15  # room above the starred best N for its label
     figure.update_layout(
-        title=f"{study.drafter}: the best static tree of each size on this machine's cost curve",
+        title=f"{study.drafter}: the best static tree of each size on the cost curve of {study.deployment.label()}",
         height=330, margin={"l": 50, "r": 50, "t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25},
         xaxis={"title": "draft tokens N", **({"dtick": 1} if study.supported <= 16 else {})},
         yaxis={"title": "expected speedup (x ar)", "range": [low - pad, high + 2 * pad]},
@@ -99,7 +99,7 @@ def level_table_markdown(study: StaticTreeStudy, levels: int = 2) -> str:
     acceptance = study.acceptance
     lines = [f"**{study.drafter}**: {acceptance.positions} positions of {study.prompts} prompts; one drafter "
              f"level {study.level_ms:.2f} ms; trees up to N = {study.supported} are supported (a path counts once "
-             f"followed 3 times); best N here: **{study.best_tokens}** "
+             f"followed 3 times); best N on the cost curve of {study.deployment.label()}: **{study.best_tokens}** "
              f"({study.expected_speedup[study.best_tokens - 1]:.2f}x expected).", "",
              "| rank path | accepted | count | 95% interval |", "|---|---|---|---|"]
     for path, count, chance, (low, high) in acceptance.level_table(levels)[:24]:
@@ -115,7 +115,8 @@ def engine_advice_markdown(advice: EngineAdvice) -> str:
     knobs = ", ".join(f"`{name}` {value}" for name, value in advice.knobs)
     lines = [f"**{advice.engine}**: {knobs}. Predicted **{advice.predicted_accepted:.2f}** accepted drafts a step "
              f"under {advice.engine}'s own drafting rule ({advice.verified_tokens} tokens verified), **"
-             f"{advice.predicted_speedup:.2f}x** on this machine's cost curve. Rules read from {advice.rules.where}."]
+             f"{advice.predicted_speedup:.2f}x** on the cost curve of {advice.priced_on}. Rules read from "
+             f"{advice.rules.where}."]
     lines += [f"- {note}" for note in advice.notes]
     lines += [f"- ⚠️ {advice.engine} would refuse it: {problem}" for problem in advice.problems]
     return "\n".join(lines)

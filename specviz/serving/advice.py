@@ -1,6 +1,6 @@
 """The record every engine module returns (EngineAdvice), what a drafter is to an engine (DrafterKind), and the
 arithmetic they share: a step's predicted speedup from its expected accepted tokens, the tree it verifies and the
-drafter levels it runs, on this machine's verify cost curve."""
+drafter levels it runs, on a deployment's verify cost curve (engine.deployment_cost: this machine's by default)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ class EngineAdvice:
     problems: tuple[str, ...] = ()
     refused: str | None = None
     shape: DraftShape | None = None  # what it drafts a step (None: refused)
+    priced_on: str = "this machine"  # whose verify cost curve the speedup is predicted on (engine.deployment_cost)
 
 
 def refused(engine: str, rules: RulesSource, why: str) -> EngineAdvice:

@@ -15,7 +15,8 @@ from specviz.errors import SpecvizError
 from specviz.tree.static_tree import StaticTree
 
 # a format name -> the serving engine it asks for (serving.ENGINES); json and graphml are the tree itself
-ENGINE_FORMATS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "medusa": "Medusa"}
+ENGINE_FORMATS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "medusa": "Medusa",
+                  "llamacpp": "llama.cpp"}
 FORMATS = (*ENGINE_FORMATS, "json", "graphml")
 
 
