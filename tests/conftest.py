@@ -233,3 +233,13 @@ def tiny_timings_pass(monkeypatch):
     monkeypatch.setattr(costmodel, "plausible", lambda ms: True)
     monkeypatch.setattr(costmodel, "NOISY_SPREAD", float("inf"))
     monkeypatch.setattr(costmodel, "weight_read_ms", lambda lm: None)
+
+
+@pytest.fixture(autouse=True)
+def curves_measured_at_once():
+    """Whatever a test started (the app's warm-up registers background calibration), the next test's sessions
+    measure a missing curve at once, as the command line does (engine.costmodel.measure_later_with)."""
+    yield
+    from specviz.engine import costmodel
+
+    costmodel.measure_later_with(None)

@@ -19,7 +19,8 @@ def _figures(counters_text: str) -> dict:
     """steps, tokens, tokens/s and the speedup over ar out of the counters line as the page shows it."""
     found = {}
     for key, pattern in (("steps", r"steps\**\s*(\d+)"), ("tokens", r"tokens\**\s*(\d+)"),
-                         ("tokens_per_s", r"tokens/s\**\s*([\d.]+)"), ("speedup", r"speedup vs ar\**\s*([\d.]+)x")):
+                         ("tokens_per_s", r"tokens/s\**\s*([\d.]+)"), ("speedup", r"speedup vs ar\**\s*([\d.]+)x"),
+                         ("ar_tokens_per_s", r": ([\d.]+) tok/s;"), ("mean_accepted", r"mean accepted / step\**\s*([\d.]+)")):
         match = re.search(pattern, counters_text)
         if match:
             found[key] = float(match.group(1))
@@ -83,6 +84,63 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
     steps = figures.get("steps") or 1
     return {**figures, "browser_cpu_s": round(cpu, 2), "browser_cpu_ms_per_step": round(1000 * cpu / steps, 1),
             "wall_s": round(wall, 2)}
+
+
+def first_runs(method: str = "unified", max_new_tokens: int = 128, waits_s: tuple[float, ...] = (0.0, 90.0),
+               env: dict | None = None, viewport: tuple[int, int] = (1440, 900)) -> list[dict]:
+    """As a newcomer meets the page: per fresh server process, the page loaded `wait` seconds after the process
+    started (0: as soon as live steps are ready), Run on its default prompt, Reset, Run again; per Run the counters'
+    figures (tokens, steps, tokens/s, the speedup over the ar stepped beside it) and the breakdown behind them."""
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    for wait in waits_s:
+        server = Server(env)
+        started = time.time()
+        try:
+            deadline = started + 600
+            while not any("live steps ready" in line for line in server.log):
+                if time.time() > deadline:
+                    raise SpecvizError("live steps never became ready")
+                time.sleep(0.5)
+            time.sleep(max(0.0, started + wait - time.time()))
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                try:
+                    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+                    page.goto(server.url, wait_until="load")
+                    page.wait_for_selector("#run-btn", timeout=60_000)
+                    for run in ("first", "second"):
+                        if run == "second":
+                            page.click("#reset-btn")
+                            time.sleep(2)
+                        loaded_s = time.time() - started
+                        page.click("#run-btn")
+                        figures = _wait_for_run(page, max_new_tokens, time.time() + 300)
+                        breakdown = page.text_content("#counters details") or ""
+                        rows.append({"run": run, "after_start_s": round(loaded_s, 1), **figures,
+                                     "breakdown": " ".join(breakdown.split())})
+                finally:
+                    browser.close()
+        finally:
+            server.close()
+    return rows
+
+
+def _wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
+    """The counters' figures once the Run's last reply came (Done, or the token limit, or nothing new for 8 s)."""
+    last, still_since = "", time.time()
+    while time.time() < deadline:
+        text = page.text_content("#counters") or ""
+        figures = _figures(text)
+        if text != last:
+            last, still_since = text, time.time()
+        done = (page.text_content("#message") or "").strip().startswith("Done")
+        if figures.get("tokens", 0) >= max_new_tokens or done or (figures.get("steps") and time.time() - still_since > 8):
+            time.sleep(1.0)  # the last reply's counters (the figures below the stage follow it)
+            return _figures(page.text_content("#counters") or "")
+        time.sleep(0.25)
+    raise SpecvizError("the Run did not finish within 300 s")
 
 
 def _browser_pids() -> list[int]:

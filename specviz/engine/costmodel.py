@@ -310,6 +310,31 @@ def quick_curve(lm: LoadedModel) -> CostModel:
                                                      every_kernel=False))
 
 
+# where a curve is missing: measure the full one later, between visitors' calls (the app registers how: its
+# start-up's settle); None measures it at once (the command line, whose runs are measurements themselves)
+_measure_later: list[Callable[[LoadedModel], None] | None] = [None]
+
+
+def measure_later_with(schedule: Callable[[LoadedModel], None] | None) -> None:
+    """How a session that finds no curve gets the full one: schedule(lm) measures it later (None: at once)."""
+    _measure_later[0] = schedule
+
+
+def for_session(lm: LoadedModel) -> CostModel:
+    """The curve a new session plans with: the stored one, else this process's; else, where the app measures curves
+    in the background, the quick curve now (about a second) with the full one scheduled, so a visitor's first step
+    in a mode or model not measured yet never carries a calibration of minutes; else the full one now."""
+    found = known_curve(lm)
+    if found is not None:
+        return found
+    schedule = _measure_later[0]
+    if schedule is None:
+        return load_or_calibrate(lm)
+    curve = quick_curve(lm)
+    schedule(lm)
+    return curve
+
+
 def settled(lm: LoadedModel) -> bool:
     """Whether this machine has a stored curve for lm (measured on a quiet machine)."""
     return load(lm) is not None

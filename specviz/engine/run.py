@@ -35,6 +35,7 @@ class RunResult:
     margins: list[float] | None = None  # per output token: the target's top-2 logit margin where it was chosen
     records: list[StepRecord] | None = None
     trace: Trace | None = None          # only when run_method was asked for it
+    setup_s: float = 0.0                # the part of prefill_s the method's drafters took (Session.setup_s)
 
     @classmethod
     def of_session(cls, session: Session, trace: bool = False) -> "RunResult":
@@ -45,7 +46,7 @@ class RunResult:
                    text=session.text, steps=len(session.records), prefill_s=session.prefill_s,
                    decode_s=session.step_s, finish_reason=finish, lossless_declared=session.lossless,
                    margins=list(session.margins), records=list(session.records),
-                   trace=session.trace() if trace else None)
+                   trace=session.trace() if trace else None, setup_s=session.setup_s)
 
     # ---- figures ---------------------------------------------------------------------------------
     @property

@@ -158,7 +158,8 @@ class Session:
         self.context: list[int] = []
         self.records: list[StepRecord] = []
         self.finish_reason: str | None = None
-        self.prefill_s = 0.0
+        self.prefill_s = 0.0       # everything before the first step: the drafters' set-up and the prefill forward
+        self.setup_s = 0.0         # the part of it the method's drafters took (built, and reading the prompt)
         self.step_s = 0.0
         self.cache = None
         self.cache_to_rebuild = 0  # context tokens whose cache entries were left out in transit (runtime.state_pickle)
@@ -170,7 +171,7 @@ class Session:
     @property
     def cost_model(self) -> costmodel.CostModel:
         if self._cost_model is None:
-            self._cost_model = costmodel.load_or_calibrate(self.lm)
+            self._cost_model = costmodel.for_session(self.lm)
         return self._cost_model
 
     @property
@@ -203,10 +204,14 @@ class Session:
         self.acceptance = AcceptanceModel()
         # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
         self.features = self.method.feature_tap if self.method.needs_features else None
+        setup_s = time.perf_counter() - started  # the method's drafters and their indexes, built
         self.cache = self._new_cache()
         for start, logits, features in self._prefill(self.cache, len(prompt_ids) - 1):
+            indexed = time.perf_counter()
             self.method.prefill_chunk(self.context, start, logits, features)
+            setup_s += time.perf_counter() - indexed  # the drafters reading the prompt (its forward apart)
         self.prefill_s = time.perf_counter() - started
+        self.setup_s = setup_s
         self.step_s = 0.0
         self.cache_to_rebuild, self.rebuild_s, self.rebuild_copied = 0, 0.0, 0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward

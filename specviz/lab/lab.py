@@ -4,7 +4,9 @@ trace, Play. What the page shows of it is the presenter's (render.session_view),
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from specviz.lab.lab_state import CallAction, LabState, ModelCall, Settings, bas
 from specviz.lab.live_sessions import LIVE
 from specviz.lab.shipped_traces import shipped_ar_trace, shipped_trace
 from specviz.lab.visitor_request import VisitorRequest
+from specviz.records.run_breakdown import CallTimes
 from specviz.records.trace import Trace
 from specviz.render.markdown_text import md_text
 from specviz.render.recording import Recording, shown_step
@@ -27,6 +30,30 @@ from specviz.runtime.modes import parse_mode, settled_here
 # CPU per step, docs/benchmarks.md "The first minutes on a new machine"), and the steps between are on the
 # timeline when the Run ends
 RUN_FRAME_S = 0.5
+
+
+@dataclass
+class RunClock:
+    """A Run call's time on the server, by where it went (records.run_breakdown.CallTimes): computing, drawing the
+    page's frames (the panel wraps its drawing in drawing()), and everything else between two frames (Gradio's
+    serialisation and send)."""
+    frames: int = 0
+    compute_s: float = 0.0
+    outside_s: float = 0.0
+    drawing_s: float = 0.0
+
+    @contextlib.contextmanager
+    def drawing(self):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.drawing_s += time.perf_counter() - started
+
+    def times(self) -> CallTimes:
+        return CallTimes(frames=self.frames, compute_ms=round(self.compute_s * 1000, 2),
+                         drawing_ms=round(self.drawing_s * 1000, 2),
+                         sending_ms=round(max(0.0, self.outside_s - self.drawing_s) * 1000, 2))
 
 
 @dataclass
@@ -49,6 +76,7 @@ class Lab:
     streaming: bool = False            # inside Run: views are drawn still (a step animation needs a play pace)
     generation: int = 0                # bumped by reset and release: a call begun before does not write back
     visitor_address: str = ""          # whose session this is (lab.fair_share): what per-visitor limits count
+    clock: RunClock | None = None      # the newest Run call's time on the server (None before one)
 
     # the model side, read by the views
     @property
@@ -110,16 +138,22 @@ class Lab:
         self.stop_requested, self.streaming = False, True
         replies = self._call(CallAction.RUN, max_new_tokens, every_s, budget)
         generation = self.generation
+        clock = self.clock = RunClock()
         try:
             while True:
                 with self.stepping:
+                    started = time.perf_counter()
                     message = next(replies, None)
+                    clock.compute_s += time.perf_counter() - started
                 if message is None:
                     break
                 self.message = message
                 if self.stop_requested:
                     break
+                clock.frames += 1
+                handed = time.perf_counter()
                 yield
+                clock.outside_s += time.perf_counter() - handed
         finally:
             replies.close()
             self.streaming = False
@@ -143,6 +177,7 @@ class Lab:
     def reset(self) -> None:
         self.state, self.wanted, self.stop_requested, self.message = LabState(), None, False, "Reset."
         self.replay, self.at, self.selected_node, self.playing, self.autoplay = None, None, None, False, False
+        self.clock = None
         self.generation += 1
 
     def release(self) -> None:
@@ -333,7 +368,8 @@ class Lab:
         if session is not None:
             paired = self.state.paired is not None and self.state.paired.follows(session)
             live = LiveRun(session, baseline_so_far(self.state), paired, self.state.diff,
-                           self.settings.prompt if self.settings is not None else "")
+                           self.settings.prompt if self.settings is not None else "",
+                           self.clock.times() if self.clock is not None else None)
         ar = shipped_ar_trace(replay.prompt_ids) if replay is not None else None
         return OnScreen(recording=self.recording(), at=self.at, selected_node=self.selected_node,
                         replay_name=self.replay_name if replay is not None else "",

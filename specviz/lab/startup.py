@@ -129,6 +129,10 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
     from specviz.lab.lab import Lab
     from specviz.methods import AUTO_BUDGET
 
+    from specviz.engine import costmodel
+
+    if not zero_gpu:  # a model or mode loaded later is measured the same way, between visitors' calls
+        costmodel.measure_later_with(settle_later)
     try:
         with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (lab.fork_guard)
             lm = COMPUTE.run(_prepare, model, zero_gpu, status)  # on the thread every step runs on
@@ -195,6 +199,21 @@ def settle(lm, status: Startup = STATUS, idle_before_s: float = IDLE_BEFORE_S, r
     finally:
         status.background = None
         status.settled_s = round(time.monotonic() - STARTED, 2)
+
+
+_settling: set = set()                 # the models (by shared key) whose full curve a background thread measures
+_settling_lock = threading.Lock()
+
+
+def settle_later(lm) -> None:
+    """A session found no stored curve for lm (a mode or model loaded after start-up): it plans on the quick curve,
+    and the full one is measured here, between visitors' calls, once per model copy (engine.costmodel.for_session)."""
+    key = lm.shared_key or id(lm)
+    with _settling_lock:
+        if key in _settling:
+            return
+        _settling.add(key)
+    threading.Thread(target=settle, args=(lm, Startup()), daemon=True, name="specviz-curve").start()
 
 
 def start_in_background(model: str, prompt: str, method: str, zero_gpu: bool = False) -> threading.Thread:

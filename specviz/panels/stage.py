@@ -131,7 +131,9 @@ class Stage:
         lab.choose(wanted)
         with model_call(request, wanted.max_new_tokens, lab) as budget:
             for _ in lab.run(wanted.max_new_tokens, budget=budget):
-                yield self.out.shown(lab)
+                with lab.clock.drawing():  # the frame's views, drawn here: the breakdown counts them apart
+                    shown = self.out.shown(lab)
+                yield shown
 
     @visitor_handler(_refused, session=Lab)
     def on_stop(self, request: gr.Request, lab) -> dict:

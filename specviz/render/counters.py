@@ -9,6 +9,7 @@ from typing import Callable
 from specviz.accept.sampling import ACCEPTANCE_PROMISES, SEEDED
 from specviz.engine.divergence import Divergence
 from specviz.engine.session import RunFigures
+from specviz.records.run_breakdown import RunBreakdown
 from specviz.records.step import StepTimings
 
 
@@ -34,6 +35,7 @@ class LabCounters:
     acceptance_chosen: bool            # the method has an acceptance parameter (the line names the rule)
     versus_ar: VersusAr | None         # None: ar not measured yet (it is, step by step with the run)
     last_step: StepTimings | None      # ms: the newest step's draft, verify, forward, update (None: no step yet)
+    breakdown: RunBreakdown | None = None  # where the run's and ar's time went, and the Run call's besides
 
 
 def counters_markdown(counters: LabCounters | None, token_text: Callable[[int], str] = str) -> str:
@@ -66,4 +68,29 @@ def counters_markdown(counters: LabCounters | None, token_text: Callable[[int], 
         t = c.last_step
         parts.append(f"**last step** draft {t.draft:.1f} ms · verify {t.verify:.1f} ms "
                      f"(forward {t.forward:.1f}) · update {t.update:.1f} ms")
-    return " · ".join(parts)
+    line = " · ".join(parts)
+    return line + breakdown_markdown(c.breakdown) if c.breakdown is not None else line
+
+
+def breakdown_markdown(b: RunBreakdown) -> str:
+    """The breakdown behind the counters line: a table of where each run's counted time went, then what the Run's
+    call spent on the server that neither counts (a <details> block, closed)."""
+    sides = [b.run] + ([b.ar] if b.ar is not None else [])
+    rows = [("the drafters' set-up (indexes of the prompt)", "setup_ms"), ("prefill forward", "prefill_ms"),
+            ("drafting (and the planner's cut)", "draft_ms"), ("verify forwards", "forward_ms"),
+            ("acceptance", "accept_ms"), ("updates (caches, drafters, planner, records)", "update_ms")]
+    header = "| ms | " + " | ".join(f"{side.method} ({side.tokens} tokens)" for side in sides) + " |"
+    lines = [header, "|---|" + "---:|" * len(sides)]
+    lines += [f"| {label} | " + " | ".join(f"{getattr(side, name):.1f}" for side in sides) + " |" for label, name in rows]
+    lines.append("| **counted** (tokens/s divides by it) | " + " | ".join(f"**{side.counted_ms:.1f}**" for side in sides)
+                 + " |")
+    lines.append("| steps: how many, the first, a typical one | " + " | ".join(
+        f"{side.steps}: {side.first_step_ms:.1f}, {side.median_step_ms:.1f}" for side in sides) + " |")
+    text = "\n".join(lines)
+    if b.call is not None:
+        call = b.call
+        text += (f"\n\nNot counted by either (this Run's call on the server): {call.frames} frames sent to the page, "
+                 f"drawn in {call.drawing_ms:.0f} ms and handed on in {call.sending_ms:.0f} ms; "
+                 f"{b.bookkeeping_ms:.0f} ms of bookkeeping between steps (the diff against greedy, the accounting's "
+                 "curve, ar's result).")
+    return f"\n\n<details><summary>Where this run's time went</summary>\n\n{text}\n\n</details>"

@@ -12,6 +12,7 @@ from specviz.engine.prediction import ar_ms_per_token, speedup_check
 from specviz.engine.run import RunResult
 from specviz.engine.session import Session
 from specviz.engine.token_diff import TokenDiff
+from specviz.records.run_breakdown import CallTimes, RunBreakdown, RunTimes
 from specviz.records.step import StepRecord
 from specviz.render import accounting_figures
 from specviz.render.accounting_figures import Lane
@@ -36,6 +37,16 @@ class LiveRun:
     paired: bool                   # that ar was stepped between the run's steps (same load)
     diff: TokenDiff | None         # the output against greedy decoding where the method may differ from it
     prompt: str                    # the prompt box's text the run started from
+    call: CallTimes | None = None  # the newest Run call's time on the server (records.run_breakdown)
+
+    def breakdown(self) -> RunBreakdown:
+        """Where the run's time went, and the ar run's it is compared with (records.run_breakdown)."""
+        session, baseline = self.session, self.baseline
+        run = RunTimes.of(session.name, len(session.output_ids), session.prefill_s, session.setup_s, session.records)
+        ar = None
+        if baseline is not None and session.name != "ar" and baseline.records is not None:
+            ar = RunTimes.of("ar", baseline.new_tokens, baseline.prefill_s, baseline.setup_s, baseline.records)
+        return RunBreakdown(run, ar, self.call)
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,8 @@ def live_counters(live: LiveRun | None) -> LabCounters | None:
     return LabCounters(mode=session.lm.mode, figures=figures, temperature=session.temperature,
                        seed=session.sampling.seed, lossless=session.lossless, acceptance=session.method.acceptance,
                        acceptance_chosen="acceptance" in session.params, versus_ar=versus,
-                       last_step=session.records[-1].timings_ms if session.records else None)
+                       last_step=session.records[-1].timings_ms if session.records else None,
+                       breakdown=live.breakdown() if session.records else None)
 
 
 def live_counters_markdown(live: LiveRun | None) -> str:

@@ -10,9 +10,11 @@ from specviz.errors import SpecvizError
 def register(subparsers) -> None:
     parser = subparsers.add_parser("app-load", help="the app under load (concurrent visitors) and over time "
                                    "(memory)")
-    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup", "browser"],
+    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup", "browser", "first-runs"],
                         default="concurrency", help="browser: a Run in headless Chromium against the same Run through "
-                        "the API, on one server (--method, --max-new-tokens, --repeats)")
+                        "the API, on one server (--method, --max-new-tokens, --repeats); first-runs: in fresh server "
+                        "processes (the page loaded as soon as live steps are ready, then 90 s after start), Run, "
+                        "Reset, Run again, each with its counters and the breakdown behind them")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trace", default=None, help="--part replay: the trace to replay")
     parser.add_argument("--suite", default="assets/heldout.jsonl")
@@ -50,6 +52,14 @@ def run(args) -> dict:
         lines = [f"{side}: " + ", ".join(f"{k} {v}" for k, v in figures.items())
                  for side, figures in report["median"].items()]
         return emit("\n".join(lines), report, args.json)
+    if args.part == "first-runs":
+        from specviz.benches import browser_run
+
+        rows = browser_run.first_runs(args.method, args.max_new_tokens, env=env)
+        lines = [f"{r['run']} Run, page loaded {r['after_start_s']} s after start: {int(r.get('tokens', 0))} tokens, "
+                 f"{int(r.get('steps', 0))} steps, {r.get('tokens_per_s')} tok/s, speedup vs ar {r.get('speedup')}x\n"
+                 f"  {r['breakdown']}" for r in rows]
+        return emit("\n".join(lines), {"method": args.method, "rows": rows}, args.json)
     if args.part == "concurrency":
         return concurrency(args, env)
     return memory(args, env)

@@ -1,0 +1,81 @@
+"""Where a Run's time went (records.run_breakdown, behind the counters line): each of the two runs the speedup
+compares split into what its tokens/s counts, adding up to its wall time; the Run's call on the server apart (its
+frames drawn and handed on, the bookkeeping between steps); and a session that finds no cost curve in the app plans
+on the quick one while the full one is scheduled, never measuring minutes inside a visitor's step."""
+
+import pytest
+
+from specviz.lab.lab import Lab
+from specviz.render.counters import breakdown_markdown
+from specviz.render.session_view import live_counters, live_counters_markdown
+
+
+def test_a_runs_breakdown_adds_up_to_what_its_counters_count(lm):
+    lab = Lab()
+    lab.choose_values(model="", prompt="Repeat exactly: one two three four, one two three four, one two three four.",
+                      method="unified", budget="auto", params={})
+    for _ in lab.run(32):
+        pass
+    live = lab.on_screen().live
+    breakdown = live.breakdown()
+    run, ar, call = breakdown.run, breakdown.ar, breakdown.call
+    figures = live.session.stats()
+    assert run.method == "unified" and ar.method == "ar" and run.tokens == ar.tokens == figures.new_tokens
+    assert run.counted_ms == pytest.approx(figures.wall_s * 1000, abs=0.5)     # what tokens/s divides by
+    assert ar.counted_ms == pytest.approx(live.baseline.wall_s * 1000, abs=0.5)
+    assert run.setup_ms > 0 and run.setup_ms + run.prefill_ms == pytest.approx(live.session.prefill_s * 1000, abs=0.05)
+    assert run.steps == len(live.session.records) and ar.steps == ar.tokens and run.first_step_ms >= 0
+    assert run.draft_ms > ar.draft_ms  # the method drafts; ar's tree is its root
+    assert call.frames >= 1 and call.compute_ms >= run.counted_ms  # the call computed both runs, and more
+    assert breakdown.bookkeeping_ms is not None and breakdown.bookkeeping_ms >= 0
+    shown = live_counters_markdown(live)
+    assert "<details><summary>Where this run's time went</summary>" in shown and "| **counted**" in shown
+    assert f"unified ({run.tokens} tokens)" in shown and f"ar ({ar.tokens} tokens)" in shown
+    assert live_counters(live).breakdown == breakdown
+    lab.reset()
+    assert lab.clock is None
+
+
+def test_without_a_call_the_breakdown_says_only_what_the_runs_counted():
+    from specviz.records.run_breakdown import RunBreakdown, RunTimes
+    from specviz.records.step import StepRecord, StepTimings
+
+    records = [StepRecord(step=i, prefix_len=10 + i, budget=1, budget_mode="auto", nodes=[], accepted_tokens=[1],
+                          accepted_origins=[], allocation={}, timings_ms=StepTimings(draft=1.0, verify=10.0,
+                                                                                     forward=9.0, update=2.0,
+                                                                                     total=13.0 + 10 * (i == 0)))
+               for i in range(3)]
+    times = RunTimes.of("pld", 3, 0.5, 0.1, records)
+    assert times.setup_ms == 100.0 and times.prefill_ms == 400.0 and times.forward_ms == 27.0
+    assert times.accept_ms == 3.0 and times.counted_ms == pytest.approx(500 + 3 * 13.0)
+    assert times.first_step_ms == 23.0 and times.median_step_ms == 13.0 and times.first_step_extra_ms == 10.0
+    shown = breakdown_markdown(RunBreakdown(times, None, None))
+    assert "pld (3 tokens)" in shown and "Not counted" not in shown
+    assert RunBreakdown(times, None, None).bookkeeping_ms is None
+
+
+def test_a_session_without_a_curve_plans_on_the_quick_one_and_the_full_one_is_scheduled(tiny_models, tmp_path,
+                                                                                         monkeypatch):
+    """The app registers background calibration (lab.startup): a session in a mode or model no curve was measured
+    for gets the quick curve at once and the full one is scheduled once; without the app, the full one is measured
+    at once (the command line's runs are measurements themselves)."""
+    from specviz.engine import costmodel
+    from specviz.engine.session import Session
+    from specviz.runtime.loading import load_model
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    lm = load_model(tiny_models["same"], linear="stock")
+    measured = []
+    monkeypatch.setattr(costmodel, "calibrate", lambda lm_, sizes=costmodel.CALIBRATION_SIZES, **kw: measured.append(
+        tuple(sizes)) or costmodel.CostModel(sizes=list(sizes), ms=[1.0 + s for s in sizes], context_len=32,
+                                             model=lm_.name, device="cpu", dtype="float32", threads=1))
+    scheduled = []
+    costmodel.measure_later_with(scheduled.append)
+    session = Session(lm, "pld").start("the cat sat on the mat")
+    assert session.cost_model.sizes == list(costmodel.QUICK_SIZES) and measured == [costmodel.QUICK_SIZES]
+    assert scheduled == [lm]
+    Session(lm, "pld").start("the dog").cost_model  # noqa: B018 (the process's quick curve again, no new schedule)
+    assert measured == [costmodel.QUICK_SIZES] and scheduled == [lm]
+    costmodel.measure_later_with(None)
+    costmodel._process_curves.clear()
+    assert Session(lm, "pld").start("the cat").cost_model.sizes == list(costmodel.CALIBRATION_SIZES)
