@@ -137,3 +137,14 @@ def test_a_model_without_a_gguf_runs_fp32_and_says_why(tiny_models):
     model = load_model(tiny_models["same"], mode="gguf")
     assert model.mode == "fp32" and model.linear != fast_linear.QUANTISED
     assert any("runs a GGUF file's own blocks" in note for note in model.notes), model.notes
+
+
+def test_the_prefill_reads_the_blocks_too_its_last_row_is_the_one_token_step(gguf_lm, prefix_ids):
+    """The mode's prefill runs the quantised kernel (compute-bound over a prompt, where the modules' fp32 kernel
+    takes twice its time): a prompt's last row out of the prefill is bitwise the one-token step after the rest."""
+    whole = gguf_lm.new_cache()
+    last_row = causal_forward(gguf_lm, whole, prefix_ids)[-1]
+    cache = gguf_lm.new_cache()
+    causal_forward(gguf_lm, cache, prefix_ids[:-1])
+    step = tree_forward(gguf_lm, cache, DraftTree(prefix_ids[-1]), len(prefix_ids) - 1)[0]
+    assert torch.equal(last_row, step)

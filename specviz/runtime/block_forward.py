@@ -63,6 +63,12 @@ def causal_forward(lm: LoadedModel, cache, tokens: list[int], features: bool = F
     (logits, features). A static cache's chunk runs through its verifier (runtime.captured_forward)."""
     if isinstance(cache, StaticKV):
         return lm.verifier.prefill(cache, tokens, features)
+    if lm.quantised and lm.decoder is not None:
+        # the gguf mode's prefill on the blocks too: its quantised kernel is compute-bound from a few rows, where the
+        # modules' fp32 kernel takes twice its time over a prompt (docs/benchmarks.md, "The gguf mode")
+        past = cache.get_seq_length()
+        visible = torch.ones((len(tokens), past + len(tokens)), dtype=torch.bool).tril(past)
+        return masked_forward(lm, cache, tokens, list(range(past, past + len(tokens))), visible, features)
     ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
     if features:
         return _stock_with_features(lm, features, input_ids=ids, past_key_values=cache, use_cache=True)
