@@ -41,4 +41,5 @@ def drafter_setting(lm, draft, p: dict) -> str:
         shape = f"{p['head_breadth']}|{p['head_expand']}|{p['head_depth']}|{p['head_nodes']}"
     else:
         shape = f"{p['draft_breadth']}|{p['branch_levels']}|{p['draft_depth']}"
-    return f"{lm.name}|{draft.name if draft else 'self'}|{lm.device}|{shape}|{p.get('max_breadth')}"
+    # the target's mode too: a step's cost (and so which kind pays) differs between fp32 and the gguf mode
+    return f"{lm.name}|{lm.mode}|{draft.name if draft else 'self'}|{lm.device}|{shape}|{p.get('max_breadth')}"
