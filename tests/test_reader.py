@@ -116,7 +116,8 @@ def brute_search(streams, query, depth, key_len, min_path_share=0.0):
         if reach < min_path_share:
             break
         names = "+".join(sorted({name for length, _, name in found if length == longest}))
-        path.append((token, share, longest, names))
+        # the planner's prior: the share smoothed as the automaton's (once out of once is 0.5)
+        path.append((token, share, longest, names, merged[token] / (sum(merged.values()) + 1)))
         query.append(token)
     return path
 
@@ -152,7 +153,8 @@ def test_frequency_merge_adds_both_indexes_where_longest_lets_the_longer_match_w
     for merge, expected in (("longest", 9), ("frequency", 4)):
         indexes = SearchIndexes(key_len=4, datastore=Datastore(SuffixArray(np.array(corpus))), merge=merge)
         indexes.sync(context)
-        (token, share, length, where), = indexes.search([1, 2, 3], 1)
+        (token, share, length, where, prior), = indexes.search([1, 2, 3], 1)
+        assert prior < share
         assert token == expected, merge
         assert where == ("trie" if merge == "longest" else "datastore+trie")
 

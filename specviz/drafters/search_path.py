@@ -70,9 +70,12 @@ class SearchIndexes:
         if self.trie.tokens_fed < len(context):
             self.trie.feed(context[self.trie.tokens_fed:])
 
-    def search(self, query: list[int], depth: int, min_path_share: float = 0.0) -> list[tuple[int, float, int, str]]:
-        """Up to depth (token, share, matched length, which index) along the best path after query; the path
-        stops before a token that would bring the product of its shares below min_path_share."""
+    def search(self, query: list[int], depth: int, min_path_share: float = 0.0
+               ) -> list[tuple[int, float, int, str, float]]:
+        """Up to depth (token, share, matched length, which index, prior) along the best path after query; the path
+        stops before a token that would bring the product of its shares below min_path_share. prior: the share
+        smoothed as the automaton's are (count / (counted + 1): once out of once is 0.5, not certainty), the
+        planner's estimate of the token's chance before it has measured any."""
         tail = list(query[-self.key_len:])
         arrays = self.datastore.indexes() if self.datastore is not None else []
         trie_match = self.trie.match(tail)
@@ -99,7 +102,7 @@ class SearchIndexes:
             reach *= share
             if reach < min_path_share:
                 break
-            path.append((token, share, longest, "+".join(sorted(names))))
+            path.append((token, share, longest, "+".join(sorted(names)), top / (sum(merged.values()) + 1)))
             tail = (tail + [token])[-self.key_len:]
             trie_match = self.trie.extend(trie_match, token, tail) if trie_match else self.trie.match(tail)
             array_matches = [index.extend(found, token, tail, self.key_len) if found else index.match(tail, self.key_len)
@@ -110,13 +113,13 @@ class SearchIndexes:
 def add_branch(tree: DraftTree, parent: int, found: list, source: str, budget: int) -> int:
     """Hang a searched branch below parent (within budget new nodes); returns the nodes it proposed."""
     proposed = 0
-    for token, share, length, where in found:
+    for token, share, length, where, prior in found:
         if tree.child_with_token(parent, token) is None and budget <= 0:
             break
         if tree.child_with_token(parent, token) is None:
             budget -= 1
         parent = tree.add(parent, token, source, score=share, match=length, index=where,
-                          bucket=match_bucket(length, share), prior=share)
+                          bucket=match_bucket(length, share), prior=prior)
         proposed += 1
     return proposed
 

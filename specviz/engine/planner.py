@@ -33,8 +33,8 @@ COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the 
 # a band's correction is forgotten after this many forwards without one of its size: trees refused
 # because a burst of load made them look slow are then priced from the bands still measured, and tried
 STALE_AFTER = 32
-CALIBRATION_PRIOR = 2.0   # per source, promised = got = this many drafts at the start (factor 1)
-CALIBRATION_DECAY = 0.9   # per step in which the source had kept nodes
+CALIBRATION_PRIOR = 1.0   # per source, promised = got = this many drafts at the start (factor 1)
+CALIBRATION_DECAY = 0.8   # per step in which the source had kept nodes
 CALIBRATION_FADE = 0.98   # per step in which it had none
 CALIBRATION_MAX = 1.5
 
@@ -78,7 +78,7 @@ class AcceptanceModel:
         factor_of, sources, parents = factors.__getitem__, tree.sources, tree.parents
         out = [1.0] * len(tree)
         for n in range(1, len(tree)):  # a parent's index is below its children's
-            out[n] = min(chances[n] * max(map(factor_of, sources[n])), out[parents[n]])
+            out[n] = min(chances[n] * min(map(factor_of, sources[n])), out[parents[n]])
         return out
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[NodeStatus]) -> None:
