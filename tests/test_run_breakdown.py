@@ -3,6 +3,7 @@ compares split into what its tokens/s counts, adding up to its wall time; the Ru
 frames drawn and handed on, the bookkeeping between steps); and a session that finds no cost curve in the app plans
 on the quick one while the full one is scheduled, never measuring minutes inside a visitor's step."""
 
+import time
 import pytest
 
 from specviz.lab.lab import Lab
@@ -79,3 +80,19 @@ def test_a_session_without_a_curve_plans_on_the_quick_one_and_the_full_one_is_sc
     costmodel.measure_later_with(None)
     costmodel._process_curves.clear()
     assert Session(lm, "pld").start("the cat").cost_model.sizes == list(costmodel.CALIBRATION_SIZES)
+
+
+def test_a_runs_clock_stops_counting_when_its_steps_end():
+    # the Run's last frame, and any view drawn later (a failed Step re-shows the counters), is not the Run's: the
+    # counters shown after a refusal must read as they did
+    from specviz.lab.lab import RunClock
+
+    clock = RunClock()
+    with clock.drawing():
+        time.sleep(0.01)
+    counted = clock.times()
+    assert counted.drawing_ms >= 10
+    clock.ended = True
+    with clock.drawing():
+        time.sleep(0.01)
+    assert clock.times() == counted

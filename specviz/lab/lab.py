@@ -41,6 +41,7 @@ class RunClock:
     compute_s: float = 0.0
     outside_s: float = 0.0
     drawing_s: float = 0.0
+    ended: bool = False  # the Run's steps are over: what is drawn after (its last frame, any later view) is not its
 
     @contextlib.contextmanager
     def drawing(self):
@@ -48,7 +49,8 @@ class RunClock:
         try:
             yield
         finally:
-            self.drawing_s += time.perf_counter() - started
+            if not self.ended:
+                self.drawing_s += time.perf_counter() - started
 
     def times(self) -> CallTimes:
         return CallTimes(frames=self.frames, compute_ms=round(self.compute_s * 1000, 2),
@@ -157,6 +159,7 @@ class Lab:
         finally:
             replies.close()
             self.streaming = False
+            clock.ended = True
             if self.generation != generation:
                 # released while this Run was still holding the session: the release's collection ran while it
                 # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
