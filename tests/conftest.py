@@ -9,6 +9,9 @@ import torch
 # test offers the Model box's training button (tests that need a head train a tiny one or make a random one)
 os.environ.setdefault("SPECVIZ_HEADS", tempfile.mkdtemp(prefix="specviz-test-heads-"))
 os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
+# a cold cache plans on the quick cost curve instead of a full calibration per thread count (minutes each): the
+# tests check tokens, not speed; tests of calibration itself unset it (full_calibration below)
+os.environ.setdefault("SPECVIZ_FIRST_CURVE", "quick")
 
 from specviz.runtime.shared_resources import shared_model  # noqa: E402
 
@@ -243,3 +246,9 @@ def curves_measured_at_once():
     from specviz.engine import costmodel
 
     costmodel.measure_later_with(None)
+
+
+@pytest.fixture
+def full_calibration(monkeypatch):
+    """A test of what a full calibration measures and stores: load_or_calibrate calibrates, as outside the tests."""
+    monkeypatch.delenv("SPECVIZ_FIRST_CURVE", raising=False)

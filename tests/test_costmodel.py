@@ -2,10 +2,16 @@
 again and never stored."""
 
 import json
+import types
 
 import pytest
 
 from specviz.runtime.loading import load_model
+
+
+@pytest.fixture(autouse=True)
+def _calibrating(full_calibration):
+    """Every test here is about what calibration measures and stores (conftest's quick first curve off)."""
 
 
 def test_a_cost_curve_measured_during_a_burst_of_load_is_measured_again_and_never_stored(tiny_models, tmp_path,
@@ -47,9 +53,14 @@ def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch
     lm = load_model(tiny_models["same"])
     order = []
     real_forward = costmodel.tree_forward
+    # the calibration's clock is scripted: each forward takes 1 ms, and the slow kernel's linear calls add to it,
+    # so which kernel is dearer never depends on what else runs on the machine
+    clock = [0.0]
+    monkeypatch.setattr(costmodel, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def counted(model, cache, tree, past):
         order.append(len(tree))
+        clock[0] += 0.001
         return real_forward(model, cache, tree, past)
 
     monkeypatch.setattr(costmodel, "tree_forward", counted)
@@ -61,7 +72,7 @@ def test_calibration_times_every_size_in_turn(tiny_models, tmp_path, monkeypatch
     slow_calls = []
     stock = lm.decoder.variant("stock")
     monkeypatch.setitem(lm.decoder.variants, "stock", type(stock)(
-        lambda x, w, b: (slow_calls.append(1), __import__("time").sleep(0.002), stock.linear(x, w, b))[-1],
+        lambda x, w, b: (slow_calls.append(1), clock.__setitem__(0, clock[0] + 0.002), stock.linear(x, w, b))[-1],
         stock.layers, stock.head))
     kernels = [k for k in lm.linear_candidates() if k != "stock"][:1] + ["stock"]
     times = costmodel._measure(lm, (1, 4), 32, 3, kernels)

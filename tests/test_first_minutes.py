@@ -12,6 +12,11 @@ import torch
 from specviz.runtime.shipped import COPY_LOGITS, HEADS, TRAINED
 
 
+@pytest.fixture(autouse=True)
+def _calibrating(full_calibration):
+    """Every test here is about what calibration measures and stores (conftest's quick first curve off)."""
+
+
 def test_the_repository_ships_the_default_models_head_and_table_in_half_precision_with_a_card(lm):
     from safetensors import safe_open
 

@@ -14,6 +14,11 @@ from specviz.runtime.linear_paths import LinearChoice, choose
 from specviz.runtime.loading import load_model
 from specviz.tree.draft_tree import DraftTree
 
+
+@pytest.fixture(autouse=True)
+def _calibrating(full_calibration):
+    """Every test here is about what calibration measures and stores (conftest's quick first curve off)."""
+
 SIZES = [1, 2, 4, 8, 16, 32, 64]
 
 
