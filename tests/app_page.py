@@ -44,3 +44,24 @@ def counters_of(client) -> dict | None:
     """The live run's counters as data (/counters: dataclasses.asdict of specviz.render.counters.LabCounters, with
     "figures", "mode", "versus_ar", "last_step", ...) in the client's own session; None before a live run."""
     return client.predict(api_name="/counters")
+
+
+def router_routes(routes, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """(path, methods) of every route a FastAPI app's router holds (app.routes), through the routers it includes
+    (FastAPI 0.165 keeps an included router whole, under its prefix) and into mounted apps (their path + "/x"), each
+    path parameter as "x"."""
+    import re
+
+    from fastapi.routing import _IncludedRouter
+    from starlette.routing import Mount
+
+    found = []
+    for route in routes:
+        if isinstance(route, _IncludedRouter):
+            found += router_routes(route.original_router.routes, prefix + route.include_context.prefix)
+            continue
+        path = prefix + re.sub(r"\{[^}]+\}", "x", getattr(route, "path", ""))
+        if isinstance(route, Mount):
+            path += "/x"
+        found.append((path, sorted(getattr(route, "methods", None) or {"GET"})))
+    return found

@@ -22,7 +22,9 @@ def started(log=subprocess.DEVNULL, timeout_s: float = 120) -> tuple[subprocess.
     from test_app import free_port
 
     port = free_port()
-    env = {**os.environ, "SPACE_ID": "specviz/tests", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off"}
+    # the tests stand in for the Space's proxy: their X-Forwarded-For names the visitor (lab.visitor_address)
+    env = {**os.environ, "SPACE_ID": "specviz/tests", "HF_HUB_OFFLINE": "1", "SPECVIZ_HEAD_TRAINING": "off",
+           "SPECVIZ_TRUSTED_PROXIES": "127.0.0.1"}
     process = subprocess.Popen([sys.executable, __file__, str(port)], cwd=ROOT, env=env, stdout=log,
                                stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

@@ -27,8 +27,12 @@ ANSWER_FIXED_BYTES = 512 * 1024
 ANSWER_BYTES_PER_BYTE_SENT = 16
 TIME_FIXED_S = 5.0
 TIME_PER_MB_SENT_S = 10.0
-# the server's resident memory may grow this much over its start (no model is loaded by anything sent here)
+# the server's resident memory may grow this much over its start (no model is loaded by anything sent here), and
+# one example this much over where the one before it left it: a fixed part (a step's working memory) and a part per
+# byte sent (a trace's records take several times its file; issue 73 counts a visitor's share in those bytes)
 MEMORY_BUDGET_BYTES = 1024 * 2**20
+EXAMPLE_MEMORY_FIXED_BYTES = 96 * 2**20
+EXAMPLE_MEMORY_PER_BYTE_SENT = 16
 MAX_SENTENCE_CHARS = 400
 MAX_UPLOAD = 4 * 2**20
 GENERIC_ERROR = "has raised an exception"  # Gradio's answer where a handler or a component broke: never one of ours
@@ -191,9 +195,17 @@ def assert_one_sentence(message: str, what: str, quoted: int = 0) -> None:
         (what, message[:600])
 
 
-def assert_memory(server: Server, what: str) -> None:
-    grown = server.resident_bytes() - server.start_bytes
+def assert_memory(server: Server, what: str, sent: int = 0) -> None:
+    """The server's resident memory after an example: within the budget over its start, and within the example's
+    own bound over where the example before it left it."""
+    now = server.resident_bytes()
+    grown = now - server.start_bytes
     assert grown <= MEMORY_BUDGET_BYTES, f"{what}: the server grew by {grown / 2**20:.0f} MB"
+    before = getattr(server, "last_bytes", server.start_bytes)
+    limit = EXAMPLE_MEMORY_FIXED_BYTES + EXAMPLE_MEMORY_PER_BYTE_SENT * sent
+    assert now - before <= limit, \
+        f"{what}: one example grew the server by {(now - before) / 2**20:.0f} MB (bound {limit / 2**20:.0f} MB)"
+    server.last_bytes = max(before, now)
 
 
 # ---- the fuzz tests -------------------------------------------------------------------------------------------
@@ -221,7 +233,7 @@ def test_a_trace_costs_what_it_sends(server, client, tmp_path_factory, dimension
     assert_one_sentence(message_of(moved), what)
     plots = call(client, "/accounting", sent=len(data))
     assert_bounded(plots, len(data), what)
-    assert_memory(server, what)
+    assert_memory(server, what, len(data))
 
 
 NUMBERS = st.one_of(
@@ -267,4 +279,4 @@ def test_a_hostile_request_value_gets_one_sentence(server, client, data, field, 
     # most values are refused; one that is valid after all (Arabic-Indic digits are a number) runs a step
     assert_one_sentence(message_of(answer), what, quoted=sent)
     assert_bounded(answer, sent, what)
-    assert_memory(server, what)
+    assert_memory(server, what, sent)

@@ -189,13 +189,92 @@ def test_a_visitor_over_their_share_lets_their_own_sessions_go():
 
 def test_the_door_bounds_what_one_visitor_has_in_the_queue():
     share = FairShare(ShareLimits(events_waiting=2, address_events_waiting=3))
-    assert share.admits("s1", "a1", {"s1": {"e1"}}) is None
-    assert "This session already has 2" in share.admits("s1", "a1", {"s1": {"e1", "e2"}})
-    assert share.admits("s2", "a1", {}) is None
+
+    def admits(session, address, pending, **queue):
+        admitted = share.admit(session, address, pending, **queue)
+        if isinstance(admitted, str):
+            return admitted
+        share.joined(admitted)  # Gradio answered the join: its pending map holds the event from now on
+        return None
+
+    assert admits("s1", "a1", {"s1": {"e1"}}) is None
+    assert "This session already has 2" in admits("s1", "a1", {"s1": {"e1", "e2"}})
+    assert admits("s2", "a1", {}) is None
     pending = {"s1": {"e1"}, "s2": {"e2"}, "s3": {"e3"}}
-    assert "Your address already has 3" in share.admits("s3", "a1", pending)
-    assert share.admits("s9", "a2", pending) is None
-    assert FairShare(None).admits("s1", "a1", {"s1": set(range(100))}) is None
+    assert "Your address already has 3" in admits("s3", "a1", pending)
+    assert admits("s9", "a2", pending) is None
+    assert not isinstance(FairShare(None).admit("s1", "a1", {"s1": set(range(100))}), str)
+
+
+def test_a_burst_of_joins_is_held_to_the_same_limits_as_joins_one_by_one():
+    """Issue 73: the door read Gradio's pending map, which holds an event only several awaits after the door let it
+    in, so 64 joins at once from one address all got in. Admissions in flight count from the moment they are let
+    in, until the join is answered."""
+    share = FairShare(ShareLimits(events_waiting=8, address_events_waiting=16))
+    admitted = [share.admit(f"s{n % 8}", "burst", {}) for n in range(64)]  # none of them in Gradio's map yet
+    assert sum(not isinstance(a, str) for a in admitted) == 16
+    assert all("Your address already has 16" in a for a in admitted if isinstance(a, str))
+    for admission in admitted:
+        if not isinstance(admission, str):
+            share.joined(admission)
+    assert not isinstance(share.admit("s0", "burst", {}), str)  # answered and gone from the queue: room again
+
+
+def test_the_last_places_of_the_queue_go_to_visitors_with_few_events_there():
+    share = FairShare(ShareLimits(address_events_waiting=16, crowded_queue=0.75, crowded_events=2))
+    pending = {f"g{n}": {f"e{n}"} for n in range(3)}
+    for n in range(3):
+        share.joined(share.admit(f"g{n}", "greedy", {}))
+    refused = share.admit("g9", "greedy", pending, queued=48, max_queue=64)
+    assert isinstance(refused, str) and "nearly full" in refused
+    share.joined(share.admit("newcomer", "honest", pending, queued=48, max_queue=64))
+    assert not isinstance(share.admit("g9", "greedy", pending, queued=47, max_queue=64), str)
+
+
+def test_an_address_opens_a_bounded_number_of_sessions_in_a_window(monkeypatch):
+    from specviz.lab import fair_share
+
+    clock = [1_000.0]
+    monkeypatch.setattr(fair_share.time, "monotonic", lambda: clock[0])
+    share = FairShare(ShareLimits(new_sessions=3, new_sessions_window_s=600))
+    for n in range(3):
+        share.joined(share.admit(f"s{n}", "loads", {}))
+    refused = share.admit("s3", "loads", {})
+    assert isinstance(refused, str) and "opened 3 sessions" in refused and "10 minutes" in refused
+    share.joined(share.admit("s1", "loads", {}))  # a session it has already opened goes on
+    share.joined(share.admit("t0", "elsewhere", {}))
+    clock[0] += 601
+    assert not isinstance(share.admit("s3", "loads", {}), str)
+
+
+def test_the_forwarded_address_counts_only_behind_a_trusted_proxy():
+    from specviz.lab.visitor_address import TrustedProxies, visitor_key
+
+    space = TrustedProxies.parse("10.0.0.0/8")
+    # the Space's proxy (10.16.3.80) appended the client it saw; what the client wrote before is its own
+    assert space.address("1.2.3.4, 198.51.100.7", "10.16.3.80") == "198.51.100.7"
+    assert space.address("198.51.100.7, 10.1.1.1", "10.16.3.80") == "198.51.100.7"  # a chain of trusted proxies
+    # a direct client chooses nothing with the header
+    assert space.address("198.51.100.7", "203.0.113.9") == "203.0.113.9"
+    assert TrustedProxies(()).address("198.51.100.7", "127.0.0.1") == "127.0.0.1"
+    assert space.address("not an address", "10.16.3.80") == "10.16.3.80"
+    # one machine's IPv6 addresses are one visitor
+    assert visitor_key("2001:db8:1:2::5") == visitor_key("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
+    assert visitor_key("::ffff:192.0.2.4") == "192.0.2.4"
+    with pytest.raises(ValueError, match="SPECVIZ_TRUSTED_PROXIES"):
+        TrustedProxies.parse("10.0.0.0/8, the proxy")
+
+
+def test_a_long_call_stops_while_another_visitor_waits_for_the_model():
+    waiting = [False]
+    budget = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
+                        others_waiting=lambda: waiting[0])
+    budget.check()  # alone, a call runs to its full deadline
+    waiting[0] = True
+    with pytest.raises(SpecvizError, match="after 10 s to let other visitors' calls run; what it generated is kept"):
+        budget.check()
+    fresh = CallBudget(time.monotonic() + 120, seconds=120, contended_s=10, others_waiting=lambda: True)
+    fresh.check()  # a call younger than its contended time goes on
 
 
 def test_downloads_are_bounded_across_sessions_and_go_when_a_session_expires(tmp_path):
@@ -273,7 +352,9 @@ def test_every_event_by_name_and_by_index_with_hostile_values(server):
         status, answer = post(server, "/gradio_api/queue/join",
                               {"data": data, "fn_index": event["id"], "session_hash": session,
                                "event_data": None, "trigger_id": None}, address=f"192.0.2.{n % 200}")
-        assert status in (200, 422), (event["api_name"], status, answer)
+        assert status in (200, 400, 422), (event["api_name"], status, answer)
+        if status == 400:  # the door's refusal (a file never uploaded, event data that is not an object)
+            assert isinstance(answer["detail"], str) and "\n" not in answer["detail"], (event["api_name"], answer)
         if status == 200:
             done = completed(server, session, answer["event_id"])
             if not done.get("success"):  # Gradio's own refusal of a value (it quotes it): a sentence, no trace

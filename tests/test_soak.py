@@ -2,10 +2,14 @@
 (SPACE_ID set) in its own process, 8 concurrent gradio_client visitors for SPECVIZ_SOAK_S seconds (default 300),
 half honest (Step, Run, A/B, a small sweep), half hostile (every input of test_hostile, in a loop), and since
 issue 58 a greedy visitor (one address, many sessions, each asking for the longest Run it may and filling queue
-places) and the trace attacks of issue 58; the server's resident memory sampled every second. Every honest answer
-comes, every honest Run's output is identical to its own greedy ar, and the memory ends near where the load left
-it. Each visitor has an address of its own (X-Forwarded-For, as a Space's proxy writes it, from the documentation
-range 192.0.2.0/24: a header, never a destination). It prints the figures docs/benchmarks.md quotes."""
+places) and the trace attacks of issue 58; since issue 73 the raw-HTTP attacks beside them (test_issue73_attacks:
+bodies on every route, malformed and nested bodies, new sessions churning, page loads, bursts of joins, a crowd of
+long Runs from many addresses, many files in one upload, markup in share links); the server's resident memory
+sampled every second. Every honest answer comes, every honest Run's output is identical to its own greedy ar, the
+slowest honest answer comes within HONEST_WAIT_S, and the memory ends within END_MB of its start and peaks within
+PEAK_MB. Each visitor has an address of its own (X-Forwarded-For, as a Space's proxy writes it, from the
+documentation range 192.0.2.0/24: a header, never a destination; the server trusts the test as its proxy). It
+prints the figures docs/benchmarks.md quotes."""
 
 import json
 import os
@@ -26,6 +30,11 @@ from test_hostile import chain_trace, self_parent_trace
 
 ROOT = Path(__file__).parent.parent
 SOAK_S = float(os.environ.get("SPECVIZ_SOAK_S", "300"))
+# issue 73's targets: an honest visitor's slowest answer, and the server's memory over its start at the end and at
+# its peak (the project's budget)
+HONEST_WAIT_S = 30.0
+END_MB = 300
+PEAK_MB = 1024
 HONEST_PROMPTS = ["Repeat exactly: red green blue, red green blue, red green blue.",
                   "Rename x to y: def f(x):\n    return x + x",
                   "Count from one to ten in words."]
@@ -49,7 +58,8 @@ def rss_mb(pid: int) -> float:
 def server(tmp_path):
     port = free_port()
     env = {**os.environ, "SPACE_ID": "specviz-tests/soak", "SPECVIZ_PORT": str(port), "SPECVIZ_HOST": "127.0.0.1",
-           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "SPECVIZ_HEAD_TRAINING": "off"}
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "SPECVIZ_HEAD_TRAINING": "off",
+           "SPECVIZ_TRUSTED_PROXIES": "127.0.0.1", "GRADIO_TEMP_DIR": str(tmp_path / "gradio")}
     log = open(tmp_path / "app.log", "w")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     from gradio_client import Client
@@ -179,6 +189,66 @@ def greedy(url: str, stop: threading.Event, seen: Counter, address: str) -> None
                 break
 
 
+def raw_attacks(url: str, stop: threading.Event, seen: Counter, kind: str, n: int) -> None:
+    """Issue 73's raw-HTTP attacks (tests/hostile_server_report.py has each alone, before and after), in a loop."""
+    import hostile_server_report as attacks
+
+    app = attacks.App.attached(url)
+    rng = random.Random(n)
+    long_run = attacks.long_run(app)
+    counters = app.data_for("counters")
+    big = b'{"x": "' + b"x" * (50 * 2**20) + b'"}'
+    while not stop.is_set():
+        try:
+            if kind == "bodies":  # 50 MB on the routes the old door did not cover, and 2 MB non-requests
+                path = rng.choice(["/gradio_api/stream/abc", "/gradio_api/reset", "/gradio_api/cancel",
+                                   "/gradio_api/component_server", "/gradio_api/upload", "/gradio_api/queue/join"])
+                body = big if rng.random() < 0.3 else b'{"data": "' + b"x" * (2 * 2**20) + b'", "fn_index": 0}'
+                outcome = attacks.request("POST", url.rstrip("/") + path, body,
+                                          {"Content-Type": "application/json", "X-Forwarded-For": f"192.0.2.{40 + n}"},
+                                          timeout=60).status
+            elif kind == "churn":  # new sessions from rotating addresses, each answered and read
+                session = f"churn-{n}-{rng.getrandbits(48):x}"
+                reply = attacks.join(app, "counters", counters, session, f"198.51.100.{rng.randrange(250)}")
+                if reply.status == 200:
+                    attacks.completion(app, session, 60)
+                outcome = reply.status
+            elif kind == "page-loads":  # one address loading the page again and again
+                session = f"load-{n}-{rng.getrandbits(48):x}"
+                attacks.request("GET", url, headers={"X-Forwarded-For": "192.0.2.80"})
+                reply = attacks.join(app, "on_first_view", [None, None], session, "192.0.2.80")
+                if reply.status == 200:
+                    attacks.completion(app, session, 60)
+                outcome = reply.status
+            elif kind == "bursts":  # 64 joins at once from one address, never read
+                replies = attacks.burst(app, 64, 8, "192.0.2.100")
+                outcome = f"{sum(r.status == 200 for r in replies)} of 64 admitted"
+                time.sleep(20)
+            elif kind == "crowd":  # long Runs from many addresses, each within its own share
+                sessions = [f"crowd-{n}-{rng.getrandbits(40):x}" for _ in range(10)]
+                replies = [attacks.join(app, "run", long_run, s, f"192.0.2.{110 + k}") for k, s in enumerate(sessions)]
+                for session, reply in zip(sessions, replies):
+                    if reply.status == 200:
+                        attacks.completion(app, session, 600)
+                outcome = f"{sum(r.status == 200 for r in replies)} of 10 admitted"
+            else:  # many files in one upload, and share links whose values are markup
+                many = b"".join(b'--b\r\nContent-Disposition: form-data; name="files"; filename="f%d.json"\r\n'
+                                b"Content-Type: application/json\r\n\r\n" % k + os.urandom(2**20) + b"\r\n"
+                                for k in range(20)) + b"--b--\r\n"
+                attacks.request("POST", url.rstrip("/") + "/gradio_api/upload", many,
+                                {"Content-Type": "multipart/form-data; boundary=b",
+                                 "X-Forwarded-For": f"192.0.2.{60 + n}"}, timeout=60)
+                session = f"link-{n}-{rng.getrandbits(48):x}"
+                reply = attacks.join(app, "url_settings", [None], session, f"192.0.2.{60 + n}",
+                                     query="?max_new_tokens=%21%5Bx%5D%28https%3A%2F%2Fe.example%2Fp.png%29")
+                if reply.status == 200:
+                    attacks.completion(app, session, 60)
+                outcome = reply.status
+        except Exception as error:  # noqa: BLE001 (a refusal or a dropped connection is an answer)
+            outcome = type(error).__name__
+        seen[f"{kind}: {outcome}"] += 1
+
+
 @pytest.mark.long
 def test_soak_honest_and_hostile_visitors(server):
     process, url, folder = server
@@ -191,6 +261,9 @@ def test_soak_honest_and_hostile_visitors(server):
     threads += [threading.Thread(target=hostile, args=(url, stop, hostile_seen, folder, f"192.0.2.{20 + n}"))
                 for n in range(4)]
     threads += [threading.Thread(target=greedy, args=(url, stop, greedy_seen, "192.0.2.99"))]
+    raw_seen = Counter()
+    threads += [threading.Thread(target=raw_attacks, args=(url, stop, raw_seen, kind, n))
+                for n, kind in enumerate(["bodies", "churn", "churn", "page-loads", "bursts", "crowd", "uploads"])]
     start_mb = rss_mb(process.pid)
     for thread in threads:
         thread.start()
@@ -206,7 +279,8 @@ def test_soak_honest_and_hostile_visitors(server):
     disk = sum(f.stat().st_size for f in Path(tempfile.gettempdir()).glob("specviz-downloads-*/*/*") if f.is_file())
     waits = sorted(seconds for seconds, _ in slowest)
     report = {"seconds": SOAK_S, "honest": dict(honest_seen), "hostile": dict(hostile_seen),
-              "greedy": dict(greedy_seen),
+              "greedy": dict(greedy_seen), "raw attacks": dict(raw_seen),
+              "honest_answered": sum(honest_seen.values()),
               "median_honest_s": round(waits[len(waits) // 2], 2) if waits else None,
               "slowest_honest_s": round(max(slowest)[0], 2) if slowest else None,
               "slowest_kind": max(slowest)[1] if slowest else None,
@@ -219,3 +293,5 @@ def test_soak_honest_and_hostile_visitors(server):
     assert not mismatches, mismatches[:3]
     assert sum(honest_seen.values()) >= 8 and sum(hostile_seen.values()) >= 8
     assert max(memory) < 14 * 1024  # a 16 GB Space, with margin
+    assert max(slowest)[0] < HONEST_WAIT_S, max(slowest)
+    assert end_mb - start_mb < END_MB and max(memory) - start_mb < PEAK_MB, report["rss_mb"]

@@ -1,42 +1,51 @@
 """A fair share of a public Space for each visitor, where the public policy only bounds the process as a whole.
 
 A visitor is a browser session and the address it comes from (one person may open many sessions, or call the API
-with a new session each time: the address counts them together). Per visitor: at most one model call running,
-a number of events waiting in the queue (panels.visitor_gate counts them at the door), new tokens per minute,
-wall-clock seconds per call (the model-call loop checks after every reply: a call past its deadline stops, keeps
-what it made and says why), a call cancelled when its visitor leaves, and the uploaded traces it holds in memory
-(per visitor and for the process). Private use has no share: `FairShare(None)` refuses nothing and sets no
-deadline."""
+with a new session each time: the address counts them together; lab.visitor_address says which address). Per
+visitor: at most one model call running, a number of events waiting in the queue (counted at the door,
+panels.visitor_gate, from the moment each is let in), a number of new sessions per address in a window, new tokens
+per minute, wall-clock seconds per call (the model-call loop checks after every reply: a call past its deadline stops,
+keeps what it made and says why; a shorter one while other visitors wait for the model), a call cancelled when its
+visitor leaves, and the uploaded traces it holds in memory, as the bytes they take in this process (per visitor and
+for the process). Private use has no share: `FairShare(None)` refuses nothing and sets no deadline."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from specviz.errors import SpecvizError
+from specviz.lab.visitor_address import address_of
 from specviz.lab.visitors import SHARED_KEY as NO_SESSION  # a call that carries no session (a direct call)
 
 MAX_SESSIONS_PER_ADDRESS = 256  # idle sessions the door remembers per address (sessions with pending events stay)
 MAX_ADDRESSES = 50_000          # addresses the door and the token windows remember
+MAX_SESSIONS_KNOWN = 100_000    # sessions whose address the queue's round-robin can look up
 
 
 @dataclass(frozen=True)
 class ShareLimits:
-    """What one visitor may hold of a public Space (figures: docs/benchmarks.md, "A fair share per visitor")."""
+    """What one visitor may hold of a public Space (figures: docs/benchmarks.md, "A fair share per visitor" and
+    "Hostile round three")."""
     calls_running: int = 1          # model calls running at once, per session and per address
     events_waiting: int = 8         # events in the queue at once per session (running ones included)
     address_events_waiting: int = 16  # the same per address, every session of it together
+    crowded_queue: float = 0.75     # past this part of the public queue's places ...
+    crowded_events: int = 2         # ... an address with this many events in it waits for them first
+    new_sessions: int = 60          # sessions an address may open ...
+    new_sessions_window_s: float = 600.0  # ... in this many seconds
     tokens_per_minute: int = 4_096  # new tokens asked for in the last minute, per address
     call_seconds: float = 120.0     # wall-clock seconds one model call may run
+    contended_call_seconds: float = 15.0  # ... and while another visitor's model call waits for a place
     live_sessions: int = 3          # sessions holding a model's state per address (a Lab and its two A/B sides)
     live_tokens: int = 4_000        # context tokens those hold together
-    replay_bytes: int = 8 * 2**20   # uploaded trace files held in memory per address
-    process_replay_bytes: int = 64 * 2**20  # ... and by every visitor together
+    replay_bytes: int = 48 * 2**20  # resident bytes of the uploaded traces an address holds in memory
+    process_replay_bytes: int = 192 * 2**20  # ... and every visitor together
 
 
 @dataclass(frozen=True)
@@ -47,17 +56,27 @@ class Visitor:
 
 @dataclass
 class CallBudget:
-    """One model call's deadline and its visitor's cancellation, checked by the call loop after each reply."""
+    """One model call's deadline and its visitor's cancellation, checked by the call loop after each reply. Past
+    `contended_s` the call also stops while `others_waiting()` says another visitor's model call waits for a place:
+    no visitor holds the model for long while others wait, and alone a call may run to its full deadline."""
     deadline: float | None = None   # time.monotonic() past which the call stops (None: none)
     cancelled: threading.Event = field(default_factory=threading.Event)
     seconds: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    contended_s: float | None = None
+    others_waiting: Callable[[], bool] | None = None
 
     def check(self) -> None:
         """SpecvizError (one sentence) once the call must stop: what it made so far is kept by the caller."""
         if self.cancelled.is_set():
             raise SpecvizError("This call stopped because its visitor left the page.")
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if self.deadline is not None and now > self.deadline:
             raise SpecvizError(f"This call reached this Space's limit of {self.seconds:.0f} s per call and stopped; "
+                               "what it generated is kept: Run again to go on.")
+        if self.contended_s is not None and self.others_waiting is not None and \
+                now - self.started > self.contended_s and self.others_waiting():
+            raise SpecvizError(f"This call stopped after {self.contended_s:.0f} s to let other visitors' calls run; "
                                "what it generated is kept: Run again to go on.")
 
 
@@ -72,12 +91,12 @@ def visitor_of(request) -> Visitor:
     return Visitor(session, address_of(headers.get("x-forwarded-for"), getattr(client, "host", None)))
 
 
-def address_of(forwarded: str | None, peer: str | None) -> str:
-    """The visitor's address: on a Space the last X-Forwarded-For entry (the one the Space's own proxy wrote; the
-    ones before it come from the client and can be anything), elsewhere the connection's peer."""
-    if forwarded and os.environ.get("SPACE_ID"):
-        return forwarded.split(",")[-1].strip() or "unknown"
-    return peer or "unknown"
+@dataclass(frozen=True)
+class Admission:
+    """An event the door let into the queue: counted against its session and address until Gradio's own pending
+    map holds it (FairShare.joined, once the join is answered)."""
+    session: str
+    address: str
 
 
 class FairShare:
@@ -87,7 +106,12 @@ class FairShare:
         self._running: dict[str, list[CallBudget]] = {}      # session or address -> its running calls' budgets
         self._tokens: dict[str, deque] = {}                  # address -> (time, tokens) asked for in the window
         self._replays: dict[int, tuple] = {}                 # id(lab) -> (ref to lab, ref to trace, address, bytes)
-        self._sessions: dict[str, dict[str, None]] = {}      # address -> its sessions, oldest first (the door's)
+        self._sessions: dict[str, OrderedDict] = {}           # address -> its sessions, oldest first (the door's)
+        self._new_sessions: dict[str, deque] = {}             # address -> when it opened its recent sessions
+        self._joining: dict[str, int] = {}                    # "s:"/"a:" key -> events let in, not yet in Gradio's map
+        self._address: OrderedDict[str, str] = OrderedDict()  # session -> its address (the queue's round-robin)
+        # does another visitor than this address wait for the model? (panels.queue_guard sets it; None: never)
+        self.model_waiting: Callable[[str], bool] | None = None
 
     def configure(self, limits: ShareLimits | None) -> None:
         self.limits = limits
@@ -101,7 +125,10 @@ class FairShare:
         if limits is None:
             yield UNLIMITED
             return
-        budget = CallBudget(time.monotonic() + limits.call_seconds, seconds=limits.call_seconds)
+        probe = self.model_waiting
+        budget = CallBudget(time.monotonic() + limits.call_seconds, seconds=limits.call_seconds,
+                            contended_s=limits.contended_call_seconds,
+                            others_waiting=(lambda: probe(visitor.address)) if probe is not None else None)
         keys = (f"s:{visitor.session}", f"a:{visitor.address}")
         with self._lock:
             if any(len(self._running.get(k, ())) >= limits.calls_running for k in keys):
@@ -155,9 +182,10 @@ class FairShare:
 
     # ---- memory a visitor holds ---------------------------------------------------------------------------
     def check_replay(self, lab, visitor: Visitor, size: int) -> None:
-        """Before lab reads an upload of size bytes: refused (one sentence) when it would take the process past its
-        budget even once the visitor's own other uploads are let go, or the visitor past theirs on its own.
-        Changes nothing: the visitor's shown run stays as it is when refused."""
+        """Before lab replays a trace that takes size bytes in this process (lab.resident_bytes, measured once it is
+        read): refused (one sentence) when it would take the process past its budget even once the visitor's own
+        other uploads are let go, or the visitor past theirs on its own. Changes nothing: the visitor's shown run
+        stays as it is when refused."""
         limits = self.limits
         if limits is None:
             return
@@ -168,8 +196,8 @@ class FairShare:
                                "minutes, or replay a shipped trace.")
 
     def hold_replay(self, lab, trace, visitor: Visitor, size: int) -> None:
-        """lab now replays trace, read from an upload of size bytes (check_replay allowed it): count it, and let
-        the visitor's own oldest uploads go where they and this one pass the visitor's budget."""
+        """lab now replays trace, which takes size bytes in this process (check_replay allowed it): count it, and
+        let the visitor's own oldest uploads go where they and this one pass the visitor's budget."""
         limits = self.limits
         if limits is None:
             return
@@ -197,29 +225,78 @@ class FairShare:
         return live
 
     # ---- the queue's door ------------------------------------------------------------------------------
-    def admits(self, session: str | None, address: str, pending: dict) -> str | None:
-        """Whether one more event of (session, address) may join the queue, given Gradio's pending events per
-        session: None, or the sentence that refuses it."""
+    def admit(self, session: str, address: str, pending: Mapping[str, set], queued: int = 0,
+              max_queue: int | None = None) -> Admission | str:
+        """Whether one more event of (session, address) may join the queue: an Admission (the door calls joined()
+        once Gradio has answered the join), or the sentence that refuses it. pending: Gradio's events waiting or
+        running per session; queued: events waiting in its queue, of max_queue places. The events let in and not yet
+        in pending count too, so a burst of joins at once is held to the same limits as joins one after another."""
         limits = self.limits
         if limits is None:
-            return None
+            return Admission(session, address)
+        now = time.monotonic()
         with self._lock:
-            of_address = list(self._sessions.get(address, ()))
-        if session and len(pending.get(session, ())) >= limits.events_waiting:
-            return (f"This session already has {limits.events_waiting} requests waiting or running on this Space: "
-                    "wait for them to finish.")
-        if sum(len(pending.get(s, ())) for s in {*of_address, session}) >= limits.address_events_waiting:
-            return (f"Your address already has {limits.address_events_waiting} requests waiting or running on this "
-                    "Space: wait for them to finish.")
-        with self._lock:  # admitted: the session counts for its address from now on
-            sessions = self._sessions.setdefault(address, {})
-            sessions.pop(session, None)
-            sessions[session] = None
-            for old in [s for s in sessions if not pending.get(s)][:-MAX_SESSIONS_PER_ADDRESS or None]:
-                sessions.pop(old, None)  # sessions with nothing pending, oldest first, beyond the ones remembered
-            while len(self._sessions) > MAX_ADDRESSES:  # the addresses seen longest ago
-                self._sessions.pop(next(iter(self._sessions)))
-        return None
+            mine = len(pending.get(session, ())) + self._joining.get(f"s:{session}", 0)
+            if mine >= limits.events_waiting:
+                return (f"This session already has {limits.events_waiting} requests waiting or running on this "
+                        "Space: wait for them to finish.")
+            known = self._sessions.get(address, OrderedDict())
+            of_address = sum(len(pending.get(s, ())) for s in known if s != session) + \
+                len(pending.get(session, ())) + self._joining.get(f"a:{address}", 0)
+            if of_address >= limits.address_events_waiting:
+                return (f"Your address already has {limits.address_events_waiting} requests waiting or running on "
+                        "this Space: wait for them to finish.")
+            joining = self._joining.get("all", 0)
+            if max_queue and queued + joining >= limits.crowded_queue * max_queue and \
+                    of_address >= limits.crowded_events:
+                return ("This Space's queue is nearly full: wait for your requests there to finish, so that other "
+                        "visitors get a place too.")
+            if session not in known:
+                opened = self._new_sessions.setdefault(address, deque())
+                while opened and now - opened[0] > limits.new_sessions_window_s:
+                    opened.popleft()
+                if len(opened) >= limits.new_sessions:
+                    wait = limits.new_sessions_window_s - (now - opened[0])
+                    return (f"Your address opened {limits.new_sessions} sessions on this Space in the last "
+                            f"{limits.new_sessions_window_s / 60:.0f} minutes: keep using an open page, or try "
+                            f"again in {wait / 60:.0f} minutes.")
+                opened.append(now)
+            self._remember(session, address, pending)
+            for key in (f"s:{session}", f"a:{address}", "all"):
+                self._joining[key] = self._joining.get(key, 0) + 1
+        return Admission(session, address)
+
+    def joined(self, admission: Admission) -> None:
+        """The join of an admitted event was answered: Gradio's pending map holds it now (or it was refused)."""
+        with self._lock:
+            for key in (f"s:{admission.session}", f"a:{admission.address}", "all"):
+                left = self._joining.get(key, 0) - 1
+                if left > 0:
+                    self._joining[key] = left
+                else:
+                    self._joining.pop(key, None)
+
+    def _remember(self, session: str, address: str, pending: Mapping[str, set]) -> None:
+        """The session counts for its address from now on (call with the lock held)."""
+        sessions = self._sessions.setdefault(address, OrderedDict())
+        sessions.pop(session, None)
+        sessions[session] = None
+        if len(sessions) > MAX_SESSIONS_PER_ADDRESS:  # sessions with nothing pending, oldest first
+            for old in [s for s in sessions if not pending.get(s)][:len(sessions) - MAX_SESSIONS_PER_ADDRESS]:
+                sessions.pop(old, None)
+        self._address.pop(session, None)
+        self._address[session] = address
+        while len(self._address) > MAX_SESSIONS_KNOWN:
+            self._address.popitem(last=False)
+        while len(self._sessions) > MAX_ADDRESSES:  # the addresses seen longest ago
+            gone = next(iter(self._sessions))
+            self._sessions.pop(gone)
+            self._new_sessions.pop(gone, None)
+
+    def address_of_session(self, session: str | None) -> str | None:
+        """The address a session's events came from (None: one the door never let in)."""
+        with self._lock:
+            return self._address.get(session or "")
 
 
 SHARE = FairShare()

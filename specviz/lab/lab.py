@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specviz.engine.session import Session
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, as_code
 from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.lab_state import CallAction, LabState, ModelCall, Settings, baseline_so_far
 from specviz.lab.live_sessions import LIVE
@@ -19,7 +19,6 @@ from specviz.lab.shipped_traces import shipped_ar_trace, shipped_trace
 from specviz.lab.visitor_request import VisitorRequest
 from specviz.records.run_breakdown import CallTimes
 from specviz.records.trace import Trace
-from specviz.render.markdown_text import md_text
 from specviz.render.recording import Recording, shown_step
 from specviz.render.session_view import LiveRun, OnScreen, lab_view
 from specviz.runtime.gc_pauses import collect_everything, request_collection
@@ -324,12 +323,15 @@ class Lab:
         """Replay a trace file (the live session, if any, is kept and comes back on Step or Run). The trace is
         checked as it is read (records.trace_check) and its first and last steps are drawn before it replaces
         what the page shows: a trace that cannot be shown is refused, and the session stays as it was."""
-        trace = shipped_trace(Path(path)) if shipped else Trace.load(path)
+        self.replay_trace(shipped_trace(Path(path)) if shipped else Trace.load(path), name or Path(path).name)
+
+    def replay_trace(self, trace: Trace, name: str) -> None:
+        """Replay a trace already read (load_trace's checks and drawing, without the file)."""
         if not trace.steps:
             raise SpecvizError("This trace has no steps to replay.")
         kept = (self.replay, self.replay_name, self.at, self.selected_node, self.playing, self.autoplay,
                 self.message)
-        self.replay, self.replay_name = trace, name or Path(path).name
+        self.replay, self.replay_name = trace, name
         self.at, self.selected_node, self.playing, self.autoplay = None, None, False, False
         try:
             for step in {0, len(trace.steps) - 1}:
@@ -341,8 +343,9 @@ class Lab:
             raise SpecvizError(f"This trace could not be drawn ({type(error).__name__}): it is damaged or not "
                                "from this version of specviz.") from None
         self.at = None
-        self.message = (f"Replaying {md_text(self.replay_name)} ({len(trace.steps)} steps, recorded on "
-                        f"{md_text(trace.recorded_on or 'an unknown machine')}): no model needed. Step or Run "
+        recorded = as_code(trace.recorded_on, 80) if trace.recorded_on else "an unknown machine"
+        self.message = (f"Replaying {as_code(self.replay_name, 80)} ({len(trace.steps)} steps, recorded on "
+                        f"{recorded}): no model needed. Step or Run "
                         "returns to the live run.")
 
     def export_trace(self, folder) -> str:
@@ -387,6 +390,6 @@ class Lab:
         if self.replay is None:
             raise error
         name, k = self.replay_name, self.shown_step()
-        self.drop_replay(f"⚠️ Step {k} of {md_text(name)} could not be drawn ({type(error).__name__}): the "
+        self.drop_replay(f"⚠️ Step {k} of {as_code(name, 80)} could not be drawn ({type(error).__name__}): the "
                          "trace is damaged, so the page is back on your own run.")
         return self.on_screen()

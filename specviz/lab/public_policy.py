@@ -47,6 +47,12 @@ MAX_QUEUE = 64
 # a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released; every session's together
 MAX_SESSION_FILES_BYTES = 64 * 2**20
 MAX_FILES_BYTES = 1024 * 2**20
+# uploads on disk (Gradio writes them before any event reads them): per address and every address together
+MAX_UPLOADS_PER_ADDRESS_BYTES = 16 * 2**20
+MAX_UPLOADS_BYTES = 256 * 2**20
+# sessions Gradio keeps in memory (its StateHolder: the page's configuration and last outputs of each, about 0.4 MB
+# after a first visit): 500 take about 200 MB of the process's budget (docs/benchmarks.md, "Hostile round three")
+MAX_GRADIO_SESSIONS = 500
 # method parameters a public visitor may not turn on: a datastore that grows with every finished answer is shared
 # by every visitor, so one visitor's text would reach another's drafts
 PRIVATE_ONLY_PARAMS = {"datastore_grow": 0}
@@ -101,6 +107,9 @@ class Policy:
     max_queue: int | None = None
     max_session_files_bytes: int | None = None
     max_files_bytes: int | None = None
+    max_uploads_per_address_bytes: int | None = None
+    max_uploads_bytes: int | None = None
+    max_gradio_sessions: int | None = None
     share: ShareLimits | None = None     # what one visitor may hold (lab.fair_share); None: no share
 
     @classmethod
@@ -117,7 +126,8 @@ class Policy:
                    max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
                    max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
                    max_session_files_bytes=MAX_SESSION_FILES_BYTES, max_files_bytes=MAX_FILES_BYTES,
-                   share=ShareLimits())
+                   max_uploads_per_address_bytes=MAX_UPLOADS_PER_ADDRESS_BYTES, max_uploads_bytes=MAX_UPLOADS_BYTES,
+                   max_gradio_sessions=MAX_GRADIO_SESSIONS, share=ShareLimits())
 
     @classmethod
     def from_environment(cls, public_flag: bool = False) -> "Policy":
@@ -216,10 +226,11 @@ class Policy:
 
 def enforce(policy: Policy) -> None:
     """Put policy's process-wide limits in force: live sessions (in all and per visitor), the visitors' share of
-    calls and memory, every session's downloads together. The app does this once at start-up."""
+    calls and memory, every session's downloads together, the uploads on disk. The app does this once at start-up."""
     from specviz.lab import visitors
     from specviz.lab.fair_share import SHARE
     from specviz.lab.live_sessions import LIVE
+    from specviz.lab.upload_ledger import LEDGER
 
     LIVE.limit, LIVE.token_limit = policy.max_live_sessions, policy.max_live_tokens
     share = policy.share
@@ -227,3 +238,4 @@ def enforce(policy: Policy) -> None:
     LIVE.visitor_token_limit = share.live_tokens if share else None
     SHARE.configure(share)
     visitors.TOTAL_FILES_BYTES[0] = policy.max_files_bytes
+    LEDGER.configure(policy.max_uploads_per_address_bytes, policy.max_uploads_bytes)

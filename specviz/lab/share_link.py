@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError, quoted
+from specviz.lab.input_values import whole_number
 from specviz.methods import DEFAULT_METHOD, METHODS, Budget
 
 RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
@@ -36,28 +37,27 @@ def settings_from_query(query: dict[str, str], examples: dict[str, str]) -> tupl
             if key == "budget":
                 settings["budget"] = Budget.parse(raw).setting  # the widgets' form: "auto" or the number
             elif key == "max_new_tokens":
-                value = int(raw)
-                if not 1 <= value <= 1024:
-                    raise ValueError("between 1 and 1024")
-                settings[key] = value
+                settings[key] = whole_number(key, raw, 1, 1024)
             elif key in ("temperature", "top_p", "seed"):
                 checked = SamplingSettings.checked(**{"temperature": 0.0, "top_p": 1.0, "seed": 0, key: raw})
                 settings[key] = getattr(checked, key)
             elif key == "example":
                 label = next((k for k in examples if k == raw or k.endswith(f": {raw}")), None)
                 if label is None:
-                    raise ValueError("not an example prompt")
+                    raise SpecvizError("not an example prompt")
                 settings["example"] = label
             elif key == "prompt":
                 if len(raw) > MAX_PROMPT_CHARS:
-                    raise ValueError(f"longer than {MAX_PROMPT_CHARS} characters")
+                    raise SpecvizError(f"longer than {MAX_PROMPT_CHARS:,} characters")
                 settings["prompt"] = raw
             elif key in own:
                 settings[key] = METHODS[method].resolve_params({key: raw})[key]
             else:
                 notes.append(f"{quoted(key)} is not a setting of {method}")
-        except (SpecvizError, ValueError, TypeError) as error:
-            notes.append(f"{quoted(key)}={quoted(raw)} ignored ({error})")
+        except SpecvizError as error:  # our sentences quote what they refuse (errors.quoted): never markup
+            notes.append(f"{quoted(key)}={quoted(raw)} ignored ({str(error).rstrip('.')})")
+        except (ValueError, TypeError):  # another library's words may repeat the value as it came: not shown
+            notes.append(f"{quoted(key)}={quoted(raw)} ignored (not a value it takes)")
     if len(notes) > MAX_NOTES:  # a link with a thousand keys gets a short message
         notes = [*notes[:MAX_NOTES], f"and {len(notes) - MAX_NOTES} more"]
     return settings, notes

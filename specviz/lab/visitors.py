@@ -24,6 +24,8 @@ SHARED_KEY = "no-session"      # downloads of a call that carries no session (a 
 FOLDER_MAX_AGE_S = 2 * 3600
 # every session's downloads together (None: no limit; public mode sets one, lab.fair_share.enforce)
 TOTAL_FILES_BYTES: list[int | None] = [None]
+# what else goes when a session is released, by its hash: Gradio's own state of it (panels.gradio_sessions)
+RELEASE_HOOKS: list = []
 
 
 def register(session_hash: str | None, *objects) -> None:
@@ -36,15 +38,21 @@ def register(session_hash: str | None, *objects) -> None:
 
 
 def release(session_hash: str | None) -> int:
-    """Release (obj.release()) what a disconnected session held; how many objects that was."""
+    """Release (obj.release()) what a disconnected session held, its downloads and its uploads; how many objects
+    that was."""
+    from specviz.lab.upload_ledger import LEDGER
+
     with _lock:
         refs = _open.pop(session_hash or "", [])
         folder = _folders.pop(session_hash or "", None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+    LEDGER.release_session(session_hash)
     objects = [r() for r in refs if r() is not None]
     for obj in objects:
         obj.release()
+    for hook in RELEASE_HOOKS:
+        hook(session_hash)
     return len(objects)
 
 

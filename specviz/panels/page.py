@@ -4,6 +4,7 @@ sees first (a shipped trace at its first step) is the widgets' initial value, so
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 
 import gradio as gr
@@ -27,6 +28,7 @@ from specviz.render.page_style import PAGE_CSS, PAGE_JS
 from specviz.render.session_view import live_counters
 
 TITLE = "specviz: speculative decoding with draft trees"
+NO_PROXY = "none"  # a FORWARDED_ALLOW_IPS that no peer matches: uvicorn leaves the connection's peer as it is
 LAUNCH_OPTIONS = {"css": PAGE_CSS, "js": PAGE_JS}
 # Gradio's cache of files handed to browsers (downloads): swept every 15 minutes of what is over an hour old
 DELETE_CACHE = (900, 3600)
@@ -48,14 +50,23 @@ class Page:
 
 def launch_options(page: "Page") -> dict:
     """Gradio's launch options for the page: its CSS and script, the policy's upload limit and the door in front
-    of Gradio's routes (panels.visitor_gate: private events not callable by name, a bounded queue per visitor)."""
+    of every route (panels.visitor_gate). In public mode also: Gradio's session store bounded (its capacity),
+    Gradio's features this Space does not offer off (monitoring, run history, the MCP server, server-side
+    rendering, whose Node server would stand between visitors and the door), and uvicorn told to trust no proxy
+    header: the door reads the visitor's address itself (lab.visitor_address)."""
     from starlette.middleware import Middleware
 
     policy = page.settings.policy
     options = dict(LAUNCH_OPTIONS)
     if policy.max_upload_bytes:
         options["max_file_size"] = policy.max_upload_bytes
-    options["app_kwargs"] = {"middleware": [Middleware(VisitorGate, blocks=page.blocks, share=SHARE)]}
+    options["app_kwargs"] = {"middleware": [Middleware(VisitorGate, blocks=page.blocks, share=SHARE,
+                                                       policy=policy)]}
+    if policy.public:
+        options.update(enable_monitoring=False, run_history=False, mcp_server=False, ssr_mode=False)
+        if policy.max_gradio_sessions:
+            options["state_session_capacity"] = policy.max_gradio_sessions
+        os.environ["FORWARDED_ALLOW_IPS"] = NO_PROXY  # read by uvicorn when the server starts
     return options
 
 

@@ -17,6 +17,7 @@ ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 # model events at once: 2 answered 8 concurrent visitors sooner than 1 or 4 on 2 cores (README, "Many visitors")
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
+MODEL_QUEUE = "model"  # the concurrency group of every event that runs a model
 
 
 def _first_trace(traces: dict[str, Path]) -> str | None:
@@ -38,7 +39,7 @@ class PageContext:
     @property
     def model_events(self) -> dict:
         """The keyword arguments of every event that runs a model: one queue for every panel."""
-        return {"concurrency_id": "model", "concurrency_limit": self.model_concurrency}
+        return {"concurrency_id": MODEL_QUEUE, "concurrency_limit": self.model_concurrency}
 
     @property
     def tuning_suite(self) -> list:

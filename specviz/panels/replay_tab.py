@@ -4,16 +4,21 @@ live run."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import gradio as gr
 
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.fair_share import SHARE, visitor_of
 from specviz.lab.lab import Lab
+from specviz.lab.resident_bytes import resident_bytes
 from specviz.panels.lab_outputs import LabOutputs
 from specviz.panels.page_context import PageContext
 from specviz.panels.visitor_handler import visitor_handler
-from specviz.records.trace import MAX_TRACE_BYTES
+from specviz.records.trace import MAX_TRACE_BYTES, Trace
+
+
+TRACE_READS = 2
 
 
 def _refused(tab: "ReplayTab", lab: Lab, error) -> dict:
@@ -36,7 +41,9 @@ class ReplayTab:
     def wire(self, out: LabOutputs) -> None:
         self.out = out
         self.replay_btn.click(self.on_replay_shipped, [out.lab, self.shipped], out.components, api_name="replay")
-        self.upload.upload(self.on_upload, [out.lab, self.upload], out.components, api_name="upload_trace")
+        # at most two uploads read at once: each holds its JSON and its records until it is checked
+        self.upload.upload(self.on_upload, [out.lab, self.upload], out.components, api_name="upload_trace",
+                           concurrency_id="trace-upload", concurrency_limit=TRACE_READS)
 
     @visitor_handler(_refused, session=Lab)
     def on_replay_shipped(self, request: gr.Request, lab, name) -> dict:
@@ -57,10 +64,14 @@ class ReplayTab:
             raise SpecvizError("That upload could not be read: upload the trace file again.") from None
         self.policy.check_upload(size)
         visitor = visitor_of(request)
-        SHARE.check_replay(lab, visitor, size)  # the uploads visitors hold in memory (lab.fair_share)
+        SHARE.check_replay(lab, visitor, size)  # a trace holds at least its file's bytes: the cheap refusal first
         try:
-            lab.load_trace(path)
+            trace = Trace.load(path)
         except OSError:
             raise SpecvizError("That upload could not be read: upload the trace file again.") from None
-        SHARE.hold_replay(lab, lab.replay, visitor, size)
+        # what the visitor holds is what the trace takes in this process (several times its file), not the file
+        held = resident_bytes(trace) if SHARE.limits is not None else size
+        SHARE.check_replay(lab, visitor, held)
+        lab.replay_trace(trace, Path(path).name)
+        SHARE.hold_replay(lab, lab.replay, visitor, held)
         return self.out.shown(lab)

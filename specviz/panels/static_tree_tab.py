@@ -13,6 +13,7 @@ from specviz.lab.model_calls import call_tokens
 from specviz.lab.public_policy import Policy
 from specviz.lab.static_tree import MAX_DEPTH, MAX_SHOWN_N, SCOPES, TEXT_FORMATS, StaticTreeStudies
 from specviz.lab.visitor_request import VisitorRequest
+from specviz.panels.page_context import MODEL_QUEUE
 from specviz.panels.visitor_handler import download_folder, model_call, trim_downloads, visitor_handler
 from specviz.render.static_tree_figures import (engine_advice_markdown, level_table_markdown, speedup_figure,
                                                 static_tree_figure)
@@ -73,7 +74,7 @@ class StaticTreeTab:
                                    max_new_tokens],
                  inputs_kwargs=settings_inputs,
                  outputs=[self.study, self.size, *shown, self.table, self.message], api_name="static_tree",
-                 concurrency_id="model")
+                 concurrency_id=MODEL_QUEUE)
         for control in (self.size, self.format, self.cost):
             control.change(self.on_show, [self.study, self.size, self.format, self.cost], [*shown, self.table,
                                                                                          self.message],

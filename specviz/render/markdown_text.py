@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import re
 
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&])")
+from specviz.errors import as_code
+
+# Markdown's punctuation, and ':' and '@', without which a bare URL or address would still become a link
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&:@])")
 
 
 def md_text(text) -> str:
@@ -15,5 +18,5 @@ def md_text(text) -> str:
 
 
 def md_code(text) -> str:
-    """text as an inline code span: a backtick inside it cannot close the span (it becomes a prime)."""
-    return "`" + str(text).replace("`", "ʹ").replace("\n", " ") + "`"
+    """text as an inline code span (errors.as_code)."""
+    return as_code(text)

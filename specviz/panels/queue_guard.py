@@ -1,0 +1,238 @@
+"""Gradio's queue, guarded where a visitor could stop it or take it (installed by the door, panels.visitor_gate, on
+the queue it finds; the figures and the upstream report: docs/gradio-queue-report.md).
+
+- **Outgoing messages.** Gradio 6.31 keeps each session's outgoing messages in a 2,000-entry LRU that evicts by
+  insertion, whatever the session waits for; a message to an evicted session raises KeyError in the queue's
+  processing task, which then marks the queue stopped for good. Here the map evicts only sessions with nothing
+  pending, and a message to a session that is gone is dropped.
+- **A watchdog.** Should the queue stop anyway while the server runs, it is restarted within a second and the log
+  says why; the places of the events its stop cancelled are freed (an event cancelled before it ran never frees
+  its own), and their sessions are told to send them again.
+- **Turns by address.** Gradio serves each concurrency group first in, first out: forty long Runs from twenty
+  addresses made a newcomer's Step wait behind all of them. Here the next event of a group is the one whose address
+  was served longest ago (first in, first out within an address), and the fair share learns whether another
+  address waits for the model (a long call then stops at its contended deadline, lab.fair_share).
+- **Abandoned answers.** A session that joined and never reads its stream keeps its answers in memory and its
+  events counted: once nothing of it runs and nobody has read it for ABANDONED_S, both are dropped.
+- **Analytics.** Gradio recomputes a pandas summary of up to 10,000 past events after every event, for a
+  monitoring page this Space does not offer: kept to a few events and never recomputed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import traceback
+from collections import OrderedDict
+from contextlib import contextmanager
+
+from specviz.lab.fair_share import FairShare
+from specviz.panels.page_context import MODEL_QUEUE
+
+LOG = logging.getLogger("specviz.queue")
+SESSION_MESSAGES = 2_000      # sessions whose outgoing messages are kept (Gradio's figure); busy ones beyond it stay
+ABANDONED_S = 60.0
+WATCH_S = 1.0
+ANALYTICS_EVENTS = 100
+RESTARTED = "This Space's queue restarted while your request ran: send it again."
+
+
+class SessionMessages(OrderedDict):
+    """In place of Gradio's LRU of outgoing message queues: never evicts a session with events pending (Gradio's
+    pending map), and a lookup of a session that is gone gives a queue nobody reads (the message is dropped)."""
+
+    def __init__(self, queue, capacity: int = SESSION_MESSAGES, items=()):
+        self.queue, self.capacity, self.dropped = queue, capacity, 0  # before the items: __setitem__ reads them
+        super().__init__()
+        for key, value in dict(items).items():
+            super().__setitem__(key, value)
+
+    def __setitem__(self, key, value):
+        if key in self:
+            self.move_to_end(key)
+        else:
+            pending = self.queue.pending_event_ids_session
+            while len(self) >= self.capacity:
+                idle = next((k for k in self if not pending.get(k)), None)
+                if idle is None:  # every session waits for something: keep them all
+                    break
+                super().__delitem__(idle)
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key):
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            self.dropped += 1
+            return asyncio.Queue()
+
+    def __delitem__(self, key):  # Gradio deletes a session whose stream was cancelled: it may be gone already
+        self.pop(key, None)
+
+
+class QueueGuard:
+    def __init__(self, blocks, share: FairShare):
+        self.blocks, self.share = blocks, share
+        self._queue = None
+        self._watchdog: asyncio.Task | None = None
+        self._served: OrderedDict[str, float] = OrderedDict()  # address -> when its last event started
+        self._readers: dict[str, int] = {}                      # session -> streams open now
+        self._last_seen: dict[str, float] = {}                  # session -> its last join or stream
+        self._processing: dict[int, list] = {}                  # id -> events whose processing runs now
+        self.restarts: list[str] = []                           # why the queue stopped, each time it did
+
+    # ---- installing ---------------------------------------------------------------------------------------
+    def ensure(self) -> None:
+        """Guard the blocks' current queue (once per queue object: queue() makes a new one) and start the
+        watchdog; called by the door on every request, in the server's event loop."""
+        queue = getattr(self.blocks, "_queue", None)
+        if queue is None or queue is self._queue:
+            return
+        self._queue = queue
+        if not isinstance(queue.pending_messages_per_session, SessionMessages):
+            queue.pending_messages_per_session = SessionMessages(queue, items=queue.pending_messages_per_session)
+        processing, choose = queue.start_processing, queue.get_events
+
+        async def logged_processing():
+            try:
+                await processing()
+            except BaseException as error:
+                self.restarts.append(f"{type(error).__name__}: {error}")
+                LOG.error("specviz: Gradio's queue stopped: %s", "".join(traceback.format_exception(error)))
+                raise
+
+        async def tracked_processing(events, *args, **kwargs):  # which started events still run (restart needs it)
+            self._processing[id(events)] = events
+            try:
+                await process(events, *args, **kwargs)
+            finally:
+                self._processing.pop(id(events), None)
+
+        process = queue.process_events
+        queue.start_processing = logged_processing
+        queue.process_events = tracked_processing
+        queue.get_events = lambda: self._in_turn(queue, choose)
+        queue.ANALYTICS_MAX_EVENTS, queue.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVENTS, math.inf
+        self.share.model_waiting = self.model_waiting
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    # ---- turns by address ---------------------------------------------------------------------------------
+    def _address(self, event) -> str:
+        return self.share.address_of_session(event.session_hash) or event.session_hash
+
+    def _in_turn(self, queue, choose):
+        """Gradio's get_events, after each group that may start an event is put in turn order."""
+        for group in queue.event_queue_per_concurrency_id.values():
+            if len(group.queue) > 1 and (group.concurrency_limit is None or
+                                         group.current_concurrency < group.concurrency_limit):
+                group.queue.sort(key=lambda e: (self._served.get(self._address(e), -math.inf), e.enqueue_time))
+        chosen = choose()
+        if chosen:
+            now = time.monotonic()
+            for event in chosen[0]:
+                address = self._address(event)
+                self._served.pop(address, None)
+                self._served[address] = now
+            while len(self._served) > 50_000:
+                self._served.popitem(last=False)
+        return chosen
+
+    def model_waiting(self, address: str) -> bool:
+        """Whether an event of another address than this one waits for a place in the model's group."""
+        queue = self._queue
+        group = queue.event_queue_per_concurrency_id.get(MODEL_QUEUE) if queue is not None else None
+        return group is not None and any(self._address(e) != address for e in list(group.queue))
+
+    # ---- readers ------------------------------------------------------------------------------------------
+    def seen(self, session: str) -> None:
+        self._last_seen[session] = time.monotonic()
+
+    @contextmanager
+    def reading(self, session: str):
+        """A stream of the session is open (its queue data, an API call's answers, its heartbeat)."""
+        self._readers[session] = self._readers.get(session, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._readers.get(session, 1) - 1
+            if left > 0:
+                self._readers[session] = left
+            else:
+                self._readers.pop(session, None)
+            self.seen(session)
+
+    def session_of_event(self, event_id: str) -> str | None:
+        queue = self._queue
+        if queue is None:
+            return None
+        event = queue.event_ids_to_events.get(event_id)
+        if event is not None:
+            return event.session_hash
+        return next((s for s, ids in list(queue.pending_event_ids_session.items()) if event_id in ids), None)
+
+    # ---- the watchdog -------------------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        swept = time.monotonic()
+        while True:
+            await asyncio.sleep(WATCH_S)
+            queue = self._queue
+            if queue is None:
+                continue
+            try:
+                if queue.stopped and self.blocks.is_running:
+                    await asyncio.sleep(0.5)  # Blocks.close() stops the queue a moment before it stops running
+                    if queue.stopped and self.blocks.is_running:
+                        self.restart(queue)
+                if time.monotonic() - swept > ABANDONED_S / 4:
+                    swept = time.monotonic()
+                    self.drop_abandoned(queue)
+            except Exception:  # noqa: BLE001 (the watchdog itself never stops)
+                LOG.exception("specviz: the queue's watchdog failed once")
+
+    def restart(self, queue) -> None:
+        """Start a stopped queue again; the sessions whose running events were cancelled read why."""
+        from gradio.server_messages import ProcessCompletedMessage
+        from gradio.utils import run_coro_in_background
+
+        why = self.restarts[-1] if self.restarts else "stopped without an error"
+        LOG.warning("specviz: Gradio's queue had stopped (%s): restarting it", why)
+        # the loop's end cancelled the events it had started; one cancelled before it ran never freed its place
+        for slot, events in enumerate(queue.active_jobs):
+            if events is not None and id(events) not in self._processing:
+                queue.active_jobs[slot] = None
+                group = queue.event_queue_per_concurrency_id.get(events[0].concurrency_id)
+                if group is not None:
+                    group.current_concurrency = max(0, group.current_concurrency - 1)
+                for event in events:
+                    queue.event_ids_to_events.pop(event._id, None)
+        for session, ids in list(queue.pending_event_ids_session.items()):
+            for event_id in [i for i in ids if i not in queue.event_ids_to_events]:
+                queue.pending_messages_per_session[session].put_nowait(ProcessCompletedMessage(
+                    event_id=event_id, output={"error": RESTARTED}, success=False, title="Error"))
+        queue.stopped = False
+        run_coro_in_background(queue.start_processing)
+        run_coro_in_background(queue.start_progress_updates)
+        if not queue.live_updates:
+            run_coro_in_background(queue.notify_clients)
+
+    def drop_abandoned(self, queue) -> int:
+        """Sessions whose events are all done and that nobody has read for ABANDONED_S: their answers and counts
+        go. How many of them had answers nobody read."""
+        now, dropped = time.monotonic(), 0
+        running = {e.session_hash for e in queue.event_ids_to_events.values()}
+        for session, ids in list(queue.pending_event_ids_session.items()):
+            if session in running or self._readers.get(session):
+                continue
+            if now - self._last_seen.get(session, now) < ABANDONED_S:
+                self._last_seen.setdefault(session, now)
+                continue
+            # Gradio leaves an empty entry behind for every session that ever joined: those go too
+            queue.pending_event_ids_session.pop(session, None)
+            queue.pending_messages_per_session.pop(session, None)
+            self._last_seen.pop(session, None)
+            dropped += bool(ids)
+        for session in [s for s, t in self._last_seen.items() if now - t > 10 * ABANDONED_S]:
+            self._last_seen.pop(session, None)
+        return dropped

@@ -1,0 +1,171 @@
+"""Issue 73: a queue no visitor can stop, and turns by address. Gradio 6.31 keeps each session's outgoing messages
+in a 2,000-entry map that evicts by insertion; a message to an evicted session that still waits raises KeyError in
+the queue's processing task, and the queue stops for everyone. A small app behind the door (panels.visitor_gate,
+panels.queue_guard) with that map cut to 20 sessions: one event runs and holds its group, two wait behind it, and
+40 new sessions churn through; the waiting visitors and later ones are served. A queue stopped anyway is restarted
+by the watchdog, which logs why. Without the guard the same churn stops the queue (docs/gradio-queue-report.md)."""
+
+import http.client
+import json
+import logging
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from specviz.lab.fair_share import FairShare, ShareLimits
+from specviz.lab.public_policy import Policy
+from specviz.panels.queue_guard import QueueGuard, SessionMessages
+from test_app import free_port
+
+CAPACITY = 20
+
+
+@pytest.fixture
+def toy():
+    """A two-event app behind the door: `slow` (one at a time, until released) and `fast`."""
+    import gradio as gr
+    from starlette.middleware import Middleware
+
+    from specviz.panels.visitor_gate import VisitorGate
+
+    release = threading.Event()
+
+    def slow(text):
+        release.wait(60)
+        return text
+
+    with gr.Blocks() as demo:
+        box, out = gr.Textbox(), gr.Textbox()
+        gr.Button().click(slow, box, out, api_name="slow", concurrency_id="slow", concurrency_limit=1)
+        gr.Button().click(lambda text: text, box, out, api_name="fast")
+    share = FairShare(ShareLimits(new_sessions=10_000, address_events_waiting=10_000))
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                        app_kwargs={"middleware": [Middleware(VisitorGate, blocks=demo, share=share,
+                                                              policy=Policy.for_public())]})
+    yield SimpleNamespace(demo=demo, port=port, release=release, fns={f.api_name: i for i, f in demo.fns.items()})
+    release.set()
+    demo.close()
+
+
+def join(toy, name: str, session: str) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", toy.port, timeout=30)
+    connection.request("POST", "/gradio_api/queue/join", json.dumps(
+        {"data": [session], "fn_index": toy.fns[name], "session_hash": session, "event_data": None,
+         "trigger_id": None}), {"Content-Type": "application/json"})
+    status = connection.getresponse().status
+    connection.close()
+    return status
+
+
+def answer(toy, session: str, timeout: float = 60) -> str | None:
+    """The session's answer from its stream (the event's output), or None when none came."""
+    connection = http.client.HTTPConnection("127.0.0.1", toy.port, timeout=timeout)
+    try:
+        connection.request("GET", f"/gradio_api/queue/data?session_hash={session}")
+        for raw in connection.getresponse():
+            line = raw.decode().strip()
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    return (message.get("output") or {}).get("data", [None])[0] if message.get("success") else None
+                if message.get("msg") in ("close_stream", "unexpected_error"):
+                    return None
+    except OSError:
+        return None
+    finally:
+        connection.close()
+    return None
+
+
+def test_a_churn_of_new_sessions_cannot_stop_the_queue(toy):
+    assert join(toy, "slow", "running") == 200
+    messages = toy.demo._queue.pending_messages_per_session
+    assert isinstance(messages, SessionMessages)  # the door guarded the queue on its first request
+    messages.capacity = CAPACITY
+    time.sleep(0.5)  # "running" runs and holds its group
+    for session in ("waiting-1", "waiting-2"):
+        assert join(toy, "slow", session) == 200
+    for n in range(2 * CAPACITY):  # new sessions, each answered and read: Gradio's map would evict the waiting
+        assert join(toy, "fast", f"churn-{n}") == 200
+        assert answer(toy, f"churn-{n}") == f"churn-{n}"
+    assert "waiting-1" in messages and "waiting-2" in messages
+    toy.release.set()
+    assert answer(toy, "running") == "running"
+    assert answer(toy, "waiting-1") == "waiting-1" and answer(toy, "waiting-2") == "waiting-2"
+    assert not toy.demo._queue.stopped
+    assert join(toy, "fast", "later") == 200 and answer(toy, "later") == "later"
+    assert len(messages) <= CAPACITY + 3  # idle sessions went to make room
+
+
+def test_a_stopped_queue_is_restarted_and_the_log_says_why(toy, caplog):
+    toy.release.set()
+    assert join(toy, "fast", "before") == 200 and answer(toy, "before") == "before"
+    queue = toy.demo._queue
+    broadcast = queue.broadcast_estimations
+    failures = []
+
+    def fails_once(concurrency_id, after=None):
+        """What an evicted session's KeyError did inside Gradio's processing task (which broadcasts to every
+        waiting event as one starts; a join broadcasts to the new event alone, with `after`)."""
+        if after is None and not failures:
+            failures.append(1)
+            raise KeyError("an evicted session")
+        return broadcast(concurrency_id, after)
+
+    queue.broadcast_estimations = fails_once
+    with caplog.at_level(logging.WARNING):
+        assert join(toy, "fast", "stopping") == 200
+        deadline = time.monotonic() + 10
+        while not failures and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.5)  # the watchdog looks every second
+        assert not queue.stopped
+        assert join(toy, "fast", "after") == 200 and answer(toy, "after") == "after"
+    assert any("restarting" in r.getMessage() and "KeyError" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
+
+
+def test_the_next_event_is_from_the_address_served_longest_ago():
+    """Forty long Runs from twenty addresses made a newcomer's Step wait behind all of them: each group's next event
+    is now the one whose address waited longest since its last turn, first in, first out within an address."""
+    share = FairShare(ShareLimits())
+    for session, address in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("new", "N")):
+        share.joined(share.admit(session, address, {}))
+    group = SimpleNamespace(queue=[], concurrency_limit=2, current_concurrency=1)
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"model": group}, pending_event_ids_session={})
+    events = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "a2", "b1", "new"])]
+    guard = QueueGuard(SimpleNamespace(), share)
+    guard._queue = queue
+    picked = []
+
+    def first():
+        event = group.queue.pop(0)
+        picked.append(event.session_hash)
+        return [event], False, "model"
+
+    group.queue[:] = events[:3]
+    guard._in_turn(queue, first)                      # A's first event, in order of arrival
+    assert picked == ["a1"]
+    group.queue.append(events[3])                     # a newcomer arrives behind A's second event and B's
+    guard._in_turn(queue, first)
+    guard._in_turn(queue, first)
+    assert picked[1:] == ["b1", "new"]                # A, just served, waits for the addresses not served yet
+    assert guard.model_waiting("N") and not QueueGuard(SimpleNamespace(), share).model_waiting("A")
+    group.queue.clear()
+    group.queue.append(events[1])
+    assert not guard.model_waiting("A") and guard.model_waiting("B")  # only its own event waits
+
+
+def test_the_message_map_evicts_only_idle_sessions():
+    queue = SimpleNamespace(pending_event_ids_session={"busy": {"e1"}})
+    messages = SessionMessages(queue, capacity=2)
+    messages["busy"], messages["idle"], messages["new"] = 1, 2, 3
+    assert list(messages) == ["busy", "new"]
+    queue.pending_event_ids_session["new"] = {"e2"}
+    messages["newer"] = 4  # nothing idle to evict: every session that waits is kept
+    assert list(messages) == ["busy", "new", "newer"]
+    assert messages["gone"].qsize() == 0 and messages.dropped == 1  # a message to a session that is gone: dropped
+    del messages["gone"]
