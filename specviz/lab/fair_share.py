@@ -30,8 +30,8 @@ MAX_SESSIONS_KNOWN = 100_000    # sessions whose address the queue's round-robin
 
 @dataclass(frozen=True)
 class ShareLimits:
-    """What one visitor may hold of a public Space (figures: docs/benchmarks.md, "A fair share per visitor" and
-    "Hostile round three")."""
+    """What one visitor may hold of a public Space (figures: docs/benchmarks.md, "A fair share per visitor", and
+    docs/hostile-round-three.md)."""
     calls_running: int = 1          # model calls running at once, per session and per address
     events_waiting: int = 8         # events in the queue at once per session (running ones included)
     address_events_waiting: int = 16  # the same per address, every session of it together

@@ -51,7 +51,7 @@ MAX_FILES_BYTES = 1024 * 2**20
 MAX_UPLOADS_PER_ADDRESS_BYTES = 16 * 2**20
 MAX_UPLOADS_BYTES = 256 * 2**20
 # sessions Gradio keeps in memory (its StateHolder: the page's configuration and last outputs of each, about 0.4 MB
-# after a first visit): 500 take about 200 MB of the process's budget (docs/benchmarks.md, "Hostile round three")
+# after a first visit): 500 take about 200 MB of the process's budget (docs/hostile-round-three.md)
 MAX_GRADIO_SESSIONS = 500
 # method parameters a public visitor may not turn on: a datastore that grows with every finished answer is shared
 # by every visitor, so one visitor's text would reach another's drafts
