@@ -22,9 +22,10 @@ from test_app import free_port
 CAPACITY = 20
 
 
-@pytest.fixture
-def toy():
-    """A two-event app behind the door: `slow` (one at a time, until released) and `fast`."""
+@pytest.fixture(params=[True], ids=["door"])
+def toy(request):
+    """A two-event app behind the door (or, with the param False, Gradio alone): `slow` (one at a time, until
+    released) and `fast`."""
     import gradio as gr
     from starlette.middleware import Middleware
 
@@ -42,9 +43,9 @@ def toy():
         gr.Button().click(lambda text: text, box, out, api_name="fast")
     share = FairShare(ShareLimits(new_sessions=10_000, address_events_waiting=10_000))
     port = free_port()
+    door = {"middleware": [Middleware(VisitorGate, blocks=demo, share=share, policy=Policy.for_public())]}
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                        app_kwargs={"middleware": [Middleware(VisitorGate, blocks=demo, share=share,
-                                                              policy=Policy.for_public())]})
+                        app_kwargs=door if request.param else {})
     yield SimpleNamespace(demo=demo, port=port, release=release, fns={f.api_name: i for i, f in demo.fns.items()})
     release.set()
     demo.close()
@@ -98,6 +99,30 @@ def test_a_churn_of_new_sessions_cannot_stop_the_queue(toy):
     assert not toy.demo._queue.stopped
     assert join(toy, "fast", "later") == 200 and answer(toy, "later") == "later"
     assert len(messages) <= CAPACITY + 3  # idle sessions went to make room
+
+
+@pytest.mark.parametrize("toy", [False], ids=["gradio-alone"], indirect=True)
+def test_without_the_guard_the_same_churn_stops_gradios_queue(toy):
+    """The reproduction is the attack: Gradio's own map, cut to the same size, evicts a waiting session and its
+    queue stops for everyone (docs/gradio-queue-report.md). Should a Gradio release fix it, this test fails and
+    panels.queue_guard's map can go."""
+    assert join(toy, "slow", "running") == 200
+    messages = toy.demo._queue.pending_messages_per_session
+    assert not isinstance(messages, SessionMessages)
+    messages.max_size = CAPACITY
+    time.sleep(0.5)
+    for session in ("waiting-1", "waiting-2"):
+        assert join(toy, "slow", session) == 200
+    for n in range(2 * CAPACITY):
+        assert join(toy, "fast", f"churn-{n}") == 200
+        answer(toy, f"churn-{n}", timeout=10)
+    assert "waiting-1" not in messages  # evicted while it waits
+    toy.release.set()
+    deadline = time.monotonic() + 10
+    while not toy.demo._queue.stopped and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert toy.demo._queue.stopped
+    assert join(toy, "fast", "later") == 503
 
 
 def test_a_stopped_queue_is_restarted_and_the_log_says_why(toy, caplog):
