@@ -72,6 +72,6 @@ def parse_assignments(pairs: list[str] | None) -> dict:
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise SpecvizError(f"--param takes NAME=VALUE, got {pair!r}.")
+            raise SpecvizError(f"--param takes NAME=VALUE, got {quoted(pair, 80)}.")
         parsed[name.strip()] = value.strip()
     return parsed

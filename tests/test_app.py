@@ -332,7 +332,6 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
     from gradio_client import Client, handle_file
 
     from specviz.records.trace import Trace
-    from specviz.render.markdown_text import md_text
 
     def on_screen(out: dict) -> dict:
         """What the stage shows of a run: its tree, counters line, caption and timeline."""
@@ -342,7 +341,7 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
     out = named(client.predict("racer-code-rename", api_name="/replay"))
     steps = Trace.load(CONTEXT.traces["racer-code-rename"]).steps
     # the recording is on screen at its newest step (the timeline spans its steps), named by the message
-    assert out["message"].startswith(f"Replaying {md_text('racer-code-rename')} ({len(steps)} steps"), out["message"]
+    assert out["message"].startswith(f"Replaying `racer-code-rename` ({len(steps)} steps"), out["message"]
     assert out["timeline"]["maximum"] == out["timeline"]["value"] == len(steps) - 1, out["timeline"]
     out = named(client.predict(api_name="/previous"))
     assert out["timeline"]["value"] == len(steps) - 2
@@ -364,7 +363,7 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
         assert expected in out["message"] and on_screen(out) == shown, out["message"]
     out = named(client.predict(handle_file(str(CONTEXT.traces["pld-code-rename"])), api_name="/upload_trace"))
     uploaded = Trace.load(CONTEXT.traces["pld-code-rename"]).steps
-    assert out["message"].startswith(f"Replaying {md_text('pld-code-rename')}"), out["message"]
+    assert out["message"].startswith("Replaying `pld-code-rename"), out["message"]
     assert out["timeline"]["maximum"] == len(uploaded) - 1 and on_screen(out) != shown
     # Play twice: the second press says so; Pause stops
     client.predict(0.5, api_name="/play")

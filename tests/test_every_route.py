@@ -206,9 +206,11 @@ def test_a_call_by_keywords_is_answered(door):
 
 
 @pytest.mark.browser
+@pytest.mark.long
 def test_the_page_works_through_the_door_in_a_browser(door, lm):
     """What the page itself sends passes the door: a link's settings, a Step, a Run stopped by Stop (a cancel), an
-    upload (a file this Space wrote, named with its own URL); and a link's markup is shown as text."""
+    upload (a file this Space wrote, named with its own URL); and a link's markup is shown as text. Long: a browser
+    and a model's Step cost more than the default run has room for."""
     import shutil
 
     from playwright.sync_api import sync_playwright

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from specviz.params import Param
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, quoted
 from specviz.engine.suite import SuiteItem
 from specviz.engine.progress_events import final_result
 from specviz.engine.totals import totals
@@ -56,7 +56,7 @@ def parse_axes(specs: list[str]) -> list[tuple[str, list]]:
         name, sep, values = spec.partition("=")
         name = _axis_name(name)
         if not sep or not name or not values.strip():
-            raise SpecvizError(f"--vary takes NAME=V1,V2,... (e.g. tau=0,5), got {spec!r}.")
+            raise SpecvizError(f"--vary takes NAME=V1,V2,... (e.g. tau=0,5), got {quoted(spec, 80)}.")
         parts = [v.strip() for v in values.split(",")]
         if any(not v for v in parts):
             raise SpecvizError(f"--vary {spec.strip()} has an empty value: separate values by single commas.")
@@ -110,7 +110,7 @@ def _normalised_axes(axes) -> list[tuple[str, list]]:
         elif isinstance(axis, (tuple, list)) and len(axis) == 2:
             name, values = axis
         else:
-            raise SpecvizError(f"A sweep axis is a name and its values, got {axis!r}.")
+            raise SpecvizError(f"A sweep axis is a name and its values, got {quoted(axis, 80)}.")
         if isinstance(values, str):
             values = [v.strip() for v in values.split(",")]
         out.append((_axis_name(name), list(values or [])))

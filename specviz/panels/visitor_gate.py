@@ -29,7 +29,7 @@ import uuid
 
 import gradio as gr
 
-from specviz.errors import quoted
+from specviz.errors import as_code, quoted
 from specviz.lab.fair_share import FairShare
 from specviz.lab.route_rules import (
     CALL_V2, JOIN, MAX_UPLOAD_FILES, MULTIPART, NONE, RouteRule, route_rules, rule_for, shape_refusal, too_deep,
@@ -306,7 +306,7 @@ def _not_a_number(inputs: list[tuple]) -> tuple[str, str] | None:
     for component, value in inputs:
         if isinstance(component, (gr.Slider, gr.Number)) and value is not None and \
                 (isinstance(value, bool) or not isinstance(value, (int, float))):
-            label = component.label or "a number"
+            label = (component.label or "a number").replace("`", "")
             return label, f"{label} takes a number, got {quoted(value)}."
     return None
 
@@ -321,8 +321,10 @@ def _not_a_choice(inputs: list[tuple]) -> tuple[str, str] | None:
         allowed = [choice[1] if isinstance(choice, (tuple, list)) else choice for choice in component.choices or ()]
         values = value if getattr(component, "multiselect", False) and isinstance(value, list) else [value]
         if any(isinstance(v, (list, dict)) or v not in allowed for v in values):
-            label = component.label or "a choice"
-            shown = ", ".join(str(c) or "(blank)" for c in allowed[:10]) + (", ..." if len(allowed) > 10 else "")
+            label = (component.label or "a choice").replace("`", "")
+            # each choice as code too: a choice's own backtick would otherwise pair with the quoted value's
+            shown = ", ".join(as_code(c) if str(c) else "(blank)" for c in allowed[:10]) + \
+                (", ..." if len(allowed) > 10 else "")
             return label, f"{label} takes one of {shown}; got {quoted(value)}."
     return None
 
