@@ -44,8 +44,8 @@ def checked_request(args, prompt):
 
 def generated(args) -> dict:
     """The run's output and figures (`generate --json` prints exactly this)."""
+    from specviz.engine.peers import PEER_METHODS, peer_run
     from specviz.engine.run import run_method
-    from specviz.methods import PEER_METHODS
     from specviz.params import parse_assignments
     from specviz.runtime.prompts import read_prompt_file
 
@@ -53,8 +53,8 @@ def generated(args) -> dict:
     prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     if args.method in PEER_METHODS:  # transformers' own generate(): none of the page's settings apply
         lm = load_target(args)
-        outcome = run_method(lm, args.method, prompt, params=parse_assignments(args.param), sampling=sampling(args),
-                             max_new_tokens=args.max_new_tokens, draft=draft_model(args, [args.method], lm))
+        outcome = peer_run(lm, args.method, prompt, params=parse_assignments(args.param), sampling=sampling(args),
+                           max_new_tokens=args.max_new_tokens, draft=draft_model(args, [args.method], lm))
     else:
         request = checked_request(args, prompt)
         s = request.settings

@@ -18,18 +18,11 @@ METHODS: dict[str, type[Method]] = {m.name: m for m in (
 DEFAULT_METHOD = "unified"  # what the app shows first and a link without method= means (issue 9: at least
 # as fast as racer on both suites)
 
-PEER_METHODS = {
-    "hf-ar": "transformers generate(), greedy, no speculation",
-    "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
-    "hf-assisted": "transformers generate(assistant_model=draft model)",
-}
-
-
 def get_method(name: str) -> type[Method]:
     if name not in METHODS:
         raise SpecvizError(f"Unknown method {quoted(name)}; choose one of {', '.join(METHODS)}.")
     return METHODS[name]
 
 
-__all__ = ["AUTO_BUDGET", "AUTO_MAX_NODES", "BUDGET_MAX", "Budget", "DEFAULT_METHOD", "METHODS", "PEER_METHODS", "Method",
+__all__ = ["AUTO_BUDGET", "AUTO_MAX_NODES", "BUDGET_MAX", "Budget", "DEFAULT_METHOD", "METHODS", "Method",
            "get_method", "parse_budget"]
