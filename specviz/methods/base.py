@@ -14,6 +14,7 @@ from specviz.accept.sampling import SEEDED, STANDARD, SamplingSettings, coupled_
 from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
 from specviz.records.notes import DrafterNote
+from specviz.records.paper import PaperSettings
 from specviz.records.plan import SourceShare, SourceSplit
 from specviz.runtime.feature_tap import FINAL, FeatureTap
 from specviz.runtime.prompts import PromptText
@@ -28,6 +29,10 @@ class Method:
     summary: ClassVar[str] = ""
     params: ClassVar[list[Param]] = []
     uses_draft_model: ClassVar[bool] = False   # whether the Session's draft model (or self-draft) is used
+    paper: ClassVar[PaperSettings | None] = None  # the paper's configuration and our departures (None: ours alone)
+    # parameter values under which every tree depends on the session's own state alone (no measured choice, no
+    # memory shared by the process): what a test comparing two processes' trees runs
+    state_only: ClassVar[dict] = {}
 
     # ---- parameters and promises (no model needed) ---------------------------------------------------
     @classmethod

@@ -24,6 +24,7 @@ class Unified(Method):
                                                          "(off), or when it measured faster here (auto)",
                        choices=("auto", "on", "off")), ACCEPTANCE_PARAM])
     uses_draft_model = True
+    state_only = {"model_stage": "on"}  # auto measures which pays, and the process keeps that measurement
 
     @classmethod
     def check(cls, values: dict) -> None:
