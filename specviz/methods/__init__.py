@@ -15,6 +15,8 @@ from specviz.methods.unified import Unified
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid)}
 
+Unified.merge(m for m in METHODS.values() if m.mergeable)  # unified can merge every retrieval method's source
+
 DEFAULT_METHOD = "unified"  # what the app shows first and a link without method= means (issue 9: at least
 # as fast as racer on both suites)
 

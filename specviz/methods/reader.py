@@ -58,4 +58,5 @@ class Reader(Method):
         return self.notes + self.indexes.warnings
 
     def finish(self, output_ids: list[int]) -> None:
+        super().finish(output_ids)
         self.indexes.finish(output_ids)
