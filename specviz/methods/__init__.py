@@ -10,10 +10,11 @@ from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
 from specviz.methods.rapid import Rapid
 from specviz.methods.reader import Reader
 from specviz.methods.respec import ReSpec
+from specviz.methods.suffix import Suffix
 from specviz.methods.unified import Unified
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
-    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid)}
+    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid, Suffix)}
 
 Unified.merge(m for m in METHODS.values() if m.mergeable)  # unified can merge every retrieval method's source
 
