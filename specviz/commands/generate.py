@@ -28,18 +28,16 @@ def checked_request(args, prompt):
     """The run's settings through the page's door (lab.visitor_request, a private policy): the method, its
     parameters, budget, sampling and prompt are refused as the page refuses them, before any model loads."""
     from specviz.lab.visitor_request import VisitorRequest
-    from specviz.methods import get_method
     from specviz.params import parse_assignments
 
     params = parse_assignments(args.param)
-    get_method(args.method).resolve_params(params)  # the page sends every parameter; a command line names its own
     if isinstance(prompt, list):  # a chat file: the page's text form of a chat
         prompt = json.dumps({"messages": prompt}, ensure_ascii=False)
     return VisitorRequest.of_loose({"model": args.model or "", "prompt": prompt, "method": args.method,
                                     "budget": args.budget, "params": params,
                                     "draft_model": args.draft_model or "", "mode": args.mode or "",
                                     "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
-                                   max_new_tokens=args.max_new_tokens)
+                                   max_new_tokens=args.max_new_tokens, own_only=True)  # a command line names its own
 
 
 def generated(args) -> dict:
@@ -59,8 +57,7 @@ def generated(args) -> dict:
         request = checked_request(args, prompt)
         s = request.settings
         lm = load_target(args)
-        outcome = run_method(lm, s.method, s.model_prompt, params=dict(s.params), budget=s.budget,
-                             sampling=s.sampling, max_new_tokens=request.max_new_tokens,
+        outcome = run_method(lm, s.run, s.model_prompt, max_new_tokens=request.max_new_tokens,
                              draft=draft_model(args, [s.method], lm), trace=bool(args.trace))
     if outcome.trace is not None:  # a peer's run has none
         outcome.trace.save(args.trace)

@@ -9,6 +9,7 @@ from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine import costmodel
+from specviz.engine.checked_run import CheckedRun
 from specviz.engine.session import RunFigures, Session
 from specviz.errors import SpecvizError
 from specviz.methods import AUTO_BUDGET, Budget, get_method
@@ -89,13 +90,13 @@ class RunResult:
 
 
 # ---- running ---------------------------------------------------------------------------------------
-def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def run_method(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
                prompt_ids: list[int] | None = None, params: dict | None = None,
                budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
                max_new_tokens: int, draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None,
                should_stop: Callable[[], bool] | None = None, on_step: Callable[[StepRecord], None] | None = None,
                trace: bool = False) -> RunResult:
-    """Run `method` on a prompt until max_new_tokens output tokens, EOS, the context limit or should_stop().
+    """Run `method` (a name, or a CheckedRun with its settings) on a prompt until max_new_tokens output tokens, EOS, the context limit or should_stop().
     prompt: the text or chat (encoded here unless prompt_ids are given; a method that builds its own context
     from it, RAPID, reads it); prompt_ids: the encoded prompt. budget: a Budget, or its text form ("auto", a
     number of nodes). draft: the draft model, for a method that uses one (the others ignore it). trace: also keep
@@ -109,7 +110,7 @@ def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptTe
     return result
 
 
-def warm_up(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def warm_up(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
             prompt_ids: list[int] | None = None, params: dict | None = None,
             budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
             draft: LoadedModel | None = None) -> None:
@@ -122,12 +123,14 @@ def warm_up(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText 
         session.step()
 
 
-def _started_session(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def _started_session(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
                      prompt_ids: list[int] | None = None, params: dict | None = None,
                      budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
                      draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None) -> Session:
-    """A session of one of our methods, prefilled with the prompt (see run_method)."""
-    own_draft = draft if get_method(method).uses_draft_model else None
+    """A session of one of our methods, prefilled with the prompt (see run_method). A CheckedRun brings its own
+    parameters, budget and sampling (checked where it was made; params, budget and sampling are then unused)."""
+    name = method.method if isinstance(method, CheckedRun) else method
+    own_draft = draft if get_method(name).uses_draft_model else None
     session = Session(lm, method, params, budget=budget, sampling=sampling, cost_model=cost_model, draft=own_draft)
     return session.start_ids(_prompt_ids(lm, prompt, prompt_ids), _prompt_text(prompt))
 
