@@ -114,7 +114,7 @@ def test_sweep_reports_mat_difference_and_trigger_rate(tmp_path, capsys):
 USER_COMMANDS = {"generate", "bench", "sweep", "calibrate", "datastore", "train-head", "export-head", "trained-files",
                  "draft-quality", "static-tree", "space-bundle", "params"}
 DEV_COMMANDS = {"overhead", "predict", "memory", "page-faults", "profile", "roofline", "random-model", "long-context",
-                "state-cost", "space-figures", "app-load", "record-traces", "structure", "mode-diff"}
+                "state-cost", "space-figures", "app-load", "record-traces", "structure", "mode-diff", "docs"}
 
 
 def subcommands(parser) -> dict:

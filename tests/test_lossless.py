@@ -1,5 +1,5 @@
-"""Greedy fp32 losslessness on the tuning suite: pld, racer and its ablations emit exactly ar's tokens,
-with fixed and auto budgets."""
+"""Greedy fp32 losslessness on the tuning suite: every registered method emits exactly ar's tokens (a short
+run each, fixed and auto budgets), and pld, racer and its ablations on every prompt."""
 
 from pathlib import Path
 
@@ -8,6 +8,7 @@ import pytest
 from specviz.engine.costmodel import CostModel
 from specviz.engine.session import Session
 from specviz.engine.suite import load_suite
+from specviz.methods import METHODS
 
 # the long-context items (2K-7K token documents) have their own, shorter checks in test_rapid
 SUITE = [i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.jsonl") if i.category != "long-context"]
@@ -15,6 +16,22 @@ SUITE = [i for i in load_suite(Path(__file__).parent.parent / "assets" / "suite.
 
 FLAT_COST = CostModel(sizes=[1, 2, 64, 128], ms=[50.0, 55.0, 120.0, 200.0], context_len=512, model="test",
                       device="cpu", dtype="float32", threads=2)
+
+
+SHORT = 16  # tokens per registered method and budget: a new method is checked at once, for a few seconds
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_registered_method_is_lossless(lm, ar_outputs, method):
+    """From the registry: each method at its defaults, a fixed budget of 16 (every offered node verified) and the
+    planner's auto budget, on copied code (every source drafts something there)."""
+    item = next(i for i in SUITE if i.id == "code-rename")
+    for budget in (16, "auto"):
+        session = Session(lm, method, budget=budget, cost_model=FLAT_COST).start(item.messages)
+        session.run(SHORT)
+        assert session.output_ids == ar_outputs[item.id][:len(session.output_ids)], (method, budget)
+        assert len(session.output_ids) == SHORT or session.finish_reason == "eos"
+        assert session.method.lossless(session.method.param_values, 0.0)
 
 
 @pytest.mark.parametrize("item", SUITE, ids=[i.id for i in SUITE])

@@ -102,5 +102,11 @@ def test_a_click_keeps_the_rest_of_the_page_and_goes_through_the_door():
         assert list(shown) == [panel.message] and "⚠️" in shown[panel.message]
 
 
-def test_the_panel_for_methods_without_a_paper():
-    assert "no paper of its own" in paper_settings_markdown("unified")
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_has_a_panel_note(method):
+    """From the registry: a method with a paper names it, one without says its settings are ours (never blank)."""
+    note = paper_settings_markdown(method)
+    if METHODS[method].paper is None:
+        assert "no paper of its own" in note
+    else:
+        assert note.startswith("**Paper**") and paper_settings(method) is PAPERS[METHODS[method].paper.method]

@@ -44,3 +44,11 @@ def test_every_link_to_a_file_of_the_repository_resolves():
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text()):
                 broken.append(f"{page.name}: {target} (no such heading)")
     assert not broken, broken
+
+
+def test_the_method_table_is_the_registry():
+    """The README's method table is made from specviz.methods.METHODS (`python -m specviz dev docs` rewrites it)."""
+    from specviz.benches.doc_blocks import method_table, stale_files
+
+    assert method_table() in (ROOT / "README.md").read_text()
+    assert stale_files() == [], "run `python -m specviz dev docs`"

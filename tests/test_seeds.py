@@ -14,6 +14,7 @@ import torch
 
 from specviz.accept.position_noise import PositionNoise, position_generator
 from specviz.accept.sampling import SamplingSettings, coupled_accept, sampling_probs
+from specviz.methods import METHODS
 from specviz.tree.draft_tree import DraftTree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,8 +106,8 @@ for seed in {seeds!r}:
         out[f"long/{{method}}/{{params.get('eta', '')}}/{{seed}}"] = run.output_ids
 print(json.dumps(out))
 """
-RUNS = [("ar", "auto"), ("pld", "auto"), ("racer", "auto"), ("racer", 64), ("racer-logits", 8),
-        ("racer-retrieval", "auto"), ("respec", "auto"), ("reader", "auto"), ("unified", "auto"), ("unified", 32)]
+# every registered method with the planner's budget (rapid: on its document prompt, below), and fixed budgets of two
+RUNS = [*((m, "auto") for m in METHODS if m != "rapid"), ("racer", 64), ("racer-logits", 8), ("unified", 32)]
 
 
 @pytest.mark.slow

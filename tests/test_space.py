@@ -35,8 +35,9 @@ PROMPT = ("Rename the variable count to total in this function and show the whol
 DOCUMENT = json.dumps({"document": " ".join(
     f"Ferry {n} leaves the north pier at {6 + n} o'clock and reaches the island an hour later." for n in range(12)),
     "question": "When does ferry 7 leave the north pier?"})
-# fixed choices: a fixed budget and no measured choice, so that every tree depends on the state alone
-FIXED = {"unified": {"model_stage": "on"}, "respec": {"fallback": "model"}}
+# fixed choices: a fixed budget and each method's settings without a measured choice or a memory of the process
+# (Method.state_only), so that every tree depends on the state alone
+FIXED = {name: method.state_only for name, method in METHODS.items()}
 N = 6  # tokens a walk asks for: two Steps, a Run, a Step after Reset (enough for trees that carry state)
 
 

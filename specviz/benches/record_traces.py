@@ -1,5 +1,6 @@
 """The traces shipped in assets/traces: one run per method on a fixed prompt, recorded on this machine, so
-that a visitor sees a full, real run at once (replayed with no model) while the model still loads."""
+that a visitor sees a full, real run at once (replayed with no model) while the model still loads. A new
+method records its own (`dev record-traces --methods NAME`); the others' files stay as they are."""
 
 from __future__ import annotations
 
@@ -23,15 +24,23 @@ RECORDINGS = [*((m, COPY_PROMPT, 0.0, {}) for m in METHODS if m != "rapid"),
 
 
 def record_traces(lm: LoadedModel, out: Path = ASSETS / "traces", max_new_tokens: int = 96,
-                  log: Callable[[str], None] = print) -> list[Path]:
-    """Record every method's trace (replacing the files); returns their paths."""
+                  log: Callable[[str], None] = print, methods: list[str] | None = None) -> list[Path]:
+    """Record the traces of `methods` (None: every method), replacing those files and leaving the others as they
+    are (a new method records its own alone); returns their paths."""
+    from specviz.errors import SpecvizError
     from specviz.index import datastore
+
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown:
+        raise SpecvizError(f"Unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}.")
 
     datastore.ensure(lm)  # built once per tokenizer: a recording must not time that build as a step
     suite = {item.id: item for item in load_suite(ASSETS / "suite.jsonl")}
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for method, prompt_id, temperature, params in RECORDINGS:
+        if methods is not None and method not in methods:
+            continue
         item = suite[prompt_id]
         draft = shared_draft(lm, "") if METHODS[method].uses_draft_model else None
         prompt_ids = encode(lm.tokenizer, item.messages, lm.max_context)

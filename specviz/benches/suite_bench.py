@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Callable
 
 from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
+from specviz.engine.peers import PEER_METHODS, peer_run
 from specviz.engine.run import RunResult, run_method, warm_up
 from specviz.engine.suite import SuiteItem
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, METHODS, PEER_METHODS, Budget, get_method
+from specviz.methods import AUTO_BUDGET, METHODS, Budget, get_method
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
 from specviz.accept.sampling import SamplingSettings
@@ -87,8 +89,11 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
     check_params(methods, params)
     encoded = [(item, encode(lm.tokenizer, item.messages, lm.max_context)) for item in suite]
     for method in methods if warm else ():
-        warm_up(lm, method, PromptText.of(suite[0].messages), prompt_ids=encoded[0][1],
-                params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
+        if method in PEER_METHODS:
+            peer_run(lm, method, prompt_ids=encoded[0][1], max_new_tokens=8, draft=draft)
+        else:
+            warm_up(lm, method, PromptText.of(suite[0].messages), prompt_ids=encoded[0][1],
+                    params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
     for runner in peers.values() if warm else ():
         runner(encoded[0][1], 8)  # its first answer's one-time costs out of the timings
     from specviz.index.datastore import shared_datastore
@@ -107,9 +112,9 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
         for repeat in range(repeats):
             for method in methods:  # interleaved: A B C A B C ...
                 seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
-                runs[method].append(run_method(lm, method, prompt, prompt_ids=prompt_ids,
-                                               params=params_for(method, params), budget=budget, sampling=seeded,
-                                               max_new_tokens=limit, draft=draft))
+                run = peer_run if method in PEER_METHODS else functools.partial(run_method, budget=budget)
+                runs[method].append(run(lm, method, prompt, prompt_ids=prompt_ids, params=params_for(method, params),
+                                        sampling=seeded, max_new_tokens=limit, draft=draft))
             for name, runner in peers.items():
                 runs[name].append(runner(prompt_ids, limit))
         reference = runs[BASELINE][0]

@@ -28,24 +28,22 @@ def checked_request(args, prompt):
     """The run's settings through the page's door (lab.visitor_request, a private policy): the method, its
     parameters, budget, sampling and prompt are refused as the page refuses them, before any model loads."""
     from specviz.lab.visitor_request import VisitorRequest
-    from specviz.methods import get_method
     from specviz.params import parse_assignments
 
     params = parse_assignments(args.param)
-    get_method(args.method).resolve_params(params)  # the page sends every parameter; a command line names its own
     if isinstance(prompt, list):  # a chat file: the page's text form of a chat
         prompt = json.dumps({"messages": prompt}, ensure_ascii=False)
     return VisitorRequest.of_loose({"model": args.model or "", "prompt": prompt, "method": args.method,
                                     "budget": args.budget, "params": params,
                                     "draft_model": args.draft_model or "", "mode": args.mode or "",
                                     "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed},
-                                   max_new_tokens=args.max_new_tokens)
+                                   max_new_tokens=args.max_new_tokens, own_only=True)  # a command line names its own
 
 
 def generated(args) -> dict:
     """The run's output and figures (`generate --json` prints exactly this)."""
+    from specviz.engine.peers import PEER_METHODS, peer_run
     from specviz.engine.run import run_method
-    from specviz.methods import PEER_METHODS
     from specviz.params import parse_assignments
     from specviz.runtime.prompts import read_prompt_file
 
@@ -53,14 +51,13 @@ def generated(args) -> dict:
     prompt = read_prompt_file(args.prompt_file) if args.prompt_file else args.prompt
     if args.method in PEER_METHODS:  # transformers' own generate(): none of the page's settings apply
         lm = load_target(args)
-        outcome = run_method(lm, args.method, prompt, params=parse_assignments(args.param), sampling=sampling(args),
-                             max_new_tokens=args.max_new_tokens, draft=draft_model(args, [args.method], lm))
+        outcome = peer_run(lm, args.method, prompt, params=parse_assignments(args.param), sampling=sampling(args),
+                           max_new_tokens=args.max_new_tokens, draft=draft_model(args, [args.method], lm))
     else:
         request = checked_request(args, prompt)
         s = request.settings
         lm = load_target(args)
-        outcome = run_method(lm, s.method, s.model_prompt, params=dict(s.params), budget=s.budget,
-                             sampling=s.sampling, max_new_tokens=request.max_new_tokens,
+        outcome = run_method(lm, s.run, s.model_prompt, max_new_tokens=request.max_new_tokens,
                              draft=draft_model(args, [s.method], lm), trace=bool(args.trace))
     if outcome.trace is not None:  # a peer's run has none
         outcome.trace.save(args.trace)

@@ -63,6 +63,9 @@ class Drafter:
     def observe(self, outcome: StepOutcome) -> None:
         """Learn from the verified step (acceptance feedback, new tokens, new logits)."""
 
+    def finish(self, output_ids: list[int]) -> None:
+        """A generation ended with these output tokens (a drafter that remembers earlier answers keeps them)."""
+
     def step_note(self) -> DrafterNote | None:
         """What the step record should show about this drafter's last step (decisions, feedback), read
         once after observe(); None: nothing to say."""

@@ -1,5 +1,7 @@
 """The peers we measure against: transformers' own generate(), plain greedy (hf-ar), with prompt lookup
-(hf-pld) or with an assistant model (hf-assisted). They run PyTorch's stock linear kernel, as shipped."""
+(hf-pld) or with an assistant model (hf-assisted). They run PyTorch's stock linear kernel, as shipped. They are
+no methods of ours: a bench or the CLI names them beside the methods and runs them here (peer_run), not through
+the engine's run path."""
 
 from __future__ import annotations
 
@@ -7,9 +9,18 @@ import time
 
 import torch
 
+from specviz.accept.sampling import SamplingSettings
+from specviz.engine.run import RunResult
 from specviz.errors import SpecvizError
 from specviz.runtime import fast_linear
 from specviz.runtime.loading import LoadedModel
+from specviz.runtime.prompts import PromptText, encode
+
+PEER_METHODS = {
+    "hf-ar": "transformers generate(), greedy, no speculation",
+    "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
+    "hf-assisted": "transformers generate(assistant_model=draft model)",
+}
 
 
 @torch.inference_mode()
@@ -41,3 +52,26 @@ def hf_generate(lm: LoadedModel, prompt_ids: list[int], method: str, max_new_tok
         hook.remove()
     output_ids = out[0, len(prompt_ids):].tolist()
     return {"output_ids": output_ids, "new_tokens": len(output_ids), "steps": len(calls), "wall_s": wall_s}
+
+
+def peer_run(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+             prompt_ids: list[int] | None = None, params: dict | None = None,
+             sampling: SamplingSettings = SamplingSettings(), max_new_tokens: int,
+             draft: LoadedModel | None = None) -> RunResult:
+    """One peer's run as a RunResult (no step records, margins or trace): greedy only, no parameters."""
+    if not sampling.greedy:
+        raise SpecvizError(f"{method} runs greedy only here: use temperature 0 (leave it out of a sampled "
+                           f"benchmark).")
+    if params:
+        raise SpecvizError(f"{method} takes no parameters, got {', '.join(sorted(params))}.")
+    if prompt_ids is None:
+        if prompt is None:
+            raise SpecvizError("A run needs a prompt: its text or its token ids.")
+        messages = list(prompt.messages) if isinstance(prompt, PromptText) else prompt
+        prompt_ids = encode(lm.tokenizer, messages, lm.max_context)
+    run = hf_generate(lm, list(prompt_ids), method, max_new_tokens, draft)
+    output_ids = run["output_ids"]
+    finish = "eos" if output_ids and output_ids[-1] in lm.eos_ids else "length"
+    return RunResult(method=method, prompt_ids=list(prompt_ids), output_ids=output_ids,
+                     text=lm.tokenizer.decode(output_ids, skip_special_tokens=True), steps=run["steps"],
+                     prefill_s=0.0, decode_s=run["wall_s"], finish_reason=finish, lossless_declared=True)

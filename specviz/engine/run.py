@@ -1,5 +1,5 @@
-"""The run path: one method (ours, or a transformers peer) on one prompt, to a token limit, and the figures
-of that run. bench, sweep, the CLI's generate, the app's ar baseline and the tools all run through here,
+"""The run path: one of our methods on one prompt, to a token limit, and the figures of that run (a transformers
+peer runs in engine.peers). bench, sweep, the CLI's generate, the app's ar baseline and the tools all run through here,
 so a run is set up, timed and counted one way."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine import costmodel
+from specviz.engine.checked_run import CheckedRun
 from specviz.engine.session import RunFigures, Session
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, PEER_METHODS, Budget, get_method
+from specviz.methods import AUTO_BUDGET, Budget, get_method
 from specviz.records.trace import StepRecord, Trace
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
@@ -89,19 +90,17 @@ class RunResult:
 
 
 # ---- running ---------------------------------------------------------------------------------------
-def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def run_method(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
                prompt_ids: list[int] | None = None, params: dict | None = None,
                budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
                max_new_tokens: int, draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None,
                should_stop: Callable[[], bool] | None = None, on_step: Callable[[StepRecord], None] | None = None,
                trace: bool = False) -> RunResult:
-    """Run `method` on a prompt until max_new_tokens output tokens, EOS, the context limit or should_stop().
+    """Run `method` (a name, or a CheckedRun with its settings) on a prompt until max_new_tokens output tokens, EOS, the context limit or should_stop().
     prompt: the text or chat (encoded here unless prompt_ids are given; a method that builds its own context
     from it, RAPID, reads it); prompt_ids: the encoded prompt. budget: a Budget, or its text form ("auto", a
     number of nodes). draft: the draft model, for a method that uses one (the others ignore it). trace: also keep
     the run's trace (RunResult.trace)."""
-    if method in PEER_METHODS:
-        return _peer_run(lm, method, _prompt_ids(lm, prompt, prompt_ids), params, sampling, max_new_tokens, draft)
     session = _started_session(lm, method, prompt, prompt_ids=prompt_ids, params=params, budget=budget,
                                sampling=sampling, draft=draft, cost_model=cost_model)
     session.run(max_new_tokens, should_stop, on_step)
@@ -111,29 +110,27 @@ def run_method(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptTe
     return result
 
 
-def warm_up(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def warm_up(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
             prompt_ids: list[int] | None = None, params: dict | None = None,
             budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
             draft: LoadedModel | None = None) -> None:
     """An untimed short run (WARMUP_STEPS steps), so that first-call costs land on no measured prompt:
     kernels, the datastore, the warm copy-logit table, and the first tries of a measured choice (unified's
     draft model stage, ReSpec's fallback), which the process's later sessions of the same setting share."""
-    if method in PEER_METHODS:
-        run_method(lm, method, prompt, prompt_ids=prompt_ids, params=params, sampling=sampling,
-                   max_new_tokens=WARMUP_STEPS, draft=draft)
-        return
     session = _started_session(lm, method, prompt, prompt_ids=prompt_ids, params=params, budget=budget,
                                sampling=sampling, draft=draft)
     while not session.finished and len(session.records) < WARMUP_STEPS:
         session.step()
 
 
-def _started_session(lm: LoadedModel, method: str, prompt: str | list[dict] | PromptText | None = None, *,
+def _started_session(lm: LoadedModel, method: "str | CheckedRun", prompt: str | list[dict] | PromptText | None = None, *,
                      prompt_ids: list[int] | None = None, params: dict | None = None,
                      budget: Budget | int | str = AUTO_BUDGET, sampling: SamplingSettings = SamplingSettings(),
                      draft: LoadedModel | None = None, cost_model: costmodel.CostModel | None = None) -> Session:
-    """A session of one of our methods, prefilled with the prompt (see run_method)."""
-    own_draft = draft if get_method(method).uses_draft_model else None
+    """A session of one of our methods, prefilled with the prompt (see run_method). A CheckedRun brings its own
+    parameters, budget and sampling (checked where it was made; params, budget and sampling are then unused)."""
+    name = method.method if isinstance(method, CheckedRun) else method
+    own_draft = draft if get_method(name).uses_draft_model else None
     session = Session(lm, method, params, budget=budget, sampling=sampling, cost_model=cost_model, draft=own_draft)
     return session.start_ids(_prompt_ids(lm, prompt, prompt_ids), _prompt_text(prompt))
 
@@ -151,20 +148,3 @@ def _prompt_ids(lm: LoadedModel, prompt, prompt_ids: list[int] | None) -> list[i
         raise SpecvizError("A run needs a prompt: its text or its token ids.")
     messages = list(prompt.messages) if isinstance(prompt, PromptText) else prompt
     return encode(lm.tokenizer, messages, lm.max_context)
-
-
-def _peer_run(lm: LoadedModel, method: str, prompt_ids: list[int], params: dict | None,
-              sampling: SamplingSettings, max_new_tokens: int, draft: LoadedModel | None) -> RunResult:
-    from specviz.engine.peers import hf_generate
-
-    if not sampling.greedy:
-        raise SpecvizError(f"{method} runs greedy only here: use temperature 0 (leave it out of a sampled "
-                           f"benchmark).")
-    if params:
-        raise SpecvizError(f"{method} takes no parameters, got {', '.join(sorted(params))}.")
-    run = hf_generate(lm, prompt_ids, method, max_new_tokens, draft)
-    output_ids = run["output_ids"]
-    finish = "eos" if output_ids and output_ids[-1] in lm.eos_ids else "length"
-    return RunResult(method=method, prompt_ids=list(prompt_ids), output_ids=output_ids,
-                     text=lm.tokenizer.decode(output_ids, skip_special_tokens=True), steps=run["steps"],
-                     prefill_s=0.0, decode_s=run["wall_s"], finish_reason=finish, lossless_declared=True)

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from specviz.engine import costmodel, rebuilt_prefixes
+from specviz.engine.checked_run import CheckedRun
 from specviz.engine.tree_forward import verify_tree
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.feature_tap import FeatureTap
@@ -134,22 +135,28 @@ class Drafted:
 
 
 class Session:
-    def __init__(self, lm: LoadedModel, method: str = "ar", params: dict | None = None,
+    def __init__(self, lm: LoadedModel, method: "str | type | CheckedRun" = "ar", params: dict | None = None,
                  budget: Budget | int | str = AUTO_BUDGET,
                  sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
                  draft: LoadedModel | None = None):
         self.lm = lm
-        # a name of methods.METHODS, or a Method class of one's own (engine.static_check's probe)
-        self.method_class = method if isinstance(method, type) else get_method(method)
-        self.params = self.method_class.resolve_params(params)
+        # a CheckedRun (its settings checked once, where it was made: taken as they are), a name of
+        # methods.METHODS, or a Method class of one's own (engine.static_check's probe)
+        if isinstance(method, str):
+            method = CheckedRun.check(method, params, budget, sampling)
+        if isinstance(method, CheckedRun):
+            self.method_class, self.params = get_method(method.method), method.param_values
+            self.budget, self.sampling = method.budget, method.sampling
+        else:
+            self.method_class = method
+            self.params = self.method_class.resolve_params(params)
+            self.budget = Budget.parse(budget)  # the old forms ("auto", a number of nodes) are read too
+            self.sampling = SamplingSettings.checked(sampling.temperature, sampling.top_p, sampling.seed)
+            self.method_class.check_sampling(self.params, self.sampling)
         self.method = None  # the method's drafters for one generation, built by start_ids
         if isinstance(draft, LoadedModel) and draft is not lm:
             check_same_vocabulary(lm, draft)  # a draft head was checked against its target when it was loaded
         self.draft = draft  # None: a model drafter drafts with the target's own weights; or the draft head
-        self.budget = Budget.parse(budget)  # the old forms ("auto", a number of nodes) are read too
-        # checked again: settings built directly (not by SamplingSettings.checked) may hold any value
-        self.sampling = SamplingSettings.checked(sampling.temperature, sampling.top_p, sampling.seed)
-        self.method_class.check_sampling(self.params, self.sampling)
         self.generator = torch.Generator(device="cpu").manual_seed(self.sampling.seed)
         self._cost_model = cost_model
         self._online_cost: OnlineCost | None = None

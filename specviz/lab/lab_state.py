@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
+from specviz.engine.checked_run import CheckedRun
 from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
@@ -33,15 +34,29 @@ from specviz.engine.suite import long_context_prompt
 class Settings:
     model: str
     prompt: str
-    method: str
-    budget: Budget
-    params: tuple           # sorted (name, value) pairs of the method's own parameters
+    run: CheckedRun         # the method, its parameters, the budget and the sampling, checked once by the door
     draft_model: str = ""   # a method's draft model; "" = the target's own weights
     mode: str = ""          # run mode (runtime.modes): "" = the device default (fp32 on CPU)
-    sampling: SamplingSettings = SamplingSettings()
     max_prompt_tokens: int | None = None  # public mode's cap, checked where the prompt is tokenized (None: context)
     # the prompt as the model reads it (text, or a chat's messages), parsed once by the door (lab.visitor_request)
     model_prompt: str | list[dict] = field(default="", compare=False)
+
+    @property
+    def method(self) -> str:
+        return self.run.method
+
+    @property
+    def budget(self) -> Budget:
+        return self.run.budget
+
+    @property
+    def params(self) -> tuple:
+        """Sorted (name, value) pairs of the method's own parameters."""
+        return self.run.params
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return self.run.sampling
 
 
 @dataclass
@@ -194,8 +209,7 @@ def start_session(state: LabState, settings: Settings) -> str:
     if settings.max_prompt_tokens is not None and len(prompt_ids) > settings.max_prompt_tokens:
         raise SpecvizError(f"The prompt is {len(prompt_ids):,} tokens long; this Space reads prompts of at most "
                            f"{settings.max_prompt_tokens:,} tokens.")
-    session = Session(lm, settings.method, dict(settings.params), budget=settings.budget, draft=draft,
-                      sampling=settings.sampling).start_ids(prompt_ids, PromptText.of(parsed))
+    session = Session(lm, settings.run, draft=draft).start_ids(prompt_ids, PromptText.of(parsed))
     restarted = state.session is not None and state.session.records
     state.session, state.settings, state.diff = session, settings, None
     message = "Settings changed: generation restarted." if restarted else ""

@@ -1,7 +1,8 @@
 """One door for what a visitor asks for. Every event of the page and of the API (Step, Run, Play's timer, A/B and
 its sides' overrides, the share link, the sweep) turns its raw inputs into a VisitorRequest here, validated once
-at construction: types, finite numbers, ranges, and the public policy (lab.public_policy). Nothing downstream parses or
-checks them again. A refusal is one SpecvizError sentence that names the allowed range or list.
+at construction: types, finite numbers, ranges, and the public policy (lab.public_policy). The run's own checks
+(method, parameters, budget, sampling) are the engine's, made once here: their CheckedRun (engine.checked_run) is
+what the Session takes, so nothing downstream parses or checks them again. A refusal is one SpecvizError sentence that names the allowed range or list.
 
 On a public Space any handler can be called with any JSON value (gradio_client, a raw HTTP request), so nothing
 here trusts a widget's type: a number may arrive as "nan", 1e400, a list or a dict."""
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from specviz.accept.sampling import SamplingSettings
+from specviz.engine.checked_run import CheckedRun
 from specviz.errors import SpecvizError
 from specviz.methods import AUTO_BUDGET, BUDGET_MAX, METHODS, Budget, get_method
 from specviz.methods.budget import AUTO_TEXT
@@ -48,8 +50,10 @@ def budget_from_widgets(auto, nodes) -> Budget:
 
 def checked_settings(model: str, prompt: str, method: str, budget, params: Mapping, draft_model: str = "",
                      mode: str = "", temperature=0.0, top_p=1.0, seed=0,
-                     policy: Policy = Policy.private()) -> Settings:
-    """A run's Settings from loose values (no model needed), each checked once: SpecvizError for bad input."""
+                     policy: Policy = Policy.private(), own_only: bool = False) -> Settings:
+    """A run's Settings from loose values (no model needed), each checked once: SpecvizError for bad input.
+    params may hold other methods' parameters too (the page sends every widget), unless own_only (a command line
+    names only what it means: another method's name is refused)."""
     model = policy.check_model(text_value("model", model, MAX_NAME_CHARS))
     mode = policy.check_mode(text_value("mode", mode, MAX_NAME_CHARS))
     method = text_value("method", method, MAX_NAME_CHARS).strip()
@@ -57,15 +61,14 @@ def checked_settings(model: str, prompt: str, method: str, budget, params: Mappi
     if not isinstance(params, Mapping):
         raise SpecvizError(f"params must be an object of NAME: VALUE, got {type(params).__name__}.")
     spec = get_method(method)
-    own = {p.name: params[p.name] for p in spec.params if p.name in params}
+    own = dict(params) if own_only else {p.name: params[p.name] for p in spec.params if p.name in params}
     draft_name = text_value("draft_model", draft_model, MAX_NAME_CHARS).strip() if spec.uses_draft_model else ""
     draft_name = policy.check_draft(draft_name) if spec.uses_draft_model else ""
-    sampling = SamplingSettings.checked(temperature, top_p, seed)
-    resolved = policy.check_params(spec.name, spec.resolve_params(own))
-    spec.check_sampling(resolved, sampling)
+    sampling = SamplingSettings.checked(temperature, top_p, seed)  # the number types refused one by one first
+    run = CheckedRun.check(spec.name, own, visitor_budget(budget), sampling)
+    policy.check_params(spec.name, run.param_values)
     model_prompt = parse_prompt(prompt)  # an empty or malformed prompt is refused before any model runs
-    return Settings(model_key(model), prompt, spec.name, visitor_budget(budget), tuple(sorted(resolved.items())),
-                    draft_name, mode_key(mode), sampling, policy.max_prompt_tokens, model_prompt)
+    return Settings(model_key(model), prompt, run, draft_name, mode_key(mode), policy.max_prompt_tokens, model_prompt)
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,11 @@ class VisitorRequest:
         return cls(settings, policy.check_new_tokens(max_new_tokens), tuple(sorted(page_params.items())))
 
     @classmethod
-    def of_loose(cls, loose: Mapping, policy: Policy = Policy.private(), max_new_tokens=None) -> "VisitorRequest":
+    def of_loose(cls, loose: Mapping, policy: Policy = Policy.private(), max_new_tokens=None,
+                 own_only: bool = False) -> "VisitorRequest":
         """A request from checked_settings' keyword arguments (the CLI's, a preset's, a test's)."""
         params = loose.get("params") or {}
-        settings = checked_settings(**{**loose, "params": params}, policy=policy)
+        settings = checked_settings(**{**loose, "params": params}, policy=policy, own_only=own_only)
         limit = policy.max_new_tokens or MAX_TOKENS_PRIVATE
         return cls(settings, policy.check_new_tokens(limit if max_new_tokens is None else max_new_tokens),
                    tuple(sorted((k, scalar(k, v)) for k, v in params.items())))

@@ -10,20 +10,16 @@ from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
 from specviz.methods.rapid import Rapid
 from specviz.methods.reader import Reader
 from specviz.methods.respec import ReSpec
+from specviz.methods.suffix import Suffix
 from specviz.methods.unified import Unified
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
-    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid)}
+    PlainDecoding, PromptLookup, Racer, RacerLogits, RacerRetrieval, ReSpec, Reader, Unified, Rapid, Suffix)}
+
+Unified.merge(m for m in METHODS.values() if m.mergeable)  # unified can merge every retrieval method's source
 
 DEFAULT_METHOD = "unified"  # what the app shows first and a link without method= means (issue 9: at least
 # as fast as racer on both suites)
-
-PEER_METHODS = {
-    "hf-ar": "transformers generate(), greedy, no speculation",
-    "hf-pld": "transformers generate(prompt_lookup_num_tokens=10)",
-    "hf-assisted": "transformers generate(assistant_model=draft model)",
-}
-
 
 def get_method(name: str) -> type[Method]:
     if name not in METHODS:
@@ -31,5 +27,5 @@ def get_method(name: str) -> type[Method]:
     return METHODS[name]
 
 
-__all__ = ["AUTO_BUDGET", "AUTO_MAX_NODES", "BUDGET_MAX", "Budget", "DEFAULT_METHOD", "METHODS", "PEER_METHODS", "Method",
+__all__ = ["AUTO_BUDGET", "AUTO_MAX_NODES", "BUDGET_MAX", "Budget", "DEFAULT_METHOD", "METHODS", "Method",
            "get_method", "parse_budget"]

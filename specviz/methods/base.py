@@ -14,6 +14,7 @@ from specviz.accept.sampling import SEEDED, STANDARD, SamplingSettings, coupled_
 from specviz.accept.verification import Verification
 from specviz.params import Param, resolve
 from specviz.records.notes import DrafterNote
+from specviz.records.paper import PaperSettings
 from specviz.records.plan import SourceShare, SourceSplit
 from specviz.runtime.feature_tap import FINAL, FeatureTap
 from specviz.runtime.prompts import PromptText
@@ -28,6 +29,13 @@ class Method:
     summary: ClassVar[str] = ""
     params: ClassVar[list[Param]] = []
     uses_draft_model: ClassVar[bool] = False   # whether the Session's draft model (or self-draft) is used
+    paper: ClassVar[PaperSettings | None] = None  # the paper's configuration and our departures (None: ours alone)
+    # parameter values under which every tree depends on the session's own state alone (no measured choice, no
+    # memory shared by the process): what a test comparing two processes' trees runs
+    state_only: ClassVar[dict] = {}
+    # a retrieval method whose source `unified` can merge too (switch `with_<name>`; see Unified.merge): its
+    # drafters come from sources(), and its build is those drafters alone
+    mergeable: ClassVar[bool] = False
 
     # ---- parameters and promises (no model needed) ---------------------------------------------------
     @classmethod
@@ -64,6 +72,11 @@ class Method:
 
     def build(self, lm, p: dict, draft) -> list[Drafter]:
         """The drafters, in the order they draft (each stage takes what budget the earlier ones left)."""
+        return self.sources(lm, p) if self.mergeable else []
+
+    @classmethod
+    def sources(cls, lm, p: dict) -> list[Drafter]:
+        """A mergeable method's drafters for parameter values p (p may hold other methods' parameters too)."""
         return []
 
     @property
@@ -143,7 +156,9 @@ class Method:
         return []
 
     def finish(self, output_ids: list[int]) -> None:
-        """A generation ended (EOS, context, or the caller's token limit)."""
+        """A generation ended (EOS, context, or the caller's token limit): each stage hears of it."""
+        for drafter in self.stages:
+            drafter.finish(output_ids)
 
     def checkpoint(self) -> list:
         return [drafter.checkpoint() for drafter in self.stages]

@@ -22,10 +22,34 @@ from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import Retrieval, retrieve
 from specviz.methods.base import Method
 from specviz.runtime.verify_output import DeviceSummary
+from specviz.records.paper import Change, OwnChoice, PaperSettings
+from specviz.methods.budget import AUTO_BUDGET, Budget
+
+
+# the paper's own configuration (the page's *Paper's settings* button) and what stays ours
+RAPID_PAPER = PaperSettings("rapid", "RAPID §3.1 (γ = 10; η searched in {5, 10, 20} for self-speculation; 512-token chunks, "
+                       "BGE-M3 cosine ≥ 0.3, retrieval length between 4,096 tokens and 1/24 of the input), "
+                       "Appendix C (temperature 1.0 on ∞Bench)", (
+    Change("budget", Budget(10), AUTO_BUDGET, "§3.1 (γ = 10)", "the chain of γ sampled tokens reaches the verifier "
+           "whole under the standard rule either way"),
+    Change("eta", 10.0, 0.0, "§3.1 (η ∈ {5, 10, 20})", "η = 0 keeps the output on the target's own "
+           "distribution (η > 0 is lossy)"),
+    Change("temperature", 1.0, 0.0, "Appendix C (∞Bench)", "greedy by default; η needs a temperature"),
+    Change("acceptance", "standard", "seeded", "§2.4 and Appendix B (speculative sampling's rule)",
+           "the seeded rule gives every method ar's tokens for a seed (η > 0 uses the standard rule anyway)"),
+    Change("retrieval_budget", 4096, 1024, "§3.1 (at least 4,096 tokens)", "our documents hold 2,000-8,000 "
+           "tokens: at 4,096 the drafter reads most of them and retrieval drafts no faster than the target"),
+    Change("compression", 24.0, 0.0, "§2.3 (|C^S| ≤ |C| / λ) and §3.1 (1/24)", "a fixed budget"),
+    Change("ranker", "minilm", "bm25", "§3.1 (embedding cosine)", "BM25 found the evidence more often on our "
+           "questions, and faster")), (
+    OwnChoice("the embedder", "BGE-M3", "all-MiniLM-L6-v2 (what ships with specviz)"),
+    OwnChoice("the RAG drafter", "the same or a larger model", "the target's own weights (self-speculation)"),
+    OwnChoice("long contexts", "up to 128K tokens", "the shipped documents, a few thousand tokens")))
 
 
 class Rapid(Method):
     name = "rapid"
+    paper = RAPID_PAPER
     summary = ("RAPID: a RAG drafter (the draft model on the retrieved chunks of a long document) samples a "
                "chain; the target verifies it against the retrieval-augmented distribution (eta)")
     params = [

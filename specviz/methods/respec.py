@@ -14,10 +14,39 @@ from specviz.drafters.model_source import MODEL_PARAMS, draft_note, drafter_sett
 from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
 from specviz.runtime.verify_output import DeviceSummary
+from specviz.records.paper import BUDGET_WHY, Change, EAGLE2_WHY, OUR_HEAD, OwnChoice, PaperSettings
+from specviz.methods.budget import AUTO_BUDGET, Budget
+
+
+# the paper's own configuration (the page's *Paper's settings* button) and what stays ours
+RESPEC_PAPER = PaperSettings("respec", "ReSpec §4.1 (greedy; draft size 60; lookback 3; EAGLE-2 with its defaults as the "
+                        "model-based drafter), §3.2.1 (θ_entropy = 1.5) and §4.3 (τ ≤ 3 and m ≤ 3 recommended)", (
+    Change("budget", Budget(60), AUTO_BUDGET, "§4.1 (draft size 60)", BUDGET_WHY),
+    Change("fallback", "model", "auto", "§4.1 (EAGLE-2 drafts when retrieval does not fire)",
+           "auto falls back to whichever of the head and the copy-logit tree drafted more tokens per measured "
+           "ms here"),
+    Change("head_breadth", 10, 4, "EAGLE-2's top_k = 10", EAGLE2_WHY),
+    Change("head_expand", 10, 4, "EAGLE-2's top_k = 10 nodes expanded per level", EAGLE2_WHY),
+    Change("head_depth", 6, 2, "EAGLE-2's depth = 5 levels after the root's", EAGLE2_WHY),
+    Change("head_nodes", 60, 24, "EAGLE-2's total_token = 60", EAGLE2_WHY),
+    Change("tau", 3.0, 0.0, "§4.3 (recommended upper bound; the experiments' own τ is not given)",
+           "strict verification: the output is exactly greedy decoding's (τ > 0 is lossy)"),
+    Change("m", 3, 2, "§4.3 (recommended upper bound)", "a relaxed token needs two greedy matches after it, not "
+           "three (only matters when τ > 0)")), (
+    OUR_HEAD,
+    OwnChoice("α, θ_score, λ_e, branch length, Φ, top-k of the relaxed rule", "not given in the paper",
+              "0.3, 0.2, 0.5, 16, 2, 5 (our defaults)"),
+    OwnChoice("equal key confidences", "the shorter key", "the longer key"),
+    OwnChoice("match positions never tried", "(not specified)", "keep their score"),
+    OwnChoice("relaxed verification", "along the retrieved path", "over the whole tree"),
+    OwnChoice("fallback = auto", "(no such setting)", "its speed measurements are shared by the process, so a "
+              "lossy τ > 0 output can depend on what ran before")))
 
 
 class ReSpec(Method):
     name = "respec"
+    paper = RESPEC_PAPER
+    state_only = {"fallback": "model"}  # auto picks by speeds the process measured
     summary = ("ReSpec: entropy-triggered retrieval from feedback-scored match positions (relaxed "
                "verification), else a draft model or the copy-logit tree (strict)")
     params = [

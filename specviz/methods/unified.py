@@ -24,10 +24,30 @@ class Unified(Method):
                                                          "(off), or when it measured faster here (auto)",
                        choices=("auto", "on", "off")), ACCEPTANCE_PARAM])
     uses_draft_model = True
+    state_only = {"model_stage": "on"}  # auto measures which pays, and the process keeps that measurement
+
+    merged: tuple[type[Method], ...] = ()  # the mergeable methods whose sources a switch adds (merge)
+
+    @classmethod
+    def merge(cls, methods) -> None:
+        """Offer each mergeable method's source as a stage of this tree, off by default (`with_<name>` = 1 turns it
+        on): the registry calls this once, so a new retrieval method joins without an edit here. Its parameters
+        join ours (a name both declare is declared once: tests/test_methods.py)."""
+        own = {p.name for p in cls.params}
+        for method in methods:
+            if method in cls.merged:
+                continue
+            switch = Param(f"with_{method.name}", 0, 0, 1, int, f"unified: 1 = also merge {method.name}'s source "
+                                                               f"into the tree (before the copy-logit tree)")
+            cls.params = cls.params + [switch] + [p for p in method.params if p.name not in own]
+            own |= {p.name for p in method.params}
+            cls.merged = cls.merged + (method,)
 
     @classmethod
     def check(cls, values: dict) -> None:
         check_retrieval(values)
+        for method in cls.merged:
+            method.check(values)
 
     def build(self, lm, p, draft):
         self.indexes = search_indexes(lm, p)
@@ -39,11 +59,13 @@ class Unified(Method):
         # came behind retrieval siblings that took the planner's share of their parent. The copy-logit
         # tree fills whatever budget it is offered, so it drafts last. With the stage off, the other
         # stages draft as before.
-        return [*model, automaton_drafter(p), *search_drafters(self.indexes, p), copy_logit_drafter(lm, p)]
+        merged = [d for m in self.merged if p[f"with_{m.name}"] for d in m.sources(lm, p)]
+        return [*model, automaton_drafter(p), *search_drafters(self.indexes, p), *merged, copy_logit_drafter(lm, p)]
 
     @property
     def warnings(self) -> list[str]:
         return self.notes + self.indexes.warnings
 
     def finish(self, output_ids: list[int]) -> None:
+        super().finish(output_ids)
         self.indexes.finish(output_ids)

@@ -2,11 +2,11 @@
 memory, the app under load, the shipped traces, the random twin the GPU checks run). DEV_COMMANDS are their
 modules, in the order `dev --help` lists them; each registers itself as the user commands do."""
 
-from specviz.commands.dev import (app_load, long_context, memory, mode_diff, overhead, page_faults, predict, profile,
+from specviz.commands.dev import (app_load, docs, long_context, memory, mode_diff, overhead, page_faults, predict, profile,
                                   random_model, record_traces, roofline, space_figures, state_cost, structure)
 
 DEV_COMMANDS = (overhead, predict, memory, page_faults, profile, roofline, random_model, long_context, state_cost,
-                space_figures, app_load, record_traces, structure, mode_diff)
+                space_figures, app_load, record_traces, structure, mode_diff, docs)
 
 
 def register(subparsers) -> None:
