@@ -56,7 +56,7 @@ def test_without_a_call_the_breakdown_says_only_what_the_runs_counted():
 
 
 def test_a_session_without_a_curve_plans_on_the_quick_one_and_the_full_one_is_scheduled(tiny_models, tmp_path,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, full_calibration):
     """The app registers background calibration (lab.startup): a session in a mode or model no curve was measured
     for gets the quick curve at once and the full one is scheduled once; without the app, the full one is measured
     at once (the command line's runs are measurements themselves)."""
