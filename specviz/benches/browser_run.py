@@ -65,17 +65,7 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
             cpu_before = sum(process_tree_cpu_s(p) for p in browser_pids)
             started = time.perf_counter()
             page.click("#run-btn")
-            last, still_since = "", time.time()
-            while time.time() < deadline:
-                text = page.text_content("#counters") or ""
-                figures = _figures(text)
-                if text != last:
-                    last, still_since = text, time.time()
-                done = (page.text_content("#message") or "").strip().startswith("Done")
-                if figures.get("tokens", 0) >= max_new_tokens or done or \
-                        (figures.get("steps") and time.time() - still_since > 8):
-                    break
-                time.sleep(0.25)
+            _run_ended(page, max_new_tokens, deadline)
             wall = time.perf_counter() - started
             cpu = sum(process_tree_cpu_s(p) for p in browser_pids) - cpu_before
             figures = _figures(page.text_content("#counters") or "")
@@ -127,8 +117,8 @@ def first_runs(method: str = "unified", max_new_tokens: int = 128, waits_s: tupl
     return rows
 
 
-def _wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
-    """The counters' figures once the Run's last reply came (Done, or the token limit, or nothing new for 8 s)."""
+def _run_ended(page, max_new_tokens: int, deadline: float) -> bool:
+    """Whether the Run's last reply came before the deadline (Done, or the token limit, or nothing new for 8 s)."""
     last, still_since = "", time.time()
     while time.time() < deadline:
         text = page.text_content("#counters") or ""
@@ -137,10 +127,17 @@ def _wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
             last, still_since = text, time.time()
         done = (page.text_content("#message") or "").strip().startswith("Done")
         if figures.get("tokens", 0) >= max_new_tokens or done or (figures.get("steps") and time.time() - still_since > 8):
-            time.sleep(1.0)  # the last reply's counters (the figures below the stage follow it)
-            return _figures(page.text_content("#counters") or "")
+            return True
         time.sleep(0.25)
-    raise SpecvizError("the Run did not finish within 300 s")
+    return False
+
+
+def _wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
+    """The counters' figures once the Run's last reply came (_run_ended)."""
+    if not _run_ended(page, max_new_tokens, deadline):
+        raise SpecvizError("the Run did not finish within 300 s")
+    time.sleep(1.0)  # the last reply's counters (the figures below the stage follow it)
+    return _figures(page.text_content("#counters") or "")
 
 
 def _browser_pids() -> list[int]:
