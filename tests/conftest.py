@@ -7,7 +7,11 @@ import torch
 
 # hermetic: no draft head of this machine's cache or of assets/trained becomes the default draft model, and no
 # test offers the Model box's training button (tests that need a head train a tiny one or make a random one)
-os.environ.setdefault("SPECVIZ_HEADS", tempfile.mkdtemp(prefix="specviz-test-heads-"))
+# One folder per test process: pytest-xdist's workers inherit the folder the controller's conftest made (marked
+# by _SPECVIZ_TEST_HEADS), and a head one worker trains must not become another's default; a folder the user set
+# is kept.
+if os.environ.get("SPECVIZ_HEADS") in (None, os.environ.get("_SPECVIZ_TEST_HEADS")):
+    os.environ["SPECVIZ_HEADS"] = os.environ["_SPECVIZ_TEST_HEADS"] = tempfile.mkdtemp(prefix="specviz-test-heads-")
 os.environ.setdefault("SPECVIZ_HEAD_TRAINING", "off")
 # a cold cache plans on the quick cost curve instead of a full calibration per thread count (minutes each): the
 # tests check tokens, not speed; tests of calibration itself unset it (full_calibration below)
@@ -21,6 +25,13 @@ LONG_FLAG = "--long"  # the README names it: `bash tests/run.sh --long`
 def pytest_addoption(parser):
     parser.addoption(LONG_FLAG, action="store_true", default=False,
                      help="also run the long statistical tests (marked long; SPECVIZ_LONG_TESTS=1 does the same)")
+
+
+def pytest_configure(config):
+    """--long as the environment says it too: a test module reads it at import, in a process (an xdist worker)
+    whose own command line does not carry the flag."""
+    if config.getoption(LONG_FLAG):
+        os.environ["SPECVIZ_LONG_TESTS"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,5 +10,14 @@ if [ ! -x /usr/bin/chromium ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False
+# Two test processes where there are two cores (pytest-xdist, a file per process at a time: a file's servers and
+# models are made once), each computing on its own share of the cores: two OpenMP teams of every core each slow
+# each other far more than twofold. SPECVIZ_TEST_WORKERS=0 runs everything in one process.
+cores=$(nproc)
+workers=${SPECVIZ_TEST_WORKERS:-$(( cores < 2 ? 0 : 2 ))}
+if [ "$workers" -gt 1 ]; then
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( cores / workers > 0 ? cores / workers : 1 ))}
+  set -- -n "$workers" --dist loadfile "$@"
+fi
 # no path given: pytest runs testpaths (pyproject.toml), i.e. tests/; a path given runs only that
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
