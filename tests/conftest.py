@@ -65,7 +65,7 @@ class ArOutputs(dict):
     asks for it: what the lossless tests hold each method to (a run of n tokens against the first n)."""
 
     def __init__(self, lm):
-        from specviz.engine.suite import load_suite
+        from specviz.studies.suite import load_suite
 
         super().__init__()
         self.lm = lm

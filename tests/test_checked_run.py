@@ -13,7 +13,8 @@ from specviz.engine.checked_run import CheckedRun
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.lab.visitor_request import VisitorRequest
-from specviz.methods import METHODS, Budget
+from specviz.methods import METHODS
+from specviz.tree.budget import Budget
 
 
 class Letters:

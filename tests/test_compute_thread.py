@@ -28,7 +28,7 @@ def test_a_visitors_step_computes_on_the_compute_thread(lm, monkeypatch):
     thread run there."""
     from specviz.engine import tree_forward
     from specviz.lab.lab import Lab
-    from specviz.methods import AUTO_BUDGET
+    from specviz.tree.budget import AUTO_BUDGET
 
     threads = set()
     real = tree_forward.verify_tree

@@ -1,5 +1,5 @@
 """The EAGLE-3-shaped head trained here (`train-head --shape eagle3`, runtime.trained_eagle3) and its export for the
-engines (serving.speculators_export): a tiny one trains on an eight-layer target in seconds, drafts as
+engines (engine_configs.speculators_export): a tiny one trains on an eight-layer target in seconds, drafts as
 `head-eagle3` for every method that takes a model drafter losslessly, the runtime's forward is the trained
 network's, a head for another target is refused, and the exported folders carry the engines' names. The
 round trip through the speculators package's own loader is tests/test_engines_own_code.py."""
@@ -18,9 +18,9 @@ from specviz.engine.session import Session
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import MissingHead, target_shape
 from specviz.runtime.eagle_head import EagleHead
-from specviz.runtime.shared_resources import resolve_draft
+from specviz.runtime.draft_model_spec import resolve_draft
 from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder, shown_path
-from specviz.serving.speculators_export import Verifier, export_head
+from specviz.engine_configs.speculators_export import Verifier, export_head
 from specviz.training.train_eagle3 import drafting_view, eagle3_layers, eagle3_network
 from specviz.training.train_head import EAGLE3_SHAPE, TrainConfig, train
 
@@ -174,8 +174,8 @@ def test_export_head_command_refuses_a_head_that_is_not_eagle3(tmp_path):
 
 
 def test_the_engines_are_told_where_the_eagle3_head_lies_and_how_to_export_it(layered_target, trained):
-    from specviz.engine.static_study import drafter_for_engines
-    from specviz.serving import sglang, vllm
+    from specviz.studies.static_study import drafter_for_engines
+    from specviz.engine_configs import sglang, vllm
     from specviz.tree.static_tree import RankAcceptance
 
     head = resolve_draft(layered_target, EAGLE3_SPEC, None)

@@ -16,7 +16,7 @@ from specviz.runtime.eagle_files import EagleLayout
 from specviz.runtime.eagle_head import EagleHead
 from specviz.runtime.feature_tap import eagle3_tap
 from specviz.runtime.loading import load_model
-from specviz.runtime.shared_resources import resolve_draft
+from specviz.runtime.draft_model_spec import resolve_draft
 
 PROMPTS = [[{"role": "user", "content": "Name three colours and say why you like them."}],
            [{"role": "user", "content": "def add(a, b):\n    return a + b\n\nRename add to plus."}]]
@@ -141,8 +141,8 @@ def test_official_layouts_load_and_every_method_with_a_model_drafter_is_lossless
 
 def test_a_static_tree_drafts_with_an_eagle_head(target, heads):
     """The static tree of rank paths (issue 47's check) runs with a published head as with the trained one."""
-    from specviz.engine.static_check import check_tree
-    from specviz.engine.suite import SuiteItem
+    from specviz.studies.static_check import check_tree
+    from specviz.studies.suite import SuiteItem
     from specviz.tree.static_tree import StaticTree
 
     head = resolve_draft(target, f"eagle:{heads['eagle3']}", lambda name: None)
@@ -150,12 +150,12 @@ def test_a_static_tree_drafts_with_an_eagle_head(target, heads):
     suite = [SuiteItem.of(PROMPTS[0], id="p", category="chat", max_new_tokens=16)]
     checked = check_tree(target, head, tree, suite, 16)
     assert checked.lossless and checked.steps > 0
-    from specviz.engine.rank_acceptance import measure_ranks
+    from specviz.studies.rank_acceptance import measure_ranks
 
     measured = measure_ranks(target, head, "eagle-3", suite, depth=2, max_rank=8, max_new_tokens=16)
     assert measured.acceptance.positions > 0  # acceptance by rank path, measured along ar's output
     # what a serving engine sees of each head: its EAGLE version and the folder it would load
-    from specviz.engine.static_study import drafter_for_engines
+    from specviz.studies.static_study import drafter_for_engines
 
     for layout, kind in (("eagle3", "eagle3"), ("eagle1", "eagle")):
         spec = f"eagle:{heads[layout]}"

@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from specviz.runtime.cache_dir import cache_root
-from specviz.runtime.shared_resources import resolve_draft
+from specviz.runtime.draft_model_spec import resolve_draft
 from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
-from specviz.serving import sglang, vllm
-from specviz.serving.advice import Drafter
-from specviz.serving.speculators_export import SPECULATORS_VERSION, Verifier, export_head
+from specviz.engine_configs import sglang, vllm
+from specviz.engine_configs.advice import Drafter
+from specviz.engine_configs.speculators_export import SPECULATORS_VERSION, Verifier, export_head
 from specviz.tree.static_tree import RankAcceptance
 from specviz.training.train_eagle3 import eagle3_layers
 from specviz.training.train_head import EAGLE3_SHAPE, train

@@ -97,7 +97,7 @@ def test_a_share_link_asks_for_no_more_tokens_than_a_step_may():
 
 
 def test_a_sweeps_prompt_is_held_to_the_prompt_limit(lm):
-    from specviz.engine.suite import SuiteItem
+    from specviz.studies.suite import SuiteItem
     from specviz.lab.lab_state import check_prompt_tokens
 
     item = SuiteItem.of("word " * 400, id="long")

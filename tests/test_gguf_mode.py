@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.engine.tree_forward import tree_forward
 from specviz.runtime import fast_linear, gguf_blocks, modes
 from specviz.runtime.block_forward import causal_forward

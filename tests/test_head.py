@@ -16,7 +16,7 @@ from specviz.accept.sampling import SamplingSettings, coupled_accept
 from specviz.drafters.head import HeadDrafter
 from specviz.engine.run import run_method
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.engine.tree_forward import tree_forward
 from specviz.errors import SpecvizError
 from specviz.records.notes import ReSpecNote
@@ -26,7 +26,7 @@ from specviz.runtime.draft_head import (DraftHead, HeadNetwork, HeadRecord, Miss
                                         target_identity, target_shape)
 from specviz.runtime.kv import new_cache
 from specviz.runtime.loading import load_model
-from specviz.runtime.shared_resources import head_for, resolve_draft
+from specviz.runtime.draft_model_spec import head_for, resolve_draft
 from specviz.training.head_corpus import (SuiteGuard, guarded, python_code, python_reference, shipped_answers,
                                       usable_request)
 from specviz.training.train_head import TrainConfig, generate_answers, self_instruct, train, unrolled_mask

@@ -1,9 +1,9 @@
-"""llama.cpp's n-gram speculation as serving.llamacpp reads its rules: ngram-simple's draft against a brute-force
+"""llama.cpp's n-gram speculation as engine_configs.llamacpp reads its rules: ngram-simple's draft against a brute-force
 reading of common_ngram_simple_draft, ngram-mod's table, the simulation along a greedy continuation, the setting
 chosen by the largest simulated speedup, and the flags checked as llama.cpp's parser checks them."""
 
-from specviz.serving import llamacpp
-from specviz.serving.advice import Drafter
+from specviz.engine_configs import llamacpp
+from specviz.engine_configs.advice import Drafter
 
 
 def brute_simple(tokens, size_n, size_m):

@@ -7,7 +7,7 @@ import pytest
 
 from specviz.engine.costmodel import CostModel
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.methods import METHODS
 
 # the long-context items (2K-7K token documents) have their own, shorter checks in test_rapid

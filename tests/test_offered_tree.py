@@ -5,7 +5,7 @@ carries their texts and loads back equal. And the speedup's ar baseline: stepped
 import pytest
 
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.records.offered import NOT_RANKED
 from specviz.records.trace import Trace
 from specviz.lab.lab import Lab

@@ -8,7 +8,7 @@ from specviz.accept.greedy import greedy_accept
 from specviz.drafters.automaton_retrieval import AutomatonDrafter
 from specviz.drafters.copy_logits import CopyLogitDrafter, CopyLogitTable, child_breadth
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.errors import SpecvizError
 from specviz.methods import get_method
 from specviz.tree.draft_tree import ROOT, DraftTree

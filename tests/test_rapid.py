@@ -12,7 +12,7 @@ from test_sampling import chi_square_p
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.session import Session
-from specviz.engine.suite import long_context_prompt
+from specviz.studies.suite import long_context_prompt
 from specviz.errors import SpecvizError
 from specviz.index.chunk_retrieval import chunk_document, retrieve
 from specviz.methods import METHODS
@@ -105,7 +105,7 @@ def test_compression_sets_the_retrieval_length_from_the_document(lm):
 
 
 def test_rapid_drafts_with_the_layer_skip_drafter(lm):
-    from specviz.runtime.shared_resources import shared_draft
+    from specviz.runtime.draft_model_spec import shared_draft
 
     prompt = long_context_prompt(FERRY[:3000], FERRY_QUESTIONS[0]["question"])
     reference = Session(lm, "ar").start(prompt)

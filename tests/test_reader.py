@@ -10,15 +10,15 @@ import pytest
 from specviz.drafters.search_path import DeepenDrafter, SearchIndexes
 from specviz.engine.costmodel import CostModel
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.errors import SpecvizError
 from specviz.index.datastore import Datastore, build, shared_datastore
 from specviz.index.ngram_trie import NgramTrie
 from specviz.index.suffix_array import SuffixArray, build_suffix_array
 from specviz.records.notes import ModelStageNote, SearchNote
 from specviz.runtime.layer_skip import self_skip_model
-from specviz.runtime.shared_resources import shared_draft
-from specviz.engine.self_repetition import self_repetition
+from specviz.runtime.draft_model_spec import shared_draft
+from specviz.studies.self_repetition import self_repetition
 from specviz.tree.draft_tree import DraftTree
 
 ASSETS = Path(__file__).parent.parent / "assets"

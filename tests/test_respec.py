@@ -14,7 +14,7 @@ from specviz.drafters.draft_model import DraftModelDrafter
 from specviz.drafters.entropy_trigger import EntropyTrigger, entropies
 from specviz.drafters.scored_retrieval import ScoredRetriever
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.engine.token_diff import token_diff
 from specviz.errors import SpecvizError
 from specviz.index.match_positions import MatchPositions

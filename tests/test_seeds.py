@@ -88,7 +88,7 @@ import json, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 from specviz.engine.run import run_method
-from specviz.engine.suite import long_context_prompt
+from specviz.studies.suite import long_context_prompt
 from specviz.runtime.shared_resources import shared_model
 from specviz.accept.sampling import SamplingSettings
 lm = shared_model(None)

@@ -9,7 +9,7 @@ import pytest
 from specviz.accept.sampling import SamplingSettings
 from specviz.drafters.base import Drafter
 from specviz.engine.session import Session
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 from specviz.errors import SpecvizError
 from specviz.records.status import NodeStatus
 from specviz.records.trace import Trace

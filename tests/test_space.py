@@ -27,8 +27,8 @@ from specviz.lab.lab_state import CallAction, CarriedStates, ModelCall, SweepReq
 from specviz.lab.public_policy import Policy  # noqa: E402
 from specviz.lab.shipped_traces import shipped_traces  # noqa: E402
 from specviz.accept.sampling import SamplingSettings  # noqa: E402
-from specviz.engine.suite import SuiteItem  # noqa: E402
-from specviz.engine.sweep_grid import SweepProgress, SweepReport  # noqa: E402
+from specviz.studies.suite import SuiteItem  # noqa: E402
+from specviz.studies.sweep_grid import SweepProgress, SweepReport  # noqa: E402
 
 PROMPT = ("Rename the variable count to total in this function and show the whole function:\n"
           "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count")

@@ -1,6 +1,6 @@
 """The static tree a drafter's acceptance by rank justifies: counting rank paths, the best tree for N tokens
 (against brute force), the refusals, the tree's JSON and GraphML, what the command and the tab show of each
-engine's advice (tests/test_serving.py checks the advice itself), and the measurement on
+engine's advice (tests/test_engine_configs.py checks the advice itself), and the measurement on
 a real run (the target drafting for itself follows rank 0 everywhere; the head's teacher-forced ranks are its
 dynamic tree's child order)."""
 
@@ -13,12 +13,12 @@ import torch
 
 from specviz.cli import main
 from specviz.drafters.head import HeadDrafter
-from specviz.engine.rank_acceptance import head_rank_sequences, measure_ranks
+from specviz.studies.rank_acceptance import head_rank_sequences, measure_ranks
 from specviz.engine import costmodel
 from specviz.engine.run import run_method
 from specviz.engine.session import Session
-from specviz.engine.static_check import StaticTreeProbe, check_tree
-from specviz.engine.suite import SuiteItem
+from specviz.studies.static_check import StaticTreeProbe, check_tree
+from specviz.studies.suite import SuiteItem
 from specviz.errors import SpecvizError
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.draft_head import DraftHead, HeadNetwork, HeadRecord, target_identity, target_shape
@@ -92,7 +92,7 @@ def test_the_tree_exports_as_json_and_graphml(acceptance):
     assert set(as_graph(tree).successors("root")) == {"-".join(map(str, p)) for p in tree.paths if len(p) == 1}
     with pytest.raises(SpecvizError, match="choose one of " + ", ".join(FORMATS)):
         export(tree, "onnx")
-    with pytest.raises(SpecvizError, match="choose one of"):  # an engine's text is serving's, never a tree's
+    with pytest.raises(SpecvizError, match="choose one of"):  # an engine's text is engine_configs', never a tree's
         export(tree, "vllm")
 
 
@@ -171,7 +171,7 @@ def test_the_command_prints_the_engines_text_and_refuses_bad_input(tiny, tmp_pat
     assert "support at most 2 draft tokens" in capsys.readouterr().err
     assert main(common + ["--tokens", "two"]) == 2
     assert "--tokens must be a whole number" in capsys.readouterr().err
-    from specviz.engine import static_study
+    from specviz.studies import static_study
 
     def never(*args, **kwargs):
         raise AssertionError("measured before refusing")
@@ -259,11 +259,11 @@ def test_the_app_tab_measures_draws_exports_and_refuses_bad_input(tiny, monkeypa
 
 
 def test_an_engines_dynamic_eagle_rule_drafted_in_sessions_is_lossless_and_keeps_its_shape(tiny):
-    """serving's SGLang advice for a head, drafted by EAGLE-2's rule at its settings (engine.static_check): every
+    """engine_configs' SGLang advice for a head, drafted by EAGLE-2's rule at its settings (studies.static_check): every
     step's tree holds at most its draft tokens and levels, and the sessions emit ar's tokens."""
-    from specviz.engine.static_check import EagleRuleProbe, check_engine
-    from specviz.serving import sglang
-    from specviz.serving.advice import Drafter
+    from specviz.studies.static_check import EagleRuleProbe, check_engine
+    from specviz.engine_configs import sglang
+    from specviz.engine_configs.advice import Drafter
 
     torch.manual_seed(0)
     draft_ids = torch.tensor(sorted(set(range(300)) | tiny.eos_ids))

@@ -9,9 +9,9 @@ import pytest
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem, load_suite
+from specviz.studies.suite import SuiteItem, load_suite
 from specviz.errors import SpecvizError
-from specviz.engine.sweep_grid import (
+from specviz.studies.sweep_grid import (
     MAX_SWEEP_POINTS,
     MAX_SWEEP_RUNS,
     GridPoint,
@@ -214,7 +214,7 @@ def test_totals_of_rows_against_their_baseline():
 
 
 def test_a_report_without_its_end_is_refused():
-    from specviz.engine.static_study import StudyProgress, last_study
+    from specviz.studies.static_study import StudyProgress, last_study
 
     with pytest.raises(SpecvizError, match="sweep ended without a result"):
         last_report([SweepProgress(1, 2, "p: ar")])

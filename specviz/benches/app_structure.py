@@ -68,7 +68,8 @@ class Structure:
 
     def lines(self) -> list[str]:
         by_layer = sorted(self.modules, key=lambda p: (-self.layers[p], p))
-        rows = [f"layer {self.layers[p]:2d}  {p:<10} {self.modules[p]:3d} modules" for p in by_layer]
+        width = max(map(len, self.modules), default=0)
+        rows = [f"layer {self.layers[p]:2d}  {p:<{width}} {self.modules[p]:3d} modules" for p in by_layer]
         rows.append(f"{sum(self.modules.values())} modules in {len(self.modules)} packages, "
                     f"{max(self.layers.values()) + 1} layers, {len(self.upward)} imports that run back up"
                     + (f": {', '.join(f'{a} -> {b}' for a, b in self.upward)}" if self.upward else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specviz.runtime.loading import LoadedModel
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.methods import get_method
 from specviz.benches.suite_bench import params_for
 

@@ -27,7 +27,7 @@ from specviz.runtime.eagle_head import EagleHead, drafts_from_features
 from specviz.runtime.kv import new_cache
 from specviz.runtime.prompts import encode
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.tree.draft_tree import ROOT
 
 

@@ -256,7 +256,7 @@ def check_flags(flags: tuple[str, ...], prompts: list[list[int]], max_new_tokens
     """Both servers on each prompt, alternated `repeats` times (medians of the times), and the rule's prediction."""
     import statistics
 
-    from specviz.serving import llamacpp as rules
+    from specviz.engine_configs import llamacpp as rules
 
     built = build(log)
     plain, speculating = Server(built, gguf, (), threads), None

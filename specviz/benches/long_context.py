@@ -19,9 +19,9 @@ from pathlib import Path
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.run import RunResult, run_method
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.index.chunk_retrieval import retrieve
-from specviz.methods import AUTO_BUDGET, Budget
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 
 def long_items(suite: list[SuiteItem]) -> list[SuiteItem]:

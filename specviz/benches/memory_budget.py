@@ -7,7 +7,7 @@ from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.benches.space_figures import FAMILY, PROMPT, rss_bytes
 from specviz.lab.lab import Lab
-from specviz.methods import AUTO_BUDGET
+from specviz.tree.budget import AUTO_BUDGET
 from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
                                MAX_PROMPT_TOKENS)
 

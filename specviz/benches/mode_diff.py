@@ -9,7 +9,7 @@ from typing import Callable
 
 from specviz.engine.divergence import MODES_TIE_THRESHOLD, classify
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.runtime.prompts import encode
 
 

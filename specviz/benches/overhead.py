@@ -7,8 +7,8 @@ import statistics
 from specviz.runtime.native import logit_kernel
 from specviz.runtime.loading import LoadedModel
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem
-from specviz.methods import Budget
+from specviz.studies.suite import SuiteItem
+from specviz.tree.budget import Budget
 
 
 def step_overhead(lm: LoadedModel, suite: list[SuiteItem], method: str, budget: Budget | int | str, max_new_tokens: int,

@@ -8,7 +8,7 @@ from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, speedup_check
 from specviz.engine.run import warm_up
 from specviz.engine.session import Session
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.runtime.loading import LoadedModel
 
 

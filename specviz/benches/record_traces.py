@@ -10,10 +10,10 @@ from typing import Callable
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
-from specviz.runtime.shared_resources import shared_draft
+from specviz.runtime.draft_model_spec import shared_draft
 from specviz.engine.session import Session
 from specviz.methods import METHODS
-from specviz.engine.suite import load_suite
+from specviz.studies.suite import load_suite
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 COPY_PROMPT = "code-rename"       # copied code: every drafting source has something to show

@@ -26,7 +26,7 @@ def rss_bytes() -> int:
 
 def measure_space_figures(new_tokens: int = 512, sweep_tokens: int = 64) -> dict:
     from specviz.engine.run import run_method
-    from specviz.methods import Budget
+    from specviz.tree.budget import Budget
     from specviz.records.trace import Trace
     from specviz.runtime.shared_resources import shared_model
 

@@ -7,15 +7,16 @@ import statistics
 from typing import Callable
 
 from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
-from specviz.engine.peers import PEER_METHODS, peer_run
+from specviz.studies.peers import PEER_METHODS, peer_run
 from specviz.engine.run import RunResult, run_method, warm_up
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, METHODS, Budget, get_method
+from specviz.methods import METHODS, get_method
+from specviz.tree.budget import AUTO_BUDGET, Budget
 from specviz.runtime.loading import LoadedModel
 from specviz.runtime.prompts import PromptText, encode
 from specviz.accept.sampling import SamplingSettings
-from specviz.engine.totals import by_category, totals, worst_verdict
+from specviz.studies.totals import by_category, totals, worst_verdict
 
 BASELINE = "ar"
 
@@ -97,7 +98,7 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
     for runner in peers.values() if warm else ():
         runner(encoded[0][1], 8)  # its first answer's one-time costs out of the timings
     from specviz.index.datastore import shared_datastore
-    from specviz.engine.self_repetition import self_repetition
+    from specviz.studies.self_repetition import self_repetition
 
     try:
         datastore = shared_datastore(lm)

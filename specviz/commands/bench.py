@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
 def run(args) -> dict:
     from specviz.benches.suite_bench import format_table, run_bench
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
     from specviz.params import parse_assignments
 
     positive("--max-new-tokens", args.max_new_tokens)

@@ -94,12 +94,13 @@ def load_model(args, name: str | None):
 
 
 def draft_model(args, methods: list[str], lm):
-    """The draft model --draft-model names (runtime.shared_resources.resolve_draft), loaded as the target was;
+    """The draft model --draft-model names (runtime.draft_model_spec.resolve_draft), loaded as the target was;
     hf-assisted needs a model of its own: the default model when none is named."""
     from specviz.runtime.draft_head import HEAD_SPEC, MissingHead
     from specviz.runtime.eagle_files import parse_eagle_spec
     from specviz.runtime.layer_skip import parse_self_skip
-    from specviz.runtime.shared_resources import SELF_DRAFT, model_key, resolve_draft
+    from specviz.runtime.shared_resources import model_key
+    from specviz.runtime.draft_model_spec import SELF_DRAFT, resolve_draft
     from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
 
     spec = (args.draft_model or "").strip()

@@ -22,9 +22,9 @@ def register(subparsers) -> None:
 
 def run(args) -> None:
     from specviz.benches.draft_quality import format_report, measure_draft_quality
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
     from specviz.runtime.draft_head import MissingHead
-    from specviz.runtime.shared_resources import resolve_draft
+    from specviz.runtime.draft_model_spec import resolve_draft
 
     lm = load_target(args)
     # 'self' (resolved to None: the target's own weights) is measured as the target itself

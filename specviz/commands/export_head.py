@@ -1,4 +1,4 @@
-"""`export-head`: an EAGLE-3 head written for a serving engine (serving.speculators_export)."""
+"""`export-head`: an EAGLE-3 head written for a serving engine (engine_configs.speculators_export)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ def run(args) -> dict:
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.eagle_head import EagleHead
     from specviz.runtime.feature_tap import eagle3_tap
-    from specviz.runtime.shared_resources import resolve_draft
+    from specviz.runtime.draft_model_spec import resolve_draft
     from specviz.runtime.loading import DEFAULT_MODEL, HUB_TWIN_OF_DEFAULT
     from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder
-    from specviz.serving.speculators_export import Verifier, export_head
+    from specviz.engine_configs.speculators_export import Verifier, export_head
 
     spec = (args.draft_model or EAGLE3_SPEC).strip()
     location = parse_eagle_spec(spec)

@@ -42,7 +42,7 @@ def checked_request(args, prompt):
 
 def generated(args) -> dict:
     """The run's output and figures (`generate --json` prints exactly this)."""
-    from specviz.engine.peers import PEER_METHODS, peer_run
+    from specviz.studies.peers import PEER_METHODS, peer_run
     from specviz.engine.run import run_method
     from specviz.params import parse_assignments
     from specviz.runtime.prompts import read_prompt_file

@@ -66,10 +66,10 @@ def deployment_of(name: str):
 
 
 def run(args) -> None:
-    from specviz.engine.static_study import refused_before_loading, study_static_trees
-    from specviz.engine.suite import load_suite
+    from specviz.studies.static_study import refused_before_loading, study_static_trees
+    from specviz.studies.suite import load_suite
     from specviz.runtime.draft_head import MissingHead
-    from specviz.runtime.shared_resources import resolve_draft
+    from specviz.runtime.draft_model_spec import resolve_draft
     from specviz.tree.static_tree import best_tree
     from specviz.tree.static_tree_export import ENGINE_FORMATS, FORMATS, export
 
@@ -142,7 +142,7 @@ def print_study(drafter: str, found, tree_size: int) -> None:
 
 def run_checks(args, lm, drafter, acceptance, check_suite: list[dict], check_tokens: list[int]) -> list:
     """--check: greedy sessions with the tree of each size the measurements support, said on stderr."""
-    from specviz.engine.static_check import check_tree
+    from specviz.studies.static_check import check_tree
     from specviz.tree.static_tree import best_tree
 
     supported = acceptance.supported()
@@ -163,7 +163,7 @@ def run_checks(args, lm, drafter, acceptance, check_suite: list[dict], check_tok
 def run_engine_checks(args, lm, drafter, found, check_suite: list) -> dict:
     """--check: each engine's advice drafted in greedy sessions (its chain or tree, or its dynamic EAGLE rule with
     the head's own scores), the accepted drafts a step measured against what its rule predicted, said on stderr."""
-    from specviz.engine.static_check import check_engine
+    from specviz.studies.static_check import check_engine
 
     measured, by_shape = {}, {}
     advice = found.engines.get("llama.cpp")

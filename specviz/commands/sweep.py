@@ -31,8 +31,8 @@ def register(subparsers) -> None:
 
 def sweep_prompts(args) -> list:
     """The one --prompt, or the --suite's items of the --category asked for (every category when none):
-    engine.suite.SuiteItem each."""
-    from specviz.engine.suite import SuiteItem, categories, load_suite
+    studies.suite.SuiteItem each."""
+    from specviz.studies.suite import SuiteItem, categories, load_suite
 
     if args.prompt is not None:
         if args.category:
@@ -51,7 +51,7 @@ def sweep_prompts(args) -> list:
 
 
 def run(args) -> dict:
-    from specviz.engine.sweep_grid import format_grid, grid_csv, grid_points, last_report, parse_axes, run_grid
+    from specviz.studies.sweep_grid import format_grid, grid_csv, grid_points, last_report, parse_axes, run_grid
     from specviz.params import parse_assignments
 
     axes = parse_axes(args.vary)  # the grid's size is refused here, before anything is read or loaded

@@ -43,7 +43,7 @@ def write(lm: LoadedModel, head_source: Path, out: Path = TRAINED, quality_depth
     """Copy the head in head_source into out/heads in float16, build the warm table into out/copy_logits in
     float16, measure the copied head's acceptance by depth on assets/heldout.jsonl, and write out/CARD.md."""
     from specviz.benches.draft_quality import measure_draft_quality
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
 
     source = load_head(lm, head_source)
     head = out / HEADS / head_file_name(lm.name)

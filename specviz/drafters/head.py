@@ -209,7 +209,7 @@ class HeadDrafter(Drafter):
         """The rank under the head of each of the upcoming tokens, level by level, with the head drafting along
         them (teacher-forced: each level reads its parent's predicted feature and the true token, as a draft
         tree's node on the true path does); -1 for a token outside the draft vocabulary. What a static tree's
-        acceptance by rank is measured from (engine.rank_acceptance)."""
+        acceptance by rank is measured from (studies.rank_acceptance)."""
         self.forward_ms = []
         if self.missed or self.known < len(context) - 1 or len(context) < 2:
             return []

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specviz.accept.sampling import SamplingSettings
-from specviz.methods import AUTO_BUDGET, Budget, get_method
+from specviz.methods import get_method
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 
 class _Seal:

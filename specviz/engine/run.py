@@ -1,5 +1,5 @@
 """The run path: one of our methods on one prompt, to a token limit, and the figures of that run (a transformers
-peer runs in engine.peers). bench, sweep, the CLI's generate, the app's ar baseline and the tools all run through here,
+peer runs in studies.peers). bench, sweep, the CLI's generate, the app's ar baseline and the tools all run through here,
 so a run is set up, timed and counted one way."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from specviz.engine import costmodel
 from specviz.engine.checked_run import CheckedRun
 from specviz.engine.session import RunFigures, Session
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, Budget, get_method
+from specviz.methods import get_method
+from specviz.tree.budget import AUTO_BUDGET, Budget
 from specviz.records.trace import StepRecord, Trace
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import PromptText, encode

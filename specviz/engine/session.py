@@ -34,7 +34,8 @@ from specviz.records.trace import Trace
 from specviz.tree.draft_tree import DraftTree
 from specviz.drafters.base import StepOutcome
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, Budget, get_method
+from specviz.methods import get_method
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 PREFILL_CHUNK = 512  # prefill in chunks so a long prompt never materialises (len x vocab) logits at once
 # a committed token's origin says which rule bent p to accept it (CommitOrigin.mark: "logits~relaxed" in a trace)
@@ -141,7 +142,7 @@ class Session:
                  draft: LoadedModel | None = None):
         self.lm = lm
         # a CheckedRun (its settings checked once, where it was made: taken as they are), a name of
-        # methods.METHODS, or a Method class of one's own (engine.static_check's probe)
+        # methods.METHODS, or a Method class of one's own (studies.static_check's probe)
         if isinstance(method, str):
             method = CheckedRun.check(method, params, budget, sampling)
         if isinstance(method, CheckedRun):

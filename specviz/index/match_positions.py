@@ -1,9 +1,11 @@
-"""Where a short key occurred before: every n-gram of length 1..max_len of prompt + output, mapped to the
-positions right after its occurrences (where a copy of what followed would start).
+"""An n-gram position index: where a short key occurred before. Every n-gram of length 1..max_len of the tokens fed
+(a run's prompt + output) is mapped to the positions right after its occurrences (where a copy of what followed would
+start), oldest first.
 
-ReSpec looks the key up in a suffix automaton; for keys of at most l tokens (l <= 8 here) a hash map of
-the n-grams ending at each position answers the same question (all earlier occurrences of the key) in
-O(l) per fed token and O(1) per lookup, with exact positions.
+For keys of at most max_len tokens a hash map of the n-grams ending at each position answers what a suffix automaton
+would (every earlier occurrence of the key) in O(max_len) per fed token and O(1) per lookup, with exact positions.
+Nothing in it is specific to one method: its user today is ReSpec's retrieval source (drafters/respec.py feeds it,
+max_len its `lookback` l <= 8; drafters/scored_retrieval.py scores the positions a key finds).
 """
 
 from __future__ import annotations

@@ -22,12 +22,13 @@ from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.engine.token_diff import TokenDiff, token_diff
 from specviz.errors import SpecvizError, quoted
-from specviz.methods import Budget
+from specviz.tree.budget import Budget
 from specviz.runtime import state_pickle
 from specviz.runtime.modes import parse_mode, settled_here
 from specviz.runtime.prompts import PromptText, encode, validate_messages
-from specviz.runtime.shared_resources import shared_draft, shared_model
-from specviz.engine.suite import long_context_prompt
+from specviz.runtime.shared_resources import shared_model
+from specviz.runtime.draft_model_spec import shared_draft
+from specviz.studies.suite import long_context_prompt
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,12 @@ class LabState:
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """A sweep's grid, checked by the caller (lab.sweep.Sweep: engine.sweep_grid.parse_axes, the public limits)."""
+    """A sweep's grid, checked by the caller (lab.sweep.Sweep: studies.sweep_grid.parse_axes, the public limits)."""
     model: str
     mode: str
     draft_model: str
     method: str
-    prompts: tuple            # engine.suite.SuiteItem per prompt
+    prompts: tuple            # studies.suite.SuiteItem per prompt
     axes: tuple               # parse_axes's output: (name, (value text, ...)) per axis
     max_new_tokens: int
     params: tuple             # sorted (name, value) pairs of the method's own parameters
@@ -97,11 +98,11 @@ class SweepRequest:
 
 @dataclass(frozen=True)
 class StaticTreeRequest:
-    """A static-tree study (engine.static_study), checked by the caller (the public limits)."""
+    """A static-tree study (studies.static_study), checked by the caller (the public limits)."""
     model: str
     mode: str
-    drafter: str              # a draft model spec (runtime.shared_resources.resolve_draft): "" = the default
-    prompts: tuple            # engine.suite.SuiteItem per prompt
+    drafter: str              # a draft model spec (runtime.draft_model_spec.resolve_draft): "" = the default
+    prompts: tuple            # studies.suite.SuiteItem per prompt
     depth: int
     max_rank: int
     max_new_tokens: int
@@ -140,8 +141,8 @@ class ModelReply:
     states: "CarriedStates | None"
     messages: tuple[str, ...] = ()
     error: str | None = None
-    result: object = None    # a sweep's events (engine.sweep_grid: SweepProgress, then SweepReport), or a
-                             # static-tree study's (engine.static_study: StudyProgress, then StaticTreeStudy)
+    result: object = None    # a sweep's events (studies.sweep_grid: SweepProgress, then SweepReport), or a
+                             # static-tree study's (studies.static_study: StudyProgress, then StaticTreeStudy)
 
 
 class CarriedStates:
@@ -372,7 +373,7 @@ def _with_progress(work: Callable[[Callable], object]):
     import queue
     import threading
 
-    from specviz.engine.static_study import StudyProgress
+    from specviz.studies.static_study import StudyProgress
 
     updates: queue.Queue = queue.Queue()
     outcome: dict = {}
@@ -407,8 +408,8 @@ def check_prompt_tokens(lm, items, limit: int | None) -> None:
 
 def perform_sweep(request: SweepRequest):
     """Generator: a sweep's events, a SweepProgress after each timed run, then the SweepReport
-    (engine.sweep_grid.run_grid)."""
-    from specviz.engine.sweep_grid import run_grid
+    (studies.sweep_grid.run_grid)."""
+    from specviz.studies.sweep_grid import run_grid
 
     lm = shared_model(request.model, request.mode)
     check_prompt_tokens(lm, request.prompts, request.max_prompt_tokens)
@@ -420,7 +421,7 @@ def perform_sweep(request: SweepRequest):
 def perform_static_tree(request: StaticTreeRequest):
     """Generator: a static-tree study's StudyProgress events, then its StaticTreeStudy. A drafter that cannot
     draft (a MissingHead) is refused with its reason."""
-    from specviz.engine.static_study import study_static_trees
+    from specviz.studies.static_study import study_static_trees
     from specviz.runtime.draft_head import MissingHead
     from specviz.runtime.eagle_head import drafts_from_features
 
@@ -429,7 +430,7 @@ def perform_static_tree(request: StaticTreeRequest):
     drafter = shared_draft(lm, request.drafter, request.mode) or lm
     if isinstance(drafter, MissingHead):
         raise SpecvizError(f"The drafter {quoted(request.drafter)} cannot draft: {drafter.reason}")
-    # blank is the head when the target has one, else the target itself (runtime.shared_resources.resolve_draft)
+    # blank is the head when the target has one, else the target itself (runtime.draft_model_spec.resolve_draft)
     label = request.drafter or ("head" if drafts_from_features(drafter) else "self")
     yield from _with_progress(lambda progress: study_static_trees(
         lm, drafter, label, list(request.prompts), request.depth, request.max_rank, request.max_new_tokens, progress))

@@ -16,7 +16,7 @@ import math
 from contextlib import nullcontext
 from typing import Callable, Iterator
 
-from specviz.engine.static_study import StaticTreeStudy, StudyProgress, last_study
+from specviz.studies.static_study import StaticTreeStudy, StudyProgress, last_study
 from specviz.errors import SpecvizError
 from specviz.runtime.compute_thread import COMPUTE
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
@@ -232,5 +232,5 @@ def _checked_replies(replies, here: bool, budget: CallBudget
 def studied(call_: ModelCall, progress: Callable[[StudyProgress], None],
             budget: CallBudget = UNLIMITED) -> StaticTreeStudy:
     """Run a static-tree study's call: progress(event) on each StudyProgress reply; the study. (A sweep's are read
-    the same way: lab.sweep.Sweep with engine.sweep_grid.last_report.)"""
+    the same way: lab.sweep.Sweep with studies.sweep_grid.last_report.)"""
     return last_study((result for _, _, result in call(call_, [], budget)), progress)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import VisitorRequest
-from specviz.methods import AUTO_BUDGET, METHODS
+from specviz.methods import METHODS
+from specviz.tree.budget import AUTO_BUDGET
 from specviz.records.paper import PaperSettings
 
 # each paper once, by the method it belongs to (an ablation shares its parent's)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import VisitorRequest
-from specviz.methods import AUTO_BUDGET
+from specviz.tree.budget import AUTO_BUDGET
 
 
 @dataclass(frozen=True)

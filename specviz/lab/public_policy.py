@@ -19,7 +19,7 @@ from specviz.errors import SpecvizError, quoted
 from specviz.lab.fair_share import ShareLimits
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
-from specviz.runtime.shared_resources import SELF_DRAFT
+from specviz.runtime.draft_model_spec import SELF_DRAFT
 
 DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
 # on ZeroGPU (SPACES_ZERO_GPU set) a larger target fits: every training-free method runs on it

@@ -9,7 +9,8 @@ from urllib.parse import urlencode
 from specviz.accept.sampling import SamplingSettings
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.input_values import whole_number
-from specviz.methods import DEFAULT_METHOD, METHODS, Budget
+from specviz.methods import DEFAULT_METHOD, METHODS
+from specviz.tree.budget import Budget
 
 RUN_KEYS = ("method", "budget", "max_new_tokens", "temperature", "top_p", "seed", "example", "prompt")
 MAX_PROMPT_CHARS = 20_000

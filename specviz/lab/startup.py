@@ -127,7 +127,7 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
     """Everything the first live step would otherwise pay for, then one tree step through lab.model_calls; then
     the work the first step did not need (settle)."""
     from specviz.lab.lab import Lab
-    from specviz.methods import AUTO_BUDGET
+    from specviz.tree.budget import AUTO_BUDGET
 
     from specviz.engine import costmodel
 

@@ -1,7 +1,7 @@
 """A static-tree study for a visitor, beside the sweep: the drafter, the prompts and the depth checked against the
 public policy before any model runs, the study run through the model-call router (lab.model_calls) with its
-progress as typed events, each serving engine's knobs for the drafter under its own rule (serving), and a tree of N
-tokens as JSON and as a GraphML file."""
+progress as typed events, each serving engine's knobs for the drafter under its own rule (engine_configs), and a
+tree of N tokens as JSON and as a GraphML file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from specviz.engine.static_study import StaticTreeStudy, StudyProgress
-from specviz.engine.suite import SuiteItem
+from specviz.studies.static_study import StaticTreeStudy, StudyProgress
+from specviz.studies.suite import SuiteItem
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.input_values import text_value, whole_number
@@ -19,7 +19,7 @@ from specviz.lab.prompt_scope import PAGE_PROMPT, scoped_prompts
 from specviz.lab.public_policy import Policy
 from specviz.lab.visitor_request import MAX_NAME_CHARS, VisitorRequest
 from specviz.tree.static_tree import StaticTree
-from specviz.serving.advice import EngineAdvice
+from specviz.engine_configs.advice import EngineAdvice
 from specviz.tree.static_tree_export import ENGINE_FORMATS, FORMATS, export
 
 SCOPES = (PAGE_PROMPT, "tuning suite", "held-out suite")

@@ -1,4 +1,4 @@
-"""A sweep for a visitor, beside A/B compare: the page's method over one or two axes (engine.sweep_grid) on the
+"""A sweep for a visitor, beside A/B compare: the page's method over one or two axes (studies.sweep_grid) on the
 page's prompt or a suite category, checked against the public policy before any model runs, run through the
 model-call router (lab.model_calls) with its progress as typed events, and its last report kept for the figure,
 the CSV and the table."""
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from specviz.engine.suite import SuiteItem
-from specviz.engine.sweep_grid import (SweepProgress, SweepReport, format_grid, grid_csv, last_report, parse_axes,
+from specviz.studies.suite import SuiteItem
+from specviz.studies.sweep_grid import (SweepProgress, SweepReport, format_grid, grid_csv, last_report, parse_axes,
                                        runs_needed)
 from specviz.errors import SpecvizError, quoted
 from specviz.lab.fair_share import UNLIMITED, CallBudget
@@ -116,7 +116,7 @@ class Sweep:
         return f"Sweep done: {len(report.points)} points x {report.prompts} prompts."
 
     def figure(self, metric: str = "speedup"):
-        """The last report's plot of metric (engine.sweep_grid.METRICS)."""
+        """The last report's plot of metric (studies.sweep_grid.METRICS)."""
         from specviz.render.sweep_figures import grid_figure
 
         return grid_figure(self._finished(), metric)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.checked_run import CheckedRun
 from specviz.errors import SpecvizError
-from specviz.methods import AUTO_BUDGET, BUDGET_MAX, METHODS, Budget, get_method
-from specviz.methods.budget import AUTO_TEXT
+from specviz.methods import METHODS, get_method
+from specviz.tree.budget import AUTO_BUDGET, AUTO_TEXT, BUDGET_MAX, Budget
 from specviz.runtime.shared_resources import mode_key, model_key
 from specviz.lab.lab_state import Settings, parse_prompt
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, flag, scalar, text_value, whole_number

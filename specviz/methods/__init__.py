@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from specviz.errors import SpecvizError, quoted
 from specviz.methods.base import Method
-from specviz.methods.budget import AUTO_BUDGET, AUTO_MAX_NODES, BUDGET_MAX, Budget, parse_budget
 from specviz.methods.baseline import PlainDecoding, PromptLookup
 from specviz.methods.racer import Racer, RacerLogits, RacerRetrieval
 from specviz.methods.rapid import Rapid
@@ -27,5 +26,4 @@ def get_method(name: str) -> type[Method]:
     return METHODS[name]
 
 
-__all__ = ["AUTO_BUDGET", "AUTO_MAX_NODES", "BUDGET_MAX", "Budget", "DEFAULT_METHOD", "METHODS", "Method",
-           "get_method", "parse_budget"]
+__all__ = ["DEFAULT_METHOD", "METHODS", "Method", "get_method"]

@@ -8,7 +8,7 @@ from specviz.drafters.automaton_retrieval import RETRIEVAL_PARAMS, automaton_dra
 from specviz.drafters.copy_logits import LOGITS_PARAMS, copy_logit_drafter
 from specviz.methods.base import Method
 from specviz.records.paper import BUDGET_WHY, Change, OwnChoice, PaperSettings
-from specviz.methods.budget import AUTO_BUDGET, Budget
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 
 # the paper's own configuration (the page's *Paper's settings* button) and what stays ours

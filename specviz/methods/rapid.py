@@ -23,7 +23,7 @@ from specviz.index.chunk_retrieval import Retrieval, retrieve
 from specviz.methods.base import Method
 from specviz.runtime.verify_output import DeviceSummary
 from specviz.records.paper import Change, OwnChoice, PaperSettings
-from specviz.methods.budget import AUTO_BUDGET, Budget
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 
 # the paper's own configuration (the page's *Paper's settings* button) and what stays ours

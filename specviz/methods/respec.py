@@ -15,7 +15,7 @@ from specviz.drafters.respec import ReSpecDrafter
 from specviz.methods.base import Method
 from specviz.runtime.verify_output import DeviceSummary
 from specviz.records.paper import BUDGET_WHY, Change, EAGLE2_WHY, OUR_HEAD, OwnChoice, PaperSettings
-from specviz.methods.budget import AUTO_BUDGET, Budget
+from specviz.tree.budget import AUTO_BUDGET, Budget
 
 
 # the paper's own configuration (the page's *Paper's settings* button) and what stays ours

@@ -8,7 +8,7 @@ from __future__ import annotations
 from specviz.accept.sampling import ACCEPTANCE_PARAM
 from specviz.drafters.suffix import SUFFIX_PARAMS, suffix_drafter
 from specviz.methods.base import Method
-from specviz.methods.budget import AUTO_BUDGET, Budget
+from specviz.tree.budget import AUTO_BUDGET, Budget
 from specviz.records.paper import BUDGET_WHY, Change, OwnChoice, PaperSettings
 
 SUFFIX_PAPER = PaperSettings("suffix", "SuffixDecoding (Oliaro et al., NeurIPS 2025) §3 (per-request and global "

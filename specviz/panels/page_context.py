@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specviz.engine.suite import example_prompts, load_suite
+from specviz.studies.suite import example_prompts, load_suite
 from specviz.lab.public_policy import Policy
 from specviz.lab.shipped_traces import shipped_traces
 from specviz.methods import DEFAULT_METHOD

@@ -10,8 +10,8 @@ from specviz.lab.paper_settings import paper_request, paper_settings_markdown
 from specviz.lab.presets import BY_NAME as PRESETS
 from specviz.lab.share_link import settings_from_query
 from specviz.lab.visitor_request import PARAMS, VisitorRequest
-from specviz.methods import BUDGET_MAX, DEFAULT_METHOD, METHODS
-from specviz.methods.budget import AUTO_TEXT
+from specviz.methods import DEFAULT_METHOD, METHODS
+from specviz.tree.budget import AUTO_TEXT, BUDGET_MAX
 from specviz.panels.model_panel import ModelPanel
 from specviz.panels.page_context import PageContext
 from specviz.panels.visitor_handler import visitor_handler

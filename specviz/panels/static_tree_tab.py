@@ -1,14 +1,14 @@
-"""The Static tree tab: the static draft tree the visitor's prompts justify for a drafter (engine.static_study),
+"""The Static tree tab: the static draft tree the visitor's prompts justify for a drafter (studies.static_study),
 drawn depth by depth, N on a slider, the expected-speedup curve with its best N marked; an engine picker with each
 serving engine's knobs for the drafter under its own drafting rule, their predicted accepted length and speedup here,
-and the config to copy (serving); the tree as JSON and as a GraphML file (networkx)."""
+and the config to copy (engine_configs); the tree as JSON and as a GraphML file (networkx)."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from specviz.engine.static_study import StaticTreeStudy
-from specviz.engine.suite import SuiteItem
+from specviz.studies.static_study import StaticTreeStudy
+from specviz.studies.suite import SuiteItem
 from specviz.lab.model_calls import call_tokens
 from specviz.lab.public_policy import Policy
 from specviz.lab.static_tree import MAX_DEPTH, MAX_SHOWN_N, SCOPES, TEXT_FORMATS, StaticTreeStudies
@@ -17,7 +17,7 @@ from specviz.panels.page_context import MODEL_QUEUE
 from specviz.panels.visitor_handler import download_folder, model_call, trim_downloads, visitor_handler
 from specviz.render.static_tree_figures import (engine_advice_markdown, level_table_markdown, speedup_figure,
                                                 static_tree_figure)
-from specviz.serving.advice import EngineAdvice
+from specviz.engine_configs.advice import EngineAdvice
 from specviz.tree.static_tree_export import ENGINE_FORMATS
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from specviz.engine.sweep_grid import MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, METRICS
+from specviz.studies.sweep_grid import MAX_SWEEP_POINTS, MAX_SWEEP_RUNS, METRICS
 from specviz.lab.model_calls import call_tokens
 from specviz.lab.sweep import SCOPES, Sweep
 from specviz.lab.visitor_request import VisitorRequest
@@ -19,7 +19,7 @@ from specviz.panels.visitor_handler import download_folder, model_call, trim_dow
 if TYPE_CHECKING:
     from specviz.panels.page_context import PageContext
 
-# the Plot dropdown: label -> engine.sweep_grid.METRICS key
+# the Plot dropdown: label -> studies.sweep_grid.METRICS key
 METRIC_CHOICES = [("speedup vs ar", "speedup"), ("mean accepted per step (MAT)", "mat"), ("tokens/s", "tokens_per_s"),
                   ("share of tokens differing from the lossless output", "differing_fraction")]
 DEFAULT_METRIC = "speedup"

@@ -102,7 +102,7 @@ class StepRecord:
     step: int
     prefix_len: int                      # committed tokens (prompt + generated) before this step
     budget: int                          # draft nodes allowed this step
-    budget_mode: str                     # "fixed" or "auto" (methods.budget.Budget.mode: the trace's words)
+    budget_mode: str                     # "fixed" or "auto" (tree.budget.Budget.mode: the trace's words)
     nodes: list[NodeRecord]
     accepted_tokens: list[int]           # committed this step: accepted drafts then the bonus token
     accepted_origins: list[CommitOrigin]  # per committed token: how it came (its text form is read too)

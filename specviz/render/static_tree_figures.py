@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from specviz.engine.static_study import StaticTreeStudy
-from specviz.serving.advice import EngineAdvice
+from specviz.studies.static_study import StaticTreeStudy
+from specviz.engine_configs.advice import EngineAdvice
 from specviz.tree.static_tree import RankPath, StaticTree
 
 ROW_PX = 22  # height of one leaf row of the tree figure

@@ -1,8 +1,8 @@
-"""The sweep's figure (engine.sweep_grid's SweepReport): a heatmap over two axes, a line over one."""
+"""The sweep's figure (studies.sweep_grid's SweepReport): a heatmap over two axes, a line over one."""
 
 from __future__ import annotations
 
-from specviz.engine.sweep_grid import METRICS, SweepReport, format_value
+from specviz.studies.sweep_grid import METRICS, SweepReport, format_value
 from specviz.errors import SpecvizError
 
 
@@ -19,7 +19,7 @@ def metric_cell(metric: str, value) -> str:
 
 def grid_figure(report: SweepReport | None, metric: str = "speedup"):
     """A heatmap of the metric over two axes (first axis up, second across, each cell annotated), or a line
-    over one axis; metric is one of engine.sweep_grid.METRICS (a SweepTotals field). An empty figure when
+    over one axis; metric is one of studies.sweep_grid.METRICS (a SweepTotals field). An empty figure when
     there is no report yet."""
     import plotly.graph_objects as go
 

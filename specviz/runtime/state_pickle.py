@@ -16,6 +16,7 @@ import pickle
 
 import torch
 
+from specviz.runtime import draft_model_spec  # noqa: F401 (registers the loaders of the draft models a state holds)
 from specviz.runtime import shared_resources
 
 FORMAT = 1

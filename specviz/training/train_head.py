@@ -1,11 +1,17 @@
-"""`python -m specviz train-head`: train the draft head (runtime.draft_head) for the loaded target on this machine's
-CPU, and cache it per model.
+"""`python -m specviz train-head`: train a draft head for the loaded target on this machine's CPU, and cache it per
+model, in one of two shapes (`--shape`, TrainConfig.head_shape):
 
-The text comes from training.head_corpus (the target's shipped answers, Python's documentation and code, answers the
-target writes here); the draft vocabulary is the answers' most frequent tokens (FR-Spec); the features are the
-target's own final-norm outputs. The losses are EAGLE's (smooth-L1 on the feature plus `cls_weight` times the
-cross-entropy against the target's distribution) with EAGLE-3's training-time test; a held-out tenth of the
-conversations gives the top-1 agreement at each depth, recorded in the file.
+- `specviz` (the default): the trained head (runtime.draft_head, `--draft-model head`), one layer over the target's
+  own final-norm feature, its losses EAGLE's (smooth-L1 on the feature plus `cls_weight` times the cross-entropy
+  against the target's distribution), written to the target's cache file;
+- `eagle3`: EAGLE-3's shape (training.eagle3_network, `--draft-model head-eagle3`), over three of the target's layers
+  fused, its loss the cross-entropy alone, written as a folder in EAGLE-3's layout (training.train_eagle3 holds what
+  it does differently; runtime.trained_eagle3 reads it).
+
+Both share the rest: the text comes from training.head_corpus (the target's shipped answers, Python's documentation
+and code, answers the target writes here); the draft vocabulary is the answers' most frequent tokens (FR-Spec);
+EAGLE-3's training-time test unrolls `unroll` steps (2 for specviz, 3 for eagle3 unless told); a held-out tenth of
+the conversations gives the top-1 agreement at each depth, recorded in the file.
 
 Design notes: docs/design.md, "specviz/training/train_head.py".
 """
@@ -353,8 +359,8 @@ def unrolled_losses(network: HeadNetwork, embed: torch.nn.Module, batch: list[Se
 
 def train(lm: LoadedModel, config: TrainConfig = TrainConfig(), out: Path | None = None,
           log: Callable[[str], None] = _log_default) -> TrainReport:
-    """Steps 1-5 of the module doc; the head is saved to out (default: this target's cache file, or for the
-    EAGLE-3 shape its cache folder: runtime.trained_eagle3)."""
+    """Steps 1-5 of the design notes (docs/design.md); the head is saved to out (default: this target's cache file,
+    or for the EAGLE-3 shape its cache folder: runtime.trained_eagle3)."""
     from specviz.runtime.trained_eagle3 import eagle3_folder
 
     eagle3 = config.head_shape == EAGLE3_SHAPE

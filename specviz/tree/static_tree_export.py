@@ -1,6 +1,6 @@
 """A static tree (tree.static_tree) as data: JSON (every path with its chance) and GraphML (networkx).
 
-What a serving engine is told is serving's job (one module per engine, each under its own drafting rule): the
+What a serving engine is told is engine_configs' job (one module per engine, each under its own drafting rule): the
 engines' formats are named here only so that a command or a tab offers them in one list.
 """
 
@@ -14,7 +14,7 @@ import networkx as nx
 from specviz.errors import SpecvizError
 from specviz.tree.static_tree import StaticTree
 
-# a format name -> the serving engine it asks for (serving.ENGINES); json and graphml are the tree itself
+# a format name -> the serving engine it asks for (engine_configs.ENGINES); json and graphml are the tree itself
 ENGINE_FORMATS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "medusa": "Medusa",
                   "llamacpp": "llama.cpp"}
 FORMATS = (*ENGINE_FORMATS, "json", "graphml")

@@ -70,7 +70,7 @@ def concurrency(args, env: dict) -> dict:
     import statistics
 
     from specviz.benches import app_load
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
 
     items = [i for i in load_suite(args.suite) if i.category != "long-context"][:args.visitors]
     prompts = [i.text for i in items]

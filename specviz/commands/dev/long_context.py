@@ -29,7 +29,7 @@ def run(args) -> dict:
 
     from specviz.accept.sampling import SamplingSettings
     from specviz.benches import long_context
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
 
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     suite = load_suite(args.suite)

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
 
 def run(args) -> None:
     from specviz.benches.automaton_memory import automaton_memory
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
     from specviz.params import parse_assignments
 
     suite = load_suite(args.suite)

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 def run(args) -> dict:
     from specviz.benches.mode_diff import mode_differences
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
     from specviz.runtime.shared_resources import shared_model
 
     skipped = {c.strip() for c in args.skip_category.split(",") if c.strip()}

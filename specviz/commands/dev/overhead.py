@@ -20,8 +20,8 @@ def register(subparsers) -> None:
 
 def run(args) -> None:
     from specviz.benches.overhead import step_overhead
-    from specviz.engine.suite import load_suite
-    from specviz.methods import parse_budget
+    from specviz.studies.suite import load_suite
+    from specviz.tree.budget import parse_budget
     from specviz.params import parse_assignments
     from specviz.runtime import captured_forward
 

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 def run(args) -> dict:
     from specviz.benches.predicted_speedup import format_table, predicted_against_measured
-    from specviz.engine.suite import load_suite
+    from specviz.studies.suite import load_suite
     from specviz.params import parse_assignments
 
     lm = load_target(args)

@@ -1,5 +1,5 @@
 """One study of a drafter's static trees: acceptance by rank path measured on some prompts
-(engine.rank_acceptance), the best tree of every supported size N (tree.static_tree), its expected accepted
+(studies.rank_acceptance), the best tree of every supported size N (tree.static_tree), its expected accepted
 tokens and expected speedup on a deployment's cost curve (this machine's, or one of engine.deployment_cost's), and
 the N that maximises it. What the CLI's `static-tree` prints and the app's static-tree tab draws."""
 
@@ -10,12 +10,12 @@ from typing import Callable, Iterable
 
 from specviz.engine import costmodel
 from specviz.engine.deployment_cost import DeploymentCost, of_this_machine
-from specviz.engine.progress_events import final_result
-from specviz.engine.rank_acceptance import measure_ranks
-from specviz.engine.suite import SuiteItem
+from specviz.studies.progress_events import final_result
+from specviz.studies.rank_acceptance import measure_ranks
+from specviz.studies.suite import SuiteItem
 from specviz.errors import SpecvizError
-from specviz.serving import ENGINES
-from specviz.serving.advice import Drafter, EngineAdvice
+from specviz.engine_configs import ENGINES
+from specviz.engine_configs.advice import Drafter, EngineAdvice
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.tree.static_tree import MIN_COUNT, RankAcceptance, StaticTree, best_tree, expected_curve, expected_speedups
 
@@ -29,8 +29,8 @@ class StaticTreeStudy:
     expected_accepted: list[float]   # per N (index N - 1): the best tree's expected accepted draft tokens a step
     expected_speedup: list[float]    # per N: tokens a step over the step's cost in `ar` steps, on `deployment`
     depths: list[int]                # per N: the best tree's depth
-    engine_drafter: Drafter          # what the drafter is to a serving engine (serving.advice)
-    engines: dict[str, EngineAdvice]  # each serving engine's advice for it (serving.ENGINES), on `deployment`
+    engine_drafter: Drafter          # what the drafter is to a serving engine (engine_configs.advice)
+    engines: dict[str, EngineAdvice]  # each serving engine's advice for it (engine_configs.ENGINES), on `deployment`
     deployment: DeploymentCost       # whose verify cost every speedup is priced on (engine.deployment_cost)
     here: DeploymentCost             # this machine's curve, where the drafter's level was measured
     greedy: tuple = ()               # (prompt ids, the target's greedy continuation) per prompt measured
@@ -56,7 +56,7 @@ class StaticTreeStudy:
         return best_tree(self.acceptance, tokens)
 
     def engine_advice(self, engine: str) -> EngineAdvice:
-        """An engine's knobs for this drafter under the engine's own drafting rule (serving.ENGINES)."""
+        """An engine's knobs for this drafter under the engine's own drafting rule (engine_configs.ENGINES)."""
         if engine not in self.engines:
             raise SpecvizError(f"engine must be one of {', '.join(self.engines)}, got {engine!r}.")
         return self.engines[engine]
@@ -130,7 +130,7 @@ def study_static_trees(lm: LoadedModel, drafter, label: str, suite: list[SuiteIt
 def kind_of_spec(spec: str) -> str | None:
     """What a drafter spec names where the text alone says it: the target itself, or its first layers."""
     from specviz.runtime.layer_skip import parse_self_skip
-    from specviz.runtime.shared_resources import SELF_DRAFT
+    from specviz.runtime.draft_model_spec import SELF_DRAFT
 
     spec = spec.strip()
     return "self" if spec == SELF_DRAFT else "self-skip" if parse_self_skip(spec) is not None else None

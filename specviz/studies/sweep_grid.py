@@ -10,7 +10,7 @@ points x prompts) before any model is needed: this module imports the model side
 runs.
 
 The records: SweepAxis and GridPoint (the grid, checked), SweepRow (one timed run on one prompt), SweepTotals (a
-group of runs' totals, engine.totals), SweepProgress and SweepReport (what run_grid yields). The tables and CSV
+group of runs' totals, studies.totals), SweepProgress and SweepReport (what run_grid yields). The tables and CSV
 are here; the figure is render.sweep_figures'."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from specviz.params import Param
 from specviz.errors import SpecvizError, quoted
-from specviz.engine.suite import SuiteItem
-from specviz.engine.progress_events import final_result
-from specviz.engine.totals import totals
+from specviz.studies.suite import SuiteItem
+from specviz.studies.progress_events import final_result
+from specviz.studies.totals import totals
 
 if TYPE_CHECKING:
     from specviz.accept.sampling import SamplingSettings
@@ -185,13 +185,13 @@ class SweepRow:
     forward_ms: float              # verify forward time over all steps, ms (3 decimals)
 
     def figures(self) -> dict:
-        """Every field by name but the axis values and the sampling settings (engine.totals's input; JSON)."""
+        """Every field by name but the axis values and the sampling settings (studies.totals's input; JSON)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("sampling", "values")}
 
 
 @dataclass(frozen=True)
 class SweepTotals:
-    """Totals over a group of runs (engine.totals): one grid point's or one ar setting's, in one category or
+    """Totals over a group of runs (studies.totals): one grid point's or one ar setting's, in one category or
     over every prompt."""
     label: str                     # the grid point's label, or the ar setting's ("ar", "ar@T=...")
     values: Pairs                  # the grid point's (axis name, value) pairs; () for ar
@@ -204,7 +204,7 @@ class SweepTotals:
     speedup: float                 # tokens_per_s over ar's (same sampling) on the same prompts (3 decimals)
     differing_fraction: float      # tokens differing from greedy ar's / new_tokens (4 decimals)
     identical: int                 # runs whose output is greedy ar's
-    verdict: str                   # the worst over the runs (engine.totals.worst_verdict)
+    verdict: str                   # the worst over the runs (studies.totals.worst_verdict)
     trigger_rate: float            # ReSpec trigger firings per step (4 decimals)
     retrieval_rate: float          # ReSpec retrieval-drafted steps per step (4 decimals)
     relaxed: int                   # nodes accepted by the relaxed rule, summed
@@ -279,7 +279,8 @@ def grid_points(method: str, axes, params: dict | None = None, budget="auto",
     check_sampling). params, budget, sampling (None: greedy): the fixed settings, which an axis of the same
     name overrides. prompts: how many prompts it will run on (MAX_SWEEP_RUNS). Needs no model."""
     from specviz.accept.sampling import SamplingSettings
-    from specviz.methods import get_method, parse_budget
+    from specviz.methods import get_method
+    from specviz.tree.budget import parse_budget
 
     sampling = sampling or SamplingSettings()
     axes = _normalised_axes(axes)

@@ -35,7 +35,7 @@ class RulesSource:
 class DraftShape:
     """What the engine drafts a step: a static tree of rank paths (a chain, Medusa's choices), or EAGLE-2's
     dynamic rule (`steps` levels, the best `topk` of each level expanded into `topk` children each, the best
-    `drafts` nodes kept), so a session can draft the same and measure what is accepted (engine.static_check)."""
+    `drafts` nodes kept), so a session can draft the same and measure what is accepted (studies.static_check)."""
     paths: tuple[RankPath, ...] = ()
     steps: int = 0
     topk: int = 0

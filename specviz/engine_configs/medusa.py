@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from specviz.serving.advice import Drafter, DraftShape, EngineAdvice, RulesSource, step_speedup
+from specviz.engine_configs.advice import Drafter, DraftShape, EngineAdvice, RulesSource, step_speedup
 from specviz.tree.static_tree import RankAcceptance, StaticTree
 
 ENGINE = "Medusa"

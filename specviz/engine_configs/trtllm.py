@@ -1,6 +1,6 @@
 """TensorRT-LLM: `Eagle3DecodingConfig` with `max_draft_len` (drafter layers), and for a tree its dynamic-tree
 settings (`use_dynamic_tree`, `dynamic_tree_max_topK`, `max_total_draft_tokens`), the tree chosen each step by
-EAGLE-2's rule as in SGLang (serving.eagle_tree).
+EAGLE-2's rule as in SGLang (engine_configs.eagle_tree).
 
 Rules read from NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py at 0004396 (2026): `speculative_model` is
 required ("Draft model must be provided for EAGLE"); `max_draft_len` > 0; a dynamic tree needs
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
+from specviz.engine_configs.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
                                     head_location, head_notes, refused, step_speedup)
-from specviz.serving.eagle_tree import plan
+from specviz.engine_configs.eagle_tree import plan
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "TensorRT-LLM"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from specviz.serving.advice import step_speedup
+from specviz.engine_configs.advice import step_speedup
 from specviz.tree.static_tree import RankAcceptance, RankPath, StaticTree
 
 MOST_TOPK, MOST_TOKENS = 8, 64  # the settings searched: top-k up to 8, up to 64 tokens verified a step

@@ -1,5 +1,5 @@
 """SGLang: EAGLE's dynamic tree with `--speculative-num-steps` S, `--speculative-eagle-topk` k and
-`--speculative-num-draft-tokens` N, the tokens chosen each step by SGLang's own rule (serving.eagle_tree).
+`--speculative-num-draft-tokens` N, the tokens chosen each step by SGLang's own rule (engine_configs.eagle_tree).
 
 Rules read from sgl-project/sglang (main, 2026; python/sglang/srt/arg_groups/speculative_hook.py and server_args.py):
 the algorithm is EAGLE, EAGLE3, NEXTN (read as EAGLE), STANDALONE (a separate draft model), NGRAM, DFLASH or DSPARK;
@@ -12,9 +12,9 @@ from __future__ import annotations
 import shlex
 from typing import Callable
 
-from specviz.serving.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, head_location, head_notes,
+from specviz.engine_configs.advice import (Drafter, DraftShape, EngineAdvice, RulesSource, head_location, head_notes,
                                     refused, step_speedup)
-from specviz.serving.eagle_tree import plan, pool_size
+from specviz.engine_configs.eagle_tree import plan, pool_size
 from specviz.tree.static_tree import RankAcceptance
 
 ENGINE = "SGLang"

@@ -25,8 +25,8 @@ import torch
 from specviz.drafters.head import HeadDrafter
 from specviz.drafters.static_shape import token_ranks
 from specviz.engine.run import run_method
-from specviz.engine.suite import SuiteItem
-from specviz.methods import Budget
+from specviz.studies.suite import SuiteItem
+from specviz.tree.budget import Budget
 from specviz.runtime.block_forward import causal_features, chain_forward
 from specviz.runtime.draft_head import DraftHead
 from specviz.runtime.eagle_head import EagleHead, drafts_from_features

@@ -1,8 +1,8 @@
 """A static tree checked against reality: the drafter drafts exactly that tree (its shape of rank paths) in
 real greedy sessions, and the tokens a verified step accepts are measured beside what the rank acceptance
 predicted (tree.static_tree). The probes are methods of one stage that are not offered in the app: they exist
-to test a tree before a serving engine is given it. An engine's dynamic EAGLE tree (serving.eagle_tree) is checked
-the same way: the head drafts by EAGLE-2's rule at the engine's settings, with the drafter's own scores."""
+to test a tree before a serving engine is given it. An engine's dynamic EAGLE tree (engine_configs.eagle_tree) is
+checked the same way: the head drafts by EAGLE-2's rule at the engine's settings, with the drafter's own scores."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import ClassVar
 
 from specviz.drafters.model_source import MODEL_PARAMS, model_drafter
 from specviz.engine.session import Session
-from specviz.engine.suite import SuiteItem
+from specviz.studies.suite import SuiteItem
 from specviz.methods.base import Method
-from specviz.methods.budget import Budget
+from specviz.tree.budget import Budget
 from specviz.params import resolve
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.prompts import encode
-from specviz.serving.advice import EngineAdvice
+from specviz.engine_configs.advice import EngineAdvice
 from specviz.tree.static_tree import RankPath, StaticTree
 
 

@@ -1,5 +1,5 @@
-"""What each serving engine is told (specviz/serving): EAGLE-2's dynamic tree as SGLang and TensorRT-LLM build it,
-against a brute-force reading of the rule; each engine's choice of knobs against every setting tried; every printed
+"""What each serving engine is told (specviz/engine_configs): EAGLE-2's dynamic tree as SGLang and TensorRT-LLM build
+it, against a brute-force reading of the rule; each engine's choice of knobs against every setting tried; every printed
 config through that engine's validation rules (as read from its code), and configs the engines refuse."""
 
 import itertools
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from specviz.serving import ENGINES, medusa, sglang, trtllm, vllm
-from specviz.serving.advice import Drafter, chain_accepted, step_speedup
-from specviz.serving.eagle_tree import MOST_TOKENS, dynamic_tree, plan, pool_size
+from specviz.engine_configs import ENGINES, medusa, sglang, trtllm, vllm
+from specviz.engine_configs.advice import Drafter, chain_accepted, step_speedup
+from specviz.engine_configs.eagle_tree import MOST_TOKENS, dynamic_tree, plan, pool_size
 from specviz.tree.static_tree import RankAcceptance, best_tree
 
 SEQUENCES = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 2], [0, 0, 0], [2, 5, 0],
@@ -158,7 +158,7 @@ def test_on_a_gpus_flat_curve_the_engines_draft_deeper_than_on_a_cpus_and_say_wh
     """The same measured acceptance priced on a CPU-like curve (verify_ms above) and on the H200's nearly flat one:
     vLLM's chain and SGLang's tree grow where verifying more costs little, and every advice names its curve."""
     from specviz.engine import deployment_cost
-    from specviz.engine.static_study import advise_engines
+    from specviz.studies.static_study import advise_engines
 
     cpu = deployment_cost.DeploymentCost("cpu-like", "m", "specviz", "cpu", "fp32", (1, 4, 8, 16, 64),
                                          tuple(verify_ms(n) for n in (1, 4, 8, 16, 64)), 2.0)

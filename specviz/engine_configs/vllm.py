@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from specviz.serving.advice import (Drafter, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
+from specviz.engine_configs.advice import (Drafter, EngineAdvice, RulesSource, best_chain, chain, chain_accepted,
                                     head_location, head_notes, refused, step_speedup)
 from specviz.tree.static_tree import RankAcceptance
 

