@@ -187,6 +187,41 @@ def test_a_visitor_over_their_share_lets_their_own_sessions_go():
     assert side_a.released is None and side_b.released is None
 
 
+def held_state(tokens: int):
+    """A LabState whose run holds `tokens` context tokens (a stand-in: no model)."""
+    from types import SimpleNamespace
+
+    from specviz.lab.lab_state import LabState
+
+    return LabState(session=SimpleNamespace(context=[0] * tokens))
+
+
+def test_the_live_limits_count_a_new_session_once_its_prompt_is_read(monkeypatch):
+    """Issue 73, the soak (item 7): the live-session limits counted a session when its call began, before its
+    prefill, at the tokens it held then (none, for a new one), and let the others go only at the next visitor's
+    call: a Run on the soak's 6,036-token prompt (about 850 MB with its paired ar and the head's features, measured)
+    stayed beside the sessions it should have replaced until someone else called. Once a call's first reply is in,
+    the others over the limits go."""
+    from specviz.lab import lab as lab_module, model_calls
+    from specviz.lab.lab import Lab
+    from specviz.lab.lab_state import CarriedStates, ModelReply
+
+    live = LiveSessions(limit=12, token_limit=1_000)
+    monkeypatch.setattr(lab_module, "LIVE", live)
+    idle = Lab(state=held_state(600), visitor_address="192.0.2.1")
+    live.touch(idle)
+    newcomer = Lab(visitor_address="192.0.2.2")
+    newcomer.wanted = object()  # the runner below reads no settings
+    model_calls.run_calls_with(lambda call, carried: iter([ModelReply(CarriedStates([held_state(600)]), ("",))]))
+    try:
+        newcomer.step(16)  # 0 tokens when the call began (nothing released then), 600 once its prompt is read
+    finally:
+        model_calls.run_calls_with(None)
+    assert newcomer.held_tokens == 600
+    assert not idle.holds_state and "released to make room" in idle.message
+    assert live.tokens() == 600
+
+
 def test_the_door_bounds_what_one_visitor_has_in_the_queue():
     share = FairShare(ShareLimits(events_waiting=2, address_events_waiting=3))
 

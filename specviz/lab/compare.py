@@ -68,7 +68,7 @@ class Compare:
             raise SpecvizError("No prompt yet: enter a prompt (or pick an example) first.")
         call = ModelCall(action, (self.a.wanted, self.b.wanted), int(max_new_tokens))
         LIVE.touch(self.a, self.b)
-        generations = (self.a.generation, self.b.generation)
+        generations, counted = (self.a.generation, self.b.generation), False
         replies = model_calls.call(call, [self.a.state, self.b.state], budget)
         try:
             while True:
@@ -77,6 +77,9 @@ class Compare:
                 if reply is None or (self.a.generation, self.b.generation) != generations:
                     return  # done, or reset / released meanwhile (the visitor left): the reply is dropped
                 self.a.state, self.b.state = reply[0]
+                if not counted:  # the prompts are in the caches now: the limits count both sides at their size
+                    LIVE.touch(self.a, self.b)
+                    counted = True
                 yield
         finally:
             replies.close()

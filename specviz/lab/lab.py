@@ -117,11 +117,14 @@ class Lab:
             raise SpecvizError(f"No prompt yet: enter a prompt (or pick an example), then press {verb}.")
         call = ModelCall(action, (self.wanted,), int(max_new_tokens), every_s)
         LIVE.touch(self)
-        generation = self.generation
+        generation, counted = self.generation, False
         for states, messages, _ in model_calls.call(call, [self.state], budget):
             if self.generation != generation:  # reset or released meanwhile (the visitor left): drop the reply
                 return
             self.state = states[0]
+            if not counted:  # the prompt is in the caches now: the limits count this session at its real size
+                LIVE.touch(self)
+                counted = True
             yield messages[0]
 
     def step(self, max_new_tokens: int, budget: CallBudget = UNLIMITED) -> None:
