@@ -158,6 +158,29 @@ def test_a_run_past_its_deadline_stops_and_keeps_what_it_made(lm):
     assert len(lab.session.output_ids) > made
 
 
+def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch):
+    """A long prompt's prefill is one reply: the budget is checked between its chunks too (engine.checkpoints), and
+    a call stopped there leaves the visitor's run as it was; alone, the same prompt is read whole."""
+    from specviz.engine import session as session_module
+    from specviz.lab.lab import Lab
+    from test_app import PROMPT
+
+    chunks = []
+    forward = session_module.causal_forward
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(session_module, "causal_forward", lambda *a, **k: chunks.append(len(a[2])) or forward(*a, **k))
+    lab = Lab()
+    lab.choose_values("", PROMPT, "pld", 8, {})
+    contended = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
+                           others_waiting=lambda: True)
+    with pytest.raises(SpecvizError, match="after 10 s to let other visitors' calls run; it was still reading the "
+                                           "prompt, and your run is as it was"):
+        lab.step(8, budget=contended)
+    assert chunks == [4] and lab.session is None  # stopped after the prompt's first chunk, nothing started
+    lab.step(8)
+    assert lab.session is not None and len(lab.session.output_ids) > 0 and len(chunks) > 3
+
+
 class HeldSession:
     """What LiveSessions reads of a Lab."""
 

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from specviz.engine import costmodel, rebuilt_prefixes
+from specviz.engine.checkpoints import checkpoint
 from specviz.engine.checked_run import CheckedRun
 from specviz.engine.tree_forward import verify_tree
 from specviz.runtime.block_forward import causal_forward
@@ -232,6 +233,8 @@ class Session:
         """Causal forwards of context[first:end] into cache (which holds the entries before first), PREFILL_CHUNK
         tokens at a time: (start, logits, the target's features or None) per chunk."""
         for start in range(first, end, PREFILL_CHUNK):
+            if start > first:
+                checkpoint()  # a call past its budget stops between chunks (engine.checkpoints)
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
             if self.features:
                 logits, features = causal_forward(self.lm, cache, chunk, self.features)

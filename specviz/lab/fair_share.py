@@ -68,16 +68,25 @@ class CallBudget:
 
     def check(self) -> None:
         """SpecvizError (one sentence) once the call must stop: what it made so far is kept by the caller."""
+        self._stop_if_due("what it generated is kept: Run again to go on.")
+
+    def check_reading_prompt(self) -> None:
+        """check() between a prefill's chunks (engine.checkpoints): the same stops, and a sentence that says the
+        prompt was not read yet (the next call reads it from its start)."""
+        self._stop_if_due("it was still reading the prompt, and your run is as it was: a shorter prompt gets through "
+                          "sooner.")
+
+    def _stop_if_due(self, after: str) -> None:
         if self.cancelled.is_set():
             raise SpecvizError("This call stopped because its visitor left the page.")
         now = time.monotonic()
         if self.deadline is not None and now > self.deadline:
             raise SpecvizError(f"This call reached this Space's limit of {self.seconds:.0f} s per call and stopped; "
-                               "what it generated is kept: Run again to go on.")
+                               f"{after}")
         if self.contended_s is not None and self.others_waiting is not None and \
                 now - self.started > self.contended_s and self.others_waiting():
             raise SpecvizError(f"This call stopped after {self.contended_s:.0f} s to let other visitors' calls run; "
-                               "what it generated is kept: Run again to go on.")
+                               f"{after}")
 
 
 UNLIMITED = CallBudget()

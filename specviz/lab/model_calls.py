@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 from specviz.studies.static_study import StaticTreeStudy, StudyProgress, last_study
 from specviz.errors import SpecvizError
+from specviz.engine.checkpoints import stopping_with
 from specviz.runtime.compute_thread import COMPUTE
 from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
 from specviz.lab.fair_share import UNLIMITED, CallBudget
@@ -219,7 +220,8 @@ def _checked_replies(replies, here: bool, budget: CallBudget
         # each reply, a GPU call holds it alone until its first reply, by when its worker is forked
         with GUARD.computing() if here else GUARD.forking() if first else nullcontext():
             # computed on the process's one compute thread (runtime.compute_thread) when the model runs here
-            reply = COMPUTE.run(next, replies, None) if here else next(replies, None)
+            # the budget is checked inside a reply too, between a long prefill's chunks (engine.checkpoints)
+            reply = COMPUTE.run(_next_within, replies, budget) if here else next(replies, None)
         first = False
         if reply is None:
             break
@@ -227,6 +229,12 @@ def _checked_replies(replies, here: bool, budget: CallBudget
             raise SpecvizError(reply.error)
         yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
         budget.check()  # past it: SpecvizError, and _replies closes the call (a worker stops at its next reply)
+
+
+def _next_within(replies, budget: CallBudget):
+    """The call's next reply, computed with its budget's check installed at the computation's checkpoints."""
+    with stopping_with(budget.check_reading_prompt):
+        return next(replies, None)
 
 
 def studied(call_: ModelCall, progress: Callable[[StudyProgress], None],
