@@ -12,7 +12,7 @@ import pytest
 
 from app_page import launched, page_for  # noqa: E402
 from browser_waits import DEADLINE_MS, assert_stays, wait_until_quiet, wait_until_still  # noqa: E402
-from test_app import CHROMIUM, free_port, launch_chromium  # noqa: E402
+from test_app import CHROMIUM, WAIT_MS, free_port, launch_chromium  # noqa: E402
 
 from specviz.lab.first_visit import FIRST_PACE_S
 from specviz.records.offered import CutNodes
@@ -60,7 +60,7 @@ def shown_step(page) -> int:
     """The step on screen, once the caption says it: while an event is on its way Gradio writes its queue status
     ('queue: 1/1 | 0.0/0.1s') over the caption."""
     caption = page.wait_for_function(f"(() => {{ const c = {CAPTION}; return c.includes('Showing step') && c; }})()",
-                                     timeout=30_000)
+                                     timeout=WAIT_MS)
     return step_in(caption.json_value())
 
 
@@ -68,9 +68,9 @@ def paused_page(browser, page_url):
     """A first visit at 1280x720, its autoplay stopped by the Pause button."""
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     page.goto(page_url, wait_until="load")
-    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=30_000)
+    page.wait_for_function(f"{CAPTION}.includes('Showing step')", timeout=WAIT_MS)
     page.locator("#pause-btn").click()
-    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=30_000)
+    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=WAIT_MS)
     return page
 
 
@@ -91,7 +91,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
     page = browser.new_page(viewport={"width": width, "height": height})
     started = time.perf_counter()
     page.goto(page_url, wait_until="load")
-    page.wait_for_selector("#tree-box svg.tv-svg g.n", timeout=30_000)
+    page.wait_for_selector("#tree-box svg.tv-svg g.n", timeout=WAIT_MS)
     first_tree_s = time.perf_counter() - started
     print(f"\nfirst tree on screen {first_tree_s:.2f} s after navigation ({width}x{height})")
     box = page.locator("#tree-box .tv-scroll").bounding_box()
@@ -100,7 +100,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
     for other in ("#text-col", "#topbar", "#timeline-row", "#details-tabs", "#settings-panel", "#message"):
         assert tree > visible_area(page, other), other
     # the recording opened at its first step, its prompt shown and marked, and moves on by itself
-    page.wait_for_function(f"{CAPTION}.includes('Showing step 0 ')", timeout=30_000)
+    page.wait_for_function(f"{CAPTION}.includes('Showing step 0 ')", timeout=WAIT_MS)
     assert "recorded run" in page.locator("#generated").inner_text().lower()
     assert "Rename the function" in page.locator("#generated").inner_text()
     font = page.evaluate("""() => {
@@ -109,7 +109,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
         return parseFloat(svg.querySelector('text.lbl').getAttribute('font-size')) * scale;
     }""")
     assert font >= 14
-    page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ')", timeout=10_000)
+    page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ')", timeout=WAIT_MS)
     wait_until_still(page)  # the step's animation to its end
     page.screenshot(path=str(SHOTS / f"first-{width}x{height}.png"))
     status = page.locator("#live-status")  # the start-up line, where it says anything, is on the first screen
@@ -117,7 +117,7 @@ def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, 
         assert status.bounding_box()["y"] + status.bounding_box()["height"] <= height
     # the first touch stops the autoplay: the shown step stays
     page.locator("#brand").click()
-    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=10_000)
+    page.wait_for_function("!document.querySelector('.autoplay-flag')", timeout=WAIT_MS)
     touched = shown_step(page)
     caption = lambda: page.evaluate(CAPTION)  # noqa: E731
     settled = wait_until_quiet(caption, QUIET_PACES * FIRST_PACE_S, DEADLINE_MS / 1000,
@@ -191,7 +191,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.get_by_role("tab", name="Replay").click()
     page.locator("#upload-trace input[type=file]").set_input_files(str(offered_trace(tmp_path / "offered.json")))
     page.wait_for_function("(document.querySelector('#tree-box .tv-title')?.innerText || '').includes('of 64 offered')",
-                           timeout=30_000)
+                           timeout=WAIT_MS)
     page.evaluate("() => window.scrollTo(0, 0)")
     page.mouse.move(1270, 600)  # off the tree: no hover tip in the screenshots
     wait_until_still(page)  # the step's animation, to its end
@@ -219,8 +219,8 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
         assert page.locator("#tree-box .tv-more-down").is_visible()
         scroll.evaluate("b => { b.scrollTop = b.scrollHeight; b.dispatchEvent(new Event('scroll')); }")
         # the hints follow the scroll: waited for, each failing by the deadline if it never comes
-        page.locator("#tree-box .tv-more-down").wait_for(state="hidden", timeout=10_000)
-        page.locator("#tree-box .tv-more-up").wait_for(state="visible", timeout=10_000)
+        page.locator("#tree-box .tv-more-down").wait_for(state="hidden", timeout=WAIT_MS)
+        page.locator("#tree-box .tv-more-up").wait_for(state="visible", timeout=WAIT_MS)
     lowest = max(page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered text.lbl'))
         .map(t => t.getBoundingClientRect().bottom)"""))
     frame, legend = scroll.bounding_box(), page.locator("#tree-box .tv-legend").bounding_box()
@@ -228,7 +228,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.screenshot(path=str(SHOTS / "offered-64-scrolled-1280x720.png"))
     # greedy: the p / q / p_hat panel has nothing to show and is hidden; the planner's predictions are shown
     page.get_by_role("tab", name="Step details").click()
-    page.locator("#prediction-plot").wait_for(state="visible", timeout=30_000)
+    page.locator("#prediction-plot").wait_for(state="visible", timeout=WAIT_MS)
     assert not page.locator("#distribution-plot").is_visible() and not page.locator("#node-pick").is_visible()
     assert page.locator("#prediction-plot").is_visible()
     # a cut node says why on hover; the switch shows the verified tree alone
@@ -251,9 +251,9 @@ def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     page.evaluate("() => { window.started = new Set();"
                   " document.addEventListener('animationstart', e => window.started.add(e.animationName)); }")
     page.locator("#next-btn").click()
-    page.wait_for_selector(f"#tree-box .tv[data-step='{shown + 1}']", state="attached", timeout=30_000)
+    page.wait_for_selector(f"#tree-box .tv[data-step='{shown + 1}']", state="attached", timeout=WAIT_MS)
     # draft (nodes come in), the phase chips, verify (the pulse): all start within the step
-    page.wait_for_function("['tv-in', 'tv-ph', 'tv-pulse'].every(name => window.started.has(name))", timeout=10_000)
+    page.wait_for_function("['tv-in', 'tv-ph', 'tv-pulse'].every(name => window.started.has(name))", timeout=WAIT_MS)
     page.screenshot(path=str(SHOTS / "animation-frame-1280x720.png"))  # mid-step: verified, accepting
     bonus = "#tree-box svg:not([style*='display: none']) g.n-bonus .n-in"
     pulse = "#tree-box svg:not([style*='display: none']) .pulse"
@@ -276,13 +276,13 @@ def test_presentation_mode_hides_the_controls_and_enlarges_the_tree(page_url, br
     page = paused_page(browser, page_url)
     page.locator("#next-btn").click()
     page.wait_for_function(f"{CAPTION}.includes('Showing step 1 ') || {CAPTION}.includes('Showing step 2 ')",
-                           timeout=30_000)
+                           timeout=WAIT_MS)
     wait_until_still(page)  # the step's animation to its end
     before = page.locator("#tree-box svg.tv-svg:not(.tv-verified)").bounding_box()
     page.locator("#present-btn").click()
     page.wait_for_function("document.body.classList.contains('presenting')")
     page.wait_for_function(f"document.querySelector('#tree-box svg.tv-svg:not(.tv-verified)').getBoundingClientRect().width"
-                           f" > 1.15 * {before['width']}", timeout=10_000)  # the layout has settled
+                           f" > 1.15 * {before['width']}", timeout=WAIT_MS)  # the layout has settled
     for hidden in ("#step-btn", "#run-btn", "#details-tabs", "#timeline-row", "#settings-panel"):
         assert not page.locator(hidden).first.is_visible(), hidden
     after = page.locator("#tree-box svg.tv-svg:not(.tv-verified)").bounding_box()
