@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from public_server import started  # noqa: E402
 from test_app import settings  # noqa: E402
 from test_cost_fuzz import TraceShape, build_trace  # noqa: E402
+from browser_waits import patient_client  # noqa: E402
 
 
 
@@ -40,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     from specviz.lab.public_policy import Policy
 
@@ -68,7 +69,7 @@ def main() -> None:
             "sweep_tokens": 8, "metric": "speedup", **settings(method="reader", model=model, max_new_tokens=8)}),
     }
     process, url = started()
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     print(f"server up, {rss_mb(process.pid):.0f} MB resident")
     rows = []
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser_waits import patient_client  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 HONEST = "192.0.2.1"  # addresses from the documentation range, sent as a Space's proxy writes them
@@ -47,7 +48,6 @@ def rss_mb(pid: int) -> float:
 # ---- the server -----------------------------------------------------------------------------------------------
 class App:
     """`python app.py` in public mode on port, its uploads in a folder of its own (measured on disk)."""
-
     def __init__(self, port: int, trust_loopback: bool = True, root: Path = ROOT):
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.temp = Path(tempfile.mkdtemp(prefix="hostile-server-"))
@@ -218,14 +218,12 @@ class Honest:
 
 def honest_step(url: str, address: str = HONEST, timeout: float = 300) -> Honest:
     """An honest visitor's Step (a new session each time) through gradio_client: its wait, or what went wrong."""
-    from gradio_client import Client
-
     from specviz.lab.public_policy import Policy
     from test_app import settings
 
     started = time.monotonic()
     try:
-        client = Client(url + "/", verbose=False, headers={"X-Forwarded-For": address})
+        client = patient_client(url + "/", headers={"X-Forwarded-For": address})
         out = client.submit(**settings(max_new_tokens=8, model=Policy.for_public().default_model),
                             api_name="/step").result(timeout=timeout)
         message = out[[i for i, v in enumerate(out) if isinstance(v, str) and "⚠️" in v][0]] \
@@ -260,7 +258,6 @@ class Row:
 
 class Measured:
     """An attack's time, the server's resident memory sampled every 0.1 s, and honest Steps run meanwhile."""
-
     def __init__(self, app: App, group: str, attack: str, honest: bool = False):
         self.app, self.group, self.attack, self.honest = app, group, attack, honest
         self.sent, self.answer = "", ""
@@ -409,7 +406,7 @@ def bodies(app: App) -> None:
 
 def memory(app: App) -> None:
     """What visitors hold, counted in file bytes before: 4 MB traces, page loads, many files in one upload."""
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     from test_cost_fuzz import TraceShape, build_trace
 
@@ -428,7 +425,7 @@ def memory(app: App) -> None:
     size = paths[0].stat().st_size
     with Measured(app, "memory", "16 uploads of a 4 MB trace that passes every check, from 8 addresses") as m:
         def upload(n):
-            client = Client(app.url + "/", verbose=False, headers={"X-Forwarded-For": f"192.0.2.{70 + n // 2}"})
+            client = patient_client(app.url + "/", headers={"X-Forwarded-For": f"192.0.2.{70 + n // 2}"})
             out = client.submit(handle_file(str(paths[n])), api_name="/upload_trace").result(timeout=300)
             message = next((v for v in out if isinstance(v, str) and ("Replaying" in v or "⚠️" in v)), "")
             return message[:100], client

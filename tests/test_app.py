@@ -6,7 +6,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from browser_waits import assert_stays, wait_for_tree_after, wait_until, wait_until_quiet, wait_until_still
+from browser_waits import (WAIT_MS, PatientBrowser, assert_stays, patient_client, wait_for_tree_after, wait_until,
+                           wait_until_quiet, wait_until_still)
 
 from app_page import CONTEXT, counters_of, launched, named, page_for, sweep_answer  # noqa: E402
 
@@ -20,27 +21,6 @@ PLAY_PACE_S = 0.3  # the pace the timeline test plays at (s per step)
 # a timer still running moves the caption once a pace: unchanged this many paces, a step counts as held (five,
 # so that a tick answered late on a busy machine still shows)
 QUIET_PACES = 5
-
-
-# how long a page waits for what a test tells it to wait for: a hang detector, not a speed target. A busy machine
-# (a neighbour's load beside the other test process, tests/run.sh) slowed a first page load past Playwright's 30 s
-WAIT_MS = 120_000
-
-
-class PatientBrowser:
-    """A browser whose pages wait WAIT_MS by default (clicks, selectors, expectations without a timeout of their
-    own)."""
-
-    def __init__(self, browser):
-        self._browser = browser
-
-    def new_page(self, **options):
-        page = self._browser.new_page(**options)
-        page.set_default_timeout(WAIT_MS)
-        return page
-
-    def __getattr__(self, name):
-        return getattr(self._browser, name)
 
 
 def launch_chromium(playwright) -> PatientBrowser:
@@ -84,9 +64,8 @@ def settings(prompt=PROMPT, method="pld", max_new_tokens=16, model="", budget=8,
 
 
 def test_step_run_and_bad_input_through_gradio_client(url):
-    from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     out = named(client.predict(**settings(), api_name="/step"))
     assert counters_of(client)["figures"]["steps"] == 1 and out["message"] == ""
     assert "<b>" not in out["text_html"]  # tokens are escaped
@@ -109,9 +88,8 @@ def test_step_run_and_bad_input_through_gradio_client(url):
 
 
 def test_racer_split_panel_and_bad_settings(url):
-    from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     out = named(client.predict(**settings(method="racer", budget=32), api_name="/step"))
     assert out["message"] == "" and counters_of(client)["figures"]["steps"] == 1
     out = named(client.predict(**settings(method="racer", budget=32), api_name="/step"))
@@ -142,9 +120,8 @@ def steps_of(client) -> int:
 
 
 def test_stop_keeps_session(url):
-    from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     job = client.submit(**settings(max_new_tokens=200, prompt="Write a long story about a lighthouse keeper."),
                         api_name="/run")
     # two steps of the run, however slow the machine (the model loads first in a fresh process)
@@ -174,7 +151,7 @@ def test_browser_step_draws_tree(url):
         most_points = 0
         for step in range(1, 7):
             page.locator("#step-btn").click()
-            wait_for_tree_after(page, step, run="live", timeout=60_000)
+            wait_for_tree_after(page, step, run="live", timeout=WAIT_MS)
             most_points = max(most_points, page.locator("#tree-box svg.tv-svg:not(.tv-verified) g.n").count())
         generated = page.locator("#generated").inner_text()
         split = page.locator("#budget-split").inner_text()
@@ -210,10 +187,9 @@ def test_concurrent_steps_on_one_session_are_serialised(lm):
 
 
 def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
-    from gradio_client import Client
     from gradio_client.exceptions import AppError
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     prompt = CONTEXT.examples["summarise: sum-lighthouse"]
     respec = dict(prompt=prompt, method="respec", budget=32, max_new_tokens=48, fallback="logits", tau=5.0)
     for _ in range(3):
@@ -240,13 +216,11 @@ def test_respec_step_panel_diff_and_bad_input(url, tiny_models):
 
 def test_bf16_mode_through_gradio_client_classifies_differences(url):
     """The faster inexact mode is offered, says which mode runs, and names any difference from ar."""
-    from gradio_client import Client
-
     import torch
 
     from specviz.runtime.modes import why_not_precision
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     message = named(client.predict(**settings(method="racer", budget=16, mode="bf16", max_new_tokens=24),
                                    api_name="/run"))["message"]
     counters = counters_of(client)
@@ -273,9 +247,8 @@ def rapid_prompt() -> str:
 
 
 def test_rapid_with_sampling_and_eta_through_gradio_client(url):
-    from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     rapid = dict(prompt=rapid_prompt(), method="rapid", budget=16, max_new_tokens=24, temperature=0.9, seed=4,
                  eta=10.0, gamma=4, chunk_tokens=128, retrieval_budget=256)
     out = named(client.predict(**settings(**rapid), api_name="/run"))
@@ -318,7 +291,7 @@ def test_browser_rapid_document_and_distribution(url):
         page.get_by_role("option", name="rapid", exact=True).click()
         page.get_by_text("Method parameters", exact=True).click()   # a closed accordion renders nothing
         eta = page.locator("#param-eta input[type=range]")
-        expect(eta).to_be_disabled(timeout=WAIT_MS)   # temperature 0: eta is off
+        expect(eta.plain).to_be_disabled(timeout=WAIT_MS)   # temperature 0: eta is off
         page.get_by_text("Sampling", exact=True).click()
         temperature = page.locator("#temperature input[type=number]")
         # the server's answer switches it on (a fixed 500 ms wait was too short on a busy machine). The number
@@ -329,13 +302,13 @@ def test_browser_rapid_document_and_distribution(url):
             temperature.press("Enter")
             temperature.press("Tab")
             try:
-                expect(eta).to_be_enabled(timeout=WAIT_MS)
+                expect(eta.plain).to_be_enabled(timeout=WAIT_MS)
                 break
             except AssertionError:
                 if attempt == 2:
                     raise
         page.locator("#step-btn").click()
-        wait_for_tree_after(page, 1, run="live", timeout=120_000)
+        wait_for_tree_after(page, 1, run="live", timeout=WAIT_MS)
         page.wait_for_function("document.querySelectorAll('#distribution-plot .barlayer .point').length >= 4",
                                timeout=WAIT_MS)
         document = page.locator("#document").inner_text()
@@ -350,7 +323,7 @@ def test_browser_rapid_document_and_distribution(url):
 def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
     import json
 
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
     from specviz.records.trace import Trace
 
@@ -358,7 +331,7 @@ def test_replay_upload_download_and_bad_trace_files(url, tmp_path):
         """What the stage shows of a run: its tree, counters line, caption and timeline."""
         return {name: out[name] for name in ("tree", "counters", "caption", "timeline")}
 
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     out = named(client.predict("racer-code-rename", api_name="/replay"))
     steps = Trace.load(CONTEXT.traces["racer-code-rename"]).steps
     # the recording is on screen at its newest step (the timeline spans its steps), named by the message
@@ -398,9 +371,7 @@ def test_sweep_api_and_its_limit(url):
     import csv
     import io
 
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     sweep = dict(axis_1="budget=4,8", axis_2="max_breadth=2,8", scope="page prompt", category="summarise", sweep_tokens=8,
                  metric="speedup")
     answer = sweep_answer(client.predict(**sweep, **settings(method="racer"), api_name="/sweep"))
@@ -420,13 +391,11 @@ def test_eight_concurrent_visitors_get_their_own_answers(url, lm):
     greedy decoding of its own prompt (no cross-talk); the time each waited is printed."""
     import time
 
-    from gradio_client import Client
-
     from specviz.benches.app_load import greedy_texts, text_of
 
     prompts = [f"Count from {n} to {n + 6} in words, then say which is largest." for n in range(1, 9)]
     expected = greedy_texts(lm, prompts, 16)
-    clients = [Client(url, verbose=False) for _ in prompts]
+    clients = [patient_client(url) for _ in prompts]
     started = time.perf_counter()
     jobs = [c.submit(**settings(prompt=p, method="racer", max_new_tokens=16), api_name="/run")
             for c, p in zip(clients, prompts)]
@@ -470,8 +439,6 @@ def test_abandoned_sessions_are_freed(lm):
     session's Lab down to its KV cache's buffers: any of them still alive is a leak."""
     import gc
 
-    from gradio_client import Client
-
     from specviz.lab import visitors
 
     # a time to live long enough that a session is seen (and followed) before it expires on a loaded 2-core machine
@@ -481,7 +448,7 @@ def test_abandoned_sessions_are_freed(lm):
     launched(page, port)
     try:
         followed = []
-        clients = [Client(f"http://127.0.0.1:{port}/", verbose=False) for _ in range(6)]  # kept connected
+        clients = [patient_client(f"http://127.0.0.1:{port}/") for _ in range(6)]  # kept connected
         for n, client in enumerate(clients):
             client.predict(**settings(prompt=f"Say {n}.", method="pld", max_new_tokens=4), api_name="/step")
             labs = [r() for r in visitors._open.get(client.session_hash, [])]
@@ -520,7 +487,7 @@ def test_browser_timeline_play_pause_and_token_link(url):
         page.goto(url, wait_until="load")
         # a visitor sees a recorded run at once, from its first step, with no model needed; a touch stops it
         page.wait_for_function(f"{caption}.includes('Showing step ') && {caption}.includes(' of {last}')",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         page.locator("#pause-btn").click()
         page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('stopped playing')",
                                timeout=WAIT_MS)
@@ -571,7 +538,7 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         page.goto(url + "?method=respec&tau=3&budget=24&example=sum-lighthouse&bogus=1", wait_until="load")
         # one predicate for the whole message: waiting for half of it and then reading it raced a re-render
         page.wait_for_function("(t => t.includes('Settings from the link') && t.includes('bogus'))"
-                               "(document.querySelector('#message')?.innerText || '')", timeout=60_000)
+                               "(document.querySelector('#message')?.innerText || '')", timeout=WAIT_MS)
         assert page.locator("#method input").input_value() == "respec"
         assert "Harwick Point lighthouse" in page.locator("#prompt textarea").input_value()
         assert page.locator("#budget input[type=number]").input_value() == "24"
@@ -596,20 +563,20 @@ def test_browser_url_settings_preset_ab_and_upload(url):
         assert page.locator("#side-b textarea, #side-b input").first.input_value() == "tau=3"
         page.locator("#side-b textarea, #side-b input").first.fill("method=pld")
         page.locator("#ab-step").click()
-        wait_for_tree_after(page, 1, box="#tree-b", run="live", timeout=120_000)
+        wait_for_tree_after(page, 1, box="#tree-b", run="live", timeout=WAIT_MS)
         page.locator("#ab-step").click()
         for side in "ab":
-            wait_for_tree_after(page, 2, box=f"#tree-{side}", run="live", timeout=120_000)
+            wait_for_tree_after(page, 2, box=f"#tree-{side}", run="live", timeout=WAIT_MS)
         trees = [page.locator(f"#tree-{side} svg.tv-svg:not(.tv-verified) g.n").count() for side in "ab"]
         page.screenshot(path=str(SCREENSHOTS / "ab.png"), full_page=True)
         # upload a shipped trace: it replays with no model
         page.get_by_role("tab", name="Replay").click()
         page.locator("#upload-trace input[type=file]").set_input_files(str(CONTEXT.traces["reader-code-rename"]))
         page.wait_for_selector("#tree-box .tv[data-run^='replay:reader-code-rename']", state="attached",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         page.get_by_role("tab", name="Accounting").click()
         page.wait_for_function("document.querySelectorAll('#lanes-plot .point, #lanes-plot .bars path').length > 0",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         wait_until_still(page, "#lanes-plot")
         page.screenshot(path=str(SCREENSHOTS / "replay-accounting.png"), full_page=True)
         browser.close()
@@ -619,12 +586,10 @@ def test_browser_url_settings_preset_ab_and_upload(url):
 def test_a_dropped_connection_frees_its_session(url, monkeypatch):
     """A visitor whose connection drops (a closed tab) is released at Gradio's next heartbeat, not an
     hour later when Gradio itself would drop the state."""
-    from gradio_client import Client
-
     from specviz.lab import visitors
 
     monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "1")
-    client = Client(url, verbose=False)
+    client = patient_client(url)
     client.predict(**settings(prompt="Say hello.", method="pld", max_new_tokens=4), api_name="/step")
     assert client.session_hash in visitors._open
     held = [r() for r in visitors._open[client.session_hash]]

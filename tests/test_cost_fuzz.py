@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app_page import named
+from browser_waits import patient_client  # noqa: E402
 
 LONG = os.environ.get("SPECVIZ_LONG_TESTS") == "1"  # conftest sets it for --long
 EXAMPLES = 400 if LONG else 40
@@ -61,12 +62,10 @@ def server(public_server):
 def client(server):
     """A visitor of the server, after one honest Step: a request value that happens to be valid runs a step on a
     warm model (and the memory budget counts from the model loaded)."""
-    from gradio_client import Client
-
     from specviz.lab.public_policy import Policy
     from test_app import settings as step_settings
 
-    visitor = Client(server.url, verbose=False)
+    visitor = patient_client(server.url)
     warm = named(visitor.predict(**step_settings(max_new_tokens=4, model=Policy.for_public().default_model,
                                                  method="ar"), api_name="/step"))
     assert "⚠️" not in warm["message"], warm["message"]

@@ -215,7 +215,7 @@ def test_the_page_works_through_the_door_in_a_browser(door, lm):
 
     from playwright.sync_api import sync_playwright
 
-    from browser_waits import wait_for_tree_after
+    from browser_waits import WAIT_MS, wait_for_tree_after
     from test_app import CHROMIUM, launch_chromium
 
     if not shutil.which(CHROMIUM):
@@ -229,18 +229,18 @@ def test_the_page_works_through_the_door_in_a_browser(door, lm):
                 if r.status >= 400 and "/gradio_api/" in r.url else None)
         page.goto(url + "?max_new_tokens=" + "%21%5Bx%5D%28https%3A%2F%2Fe.example%2Fpixel.png%29", wait_until="load")
         page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('Ignored')",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         assert page.locator("#message img").count() == 0 and page.locator("#message a[href*='e.example']").count() == 0
         page.locator("#step-btn").click()
-        wait_for_tree_after(page, 1, run="live", timeout=120_000)
+        wait_for_tree_after(page, 1, run="live", timeout=WAIT_MS)
         page.locator("#run-btn").click()
         page.wait_for_timeout(1500)
         page.locator("#stop-btn").click()
         page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('Stopped')",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         page.get_by_role("tab", name="Replay").click()
         page.locator("#upload-trace input[type=file]").set_input_files(
             str(Path(__file__).parent.parent / "assets" / "traces" / "pld-code-rename.json"))
-        page.wait_for_selector("#tree-box .tv[data-run^='replay:']", state="attached", timeout=60_000)
+        page.wait_for_selector("#tree-box .tv[data-run^='replay:']", state="attached", timeout=WAIT_MS)
         browser.close()
     assert not refused, refused

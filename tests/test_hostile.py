@@ -20,6 +20,7 @@ from specviz.lab.live_sessions import LIVE  # noqa: E402
 from specviz.lab.public_policy import Policy  # noqa: E402
 from specviz.lab.server_paths import hide_server_paths  # noqa: E402
 from test_app import free_port, settings  # noqa: E402
+from browser_waits import patient_client  # noqa: E402
 
 TRACES = Path(__file__).parent.parent / "assets" / "traces"
 SHIPPED = TRACES / "pld-code-rename.json"
@@ -90,9 +91,9 @@ def chain_trace(length: int) -> dict:
 
 
 def test_hostile_uploads_are_refused_at_once(public_url, tmp_path):
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
 
-    client = Client(public_url, verbose=False)
+    client = patient_client(public_url)
     shown = step(client)["counters"]  # the session's own run, as the page shows it
     assert steps_of(client) == 1
     deep = "[" * 50_000 + "]" * 50_000
@@ -126,10 +127,9 @@ def test_hostile_uploads_are_refused_at_once(public_url, tmp_path):
 
 
 def test_bad_numbers_and_types_get_one_clear_sentence(public_url):
-    from gradio_client import Client
     from gradio_client.exceptions import AppError
 
-    client = Client(public_url, verbose=False)
+    client = patient_client(public_url)
     shown = step(client)["counters"]
     kept = counters_of(client)
     assert kept["figures"]["steps"] == 1
@@ -174,9 +174,8 @@ def test_the_door_refuses_numbers_no_json_client_sends(lm):
 
 
 def test_no_server_path_reaches_a_visitor(public_url):
-    from gradio_client import Client
 
-    client = Client(public_url, verbose=False)
+    client = patient_client(public_url)
     # an allowed model this machine cannot fetch (tests are offline): the loader's error names cache folders
     message = step(client, model="HuggingFaceTB/SmolLM2-360M-Instruct")["message"]
     assert message.startswith("⚠️") and str(Path.home()) not in message and "/tmp/" not in message, message
@@ -234,9 +233,7 @@ def test_ab_reset_in_a_loop_does_not_stall_the_others(public_url):
     every reset answers with both sides back to nothing, and the other visitor's step is answered meanwhile."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gradio_client import Client
-
-    looping, honest = Client(public_url, verbose=False), Client(public_url, verbose=False)
+    looping, honest = patient_client(public_url), patient_client(public_url)
     looping.predict(side_a="", side_b="method=pld", **public_settings(max_new_tokens=6), api_name="/ab_step")
     with ThreadPoolExecutor(1) as pool:
         resets = pool.submit(lambda: [looping.predict(api_name="/ab_reset") for _ in range(30)])

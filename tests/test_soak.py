@@ -27,6 +27,7 @@ import pytest
 from app_page import counters_of, named, sweep_answer
 from test_app import free_port, settings as page_settings
 from test_hostile import chain_trace, self_parent_trace
+from browser_waits import patient_client  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 SOAK_S = float(os.environ.get("SPECVIZ_SOAK_S", "300"))
@@ -62,12 +63,10 @@ def server(tmp_path):
            "SPECVIZ_TRUSTED_PROXIES": "127.0.0.1", "GRADIO_TEMP_DIR": str(tmp_path / "gradio")}
     log = open(tmp_path / "app.log", "w")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    from gradio_client import Client
-
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         try:
-            Client(f"http://127.0.0.1:{port}/", verbose=False)
+            patient_client(f"http://127.0.0.1:{port}/")
             break
         except Exception:  # noqa: BLE001 (not up yet)
             assert process.poll() is None, (tmp_path / "app.log").read_text()[-3000:]
@@ -79,9 +78,7 @@ def server(tmp_path):
 
 def client_at(url: str, address: str):
     """A gradio_client session as a visitor from address sees the Space (its proxy's X-Forwarded-For)."""
-    from gradio_client import Client
-
-    return Client(url, verbose=False, headers={"X-Forwarded-For": address})
+    return patient_client(url, headers={"X-Forwarded-For": address})
 
 
 def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismatches: list, errors: list,

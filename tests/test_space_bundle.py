@@ -20,6 +20,7 @@ from specviz.runtime.draft_head import head_file_name  # noqa: E402
 from specviz.runtime.loading import DEFAULT_MODEL, GGUF_FILE  # noqa: E402
 from specviz.deploy.space_bundle import (REQUIRED_KEYS, ZEROGPU_PYTHONS, ZEROGPU_TORCH, front_matter,  # noqa: E402
                                         missing_wheels, pinned, write_bundle)
+from browser_waits import patient_client  # noqa: E402
 
 
 @pytest.fixture
@@ -115,13 +116,11 @@ def _starts_as_a_space_and_steps(python: str, space: Path, tmp_path: Path, insta
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=space, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        from gradio_client import Client
-
         deadline = time.monotonic() + 300
         client = None
         while client is None and time.monotonic() < deadline and process.poll() is None:
             try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+                client = patient_client(f"http://127.0.0.1:{port}/")
             except Exception:  # noqa: BLE001 (not up yet)
                 time.sleep(1)
         assert client is not None, (tmp_path / "app.log").read_text()[-3000:]
