@@ -33,3 +33,34 @@ def test_predicted_and_measured_speedup_and_the_factors_of_their_gap():
 def test_ar_ms_per_token():
     assert ar_ms_per_token([step(0, 0, 0, None, 1, 10.0, plan=False), step(0, 0, 0, None, 1, 14.0, plan=False)]) == 12.0
     assert ar_ms_per_token([]) is None
+
+
+def planned_tree(chances_by_node, accepted):
+    """A verified tree of (parent, depth, chance) nodes under the root, `accepted` drafts committed."""
+    nodes = [NodeRecord(id=0, parent=-1, depth=0, token_id=1, text="a", sources=[], status=NodeStatus.ROOT)]
+    for i, (parent, depth, chance) in enumerate(chances_by_node, start=1):
+        nodes.append(NodeRecord(id=i, parent=parent, depth=depth, token_id=i + 1, text="b", sources=["logits"],
+                                status=NodeStatus.REJECTED, chance=chance))
+    predicted = sum(c for _, _, c in chances_by_node)
+    return StepRecord(step=0, prefix_len=3, budget=8, budget_mode="auto", nodes=nodes,
+                      accepted_tokens=list(range(accepted + 1)), accepted_origins=["bonus"] * (accepted + 1),
+                      allocation={}, timings_ms={"total": 10.0},
+                      plan=PlanDecision(predicted_accepted=predicted, expected_curve=None))
+
+
+def test_the_error_a_planner_with_exact_chances_expects_and_its_bias():
+    from specviz.engine.prediction import PredictionError, accepted_at_least, own_spread
+
+    # two siblings at depth 1 (0.5 + 0.3 of one path accepted), one child at depth 2
+    tree = planned_tree([(0, 1, 0.5), (0, 1, 0.3), (1, 2, 0.2)], accepted=2)
+    assert accepted_at_least(tree) == pytest.approx([0.8, 0.2])
+    # X: 0 with 0.2, 1 with 0.6, 2 with 0.2; mean 1.0, so E|X - 1| = 0.4
+    assert own_spread(accepted_at_least(tree)) == pytest.approx(0.4)
+    # a calibration factor above 1 pushed siblings past 1: the tail is clamped, never above 1 or growing
+    assert accepted_at_least(planned_tree([(0, 1, 0.7), (0, 1, 0.6), (1, 2, 0.9)], 0)) == pytest.approx([1.0, 0.9])
+    certain = planned_tree([(0, 1, 1.0), (1, 2, 1.0)], accepted=2)
+    assert own_spread(accepted_at_least(certain)) == 0.0
+    error = PredictionError.of([tree, certain, step(0, 0, 0, None, 1, 10.0, plan=False)])
+    assert error.steps == 2 and error.mae == pytest.approx(0.5) and error.bias == pytest.approx(-0.5)
+    assert error.spread == pytest.approx(0.2)
+    assert PredictionError.of([step(0, 0, 0, None, 1, 10.0, plan=False)]) is None

@@ -7,6 +7,7 @@ import statistics
 from typing import Callable
 
 from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
+from specviz.engine.prediction import PredictionError
 from specviz.studies.peers import PEER_METHODS, peer_run
 from specviz.engine.run import RunResult, run_method, warm_up
 from specviz.studies.suite import SuiteItem
@@ -48,7 +49,10 @@ def planner_figures(run: RunResult) -> dict:
     ones (summed over steps), the steps that ran the draft model and the steps with an empty tree."""
     # the planner's predicted accepted drafts against the measured ones, step by step
     errors = [abs(r.plan.predicted_accepted - r.num_accepted_drafts) for r in run.records if r.plan is not None]
+    error = PredictionError.of(run.records)
     return {"predicted_abs_error": sum(errors),
+            # the error the planner's own chances expect (engine.prediction), summed as the errors are
+            "predicted_spread": error.spread * error.steps if error is not None else 0.0,
             "model_drafted": sum(bool(r.allocation.get("model")) for r in run.records),
             "empty_trees": sum(len(r.nodes) == 1 for r in run.records)}
 
@@ -197,7 +201,7 @@ def format_table(report: dict) -> str:
     peer = PEER_REFERENCE if PEER_REFERENCE in report["methods"] else None
     header = (f"{'category':<14} {'method':<22} {'tokens':>6} {'steps':>6} {'MAT':>6} {'tok/s':>7} {'gen/s':>7} "
               f"{'vs ar':>6}")
-    lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless selfrep  +DS  predMAE empty  acc"]
+    lines = [header + (f" {'vs ' + peer:>9}" if peer else "") + " lossless selfrep  +DS  predMAE spread empty  acc"]
     for category, per_method in report["categories"].items():
         for method, s in per_method.items():
             line = (f"{category:<14} {method:<22} {s['new_tokens']:>6} {s['steps']:>6} {s['mat']:>6.2f} "
@@ -206,8 +210,9 @@ def format_table(report: dict) -> str:
                 line += f" {s['tokens_per_s'] / per_method[peer]['tokens_per_s']:>8.2f}x"
             ds = f"{s['self_repetition_ds']:.2f}" if s.get("self_repetition_ds") is not None else "-"
             mae = f"{s['predicted_mae']:.2f}" if "predicted_mae" in s else "-"
+            spread = f"{s['predicted_spread']:.2f}" if "predicted_spread" in s else "-"
             empty = f"{100 * s['empty_tree_steps']:.0f}%" if "empty_tree_steps" in s else "-"
             acc = f"{100 * s['acceptance_rate']:.0f}%" if s.get("acceptance_rate") is not None else "-"
             lines.append(line + f" {s['verdict']:>8} {s['self_repetition']:>7.2f} {ds:>5} "
-                                f"{mae:>7} {empty:>5} {acc:>4}")
+                                f"{mae:>7} {spread:>6} {empty:>5} {acc:>4}")
     return "\n".join(lines)

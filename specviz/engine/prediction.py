@@ -5,7 +5,12 @@ prediction of a step is that many tokens in that many milliseconds, against `ar`
 verify. The measurement is the tokens the step committed in the time it took, against `ar`'s measured time
 per token. The gap between the two has three factors, reported apart so that it can be explained:
 accepted (tokens committed / tokens expected), time (ms taken / ms priced) and ar (ar's measured ms per
-token / the one-token verify the planner priced), with measured / predicted = accepted x ar / time."""
+token / the one-token verify the planner priced), with measured / predicted = accepted x ar / time.
+
+A step's accepted drafts are a random number even to a planner whose chances are exact, so its predicted E(T) - 1
+misses the measured count by that number's own spread: PredictionError sets the mean absolute error beside the
+error the planner's own chances expect (their mean absolute deviation) and the bias, so that an error is read as
+spread (the chances are uncertain) or as a wrong estimate (the bias, or an error well above the spread)."""
 
 from __future__ import annotations
 
@@ -58,3 +63,49 @@ def ar_ms_per_token(ar_records: list[StepRecord]) -> float | None:
     """ar's decode milliseconds per token from its step records (prefill excluded, as a step's is)."""
     tokens = sum(len(r.accepted_tokens) for r in ar_records)
     return sum(r.timings_ms.total for r in ar_records) / tokens if tokens else None
+
+
+def accepted_at_least(record: StepRecord) -> list[float] | None:
+    """P(at least d drafts accepted), d = 1.., under the planner's calibrated chances of the verified tree's nodes
+    (None: the step was not planned). Verification accepts one path, so the nodes at one depth exclude each other
+    and their chances add; the sums are clamped to at most 1 and to never grow with depth (a calibration factor
+    above 1 can push siblings' sum past their parent's)."""
+    if record.plan is None:
+        return None
+    by_depth: dict[int, float] = {}
+    for node in record.nodes[1:]:
+        if node.chance is None:
+            return None
+        by_depth[node.depth] = by_depth.get(node.depth, 0.0) + node.chance
+    out, bound = [], 1.0
+    for depth in range(1, max(by_depth, default=0) + 1):
+        bound = min(bound, by_depth.get(depth, 0.0))
+        out.append(bound)
+    return out
+
+
+def own_spread(at_least: list[float]) -> float:
+    """E|X - E[X]| of the accepted drafts X whose tail is at_least (P(X >= d), d = 1..): the mean absolute error a
+    planner with exactly these chances expects to make predicting E[X]."""
+    mean = sum(at_least)
+    tail = [1.0, *at_least, 0.0]
+    return sum((tail[k] - tail[k + 1]) * abs(k - mean) for k in range(len(tail) - 1))
+
+
+@dataclass(frozen=True)
+class PredictionError:
+    steps: int           # planned steps
+    mae: float           # mean |predicted - measured| accepted drafts
+    bias: float          # mean predicted - measured (> 0: the planner promised more than it got)
+    spread: float        # mean of each step's own_spread: the MAE exact chances would expect
+
+    @classmethod
+    def of(cls, records: list[StepRecord]) -> "PredictionError | None":
+        """Over the planned steps (None: none was planned)."""
+        rows = [(r.plan.predicted_accepted, r.num_accepted_drafts, accepted_at_least(r)) for r in records
+                if r.plan is not None]
+        if not rows:
+            return None
+        n = len(rows)
+        return cls(n, sum(abs(p - m) for p, m, _ in rows) / n, sum(p - m for p, m, _ in rows) / n,
+                   sum(own_spread(tail) for _, _, tail in rows if tail is not None) / n)

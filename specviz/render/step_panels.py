@@ -9,6 +9,7 @@ import re
 
 import plotly.graph_objects as go
 
+from specviz.engine.prediction import PredictionError, accepted_at_least, own_spread
 from specviz.tree import sources
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
 from specviz.records.status import BENT_STATUSES, NodeStatus
@@ -234,7 +235,9 @@ def search_step_markdown(record: StepRecord | None) -> str:
         lines.append(f"**Draft model stage** {'ran' if stage.ran else 'skipped'} ({md_text(stage.choice.mode)}: "
                      f"{measured_choice_text(stage.choice)})")
     if record.plan is not None:
-        lines.append(f"**Predicted** {record.plan.predicted_accepted:.2f} accepted drafts · **measured** "
+        at_least = accepted_at_least(record)
+        spread = f" (exact chances would miss by {own_spread(at_least):.2f})" if at_least is not None else ""
+        lines.append(f"**Predicted** {record.plan.predicted_accepted:.2f} accepted drafts{spread} · **measured** "
                      f"{record.num_accepted_drafts}")
     return "  \n".join(lines)
 
@@ -253,9 +256,13 @@ def prediction_figure(records: list[StepRecord]) -> go.Figure:
                                 line=dict(color="#7f7f7f", dash="dot")))
     figure.add_trace(go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
                                 line=dict(color="#2a2a2a")))
-    if steps:
-        error = sum(abs(p - m) for p, m in zip(predicted, measured)) / len(steps)
-        figure.update_layout(title=f"predicted vs measured accepted drafts (mean abs. error {error:.2f})")
+    error = PredictionError.of(planned)
+    if error is not None:
+        # the error beside the one the planner's own chances expect: spread, not a wrong estimate, when they match
+        figure.update_layout(title=dict(text=f"predicted vs measured accepted drafts: mean abs. error {error.mae:.2f}"
+                                        f"<br><sup>exact chances would miss by {error.spread:.2f} a step; bias "
+                                        f"{error.bias:+.2f}</sup>", font=dict(size=13)),
+                             margin=dict(l=10, r=10, t=48, b=10))
     else:
         figure.update_layout(title="predicted vs measured accepted drafts: no step yet")
     return figure

@@ -62,6 +62,8 @@ def totals(rows: list[dict], baseline_rows: list[dict], count: str = "runs") -> 
         out["self_repetition_ds"] = round(statistics.mean(with_ds), 3) if with_ds else None
     if _measured(rows, "predicted_abs_error") and steps:
         out["predicted_mae"] = round(sum(r["predicted_abs_error"] for r in rows) / steps, 3)
+        if _measured(rows, "predicted_spread"):
+            out["predicted_spread"] = round(sum(r["predicted_spread"] for r in rows) / steps, 3)
         out["model_steps"] = round(sum(r["model_drafted"] for r in rows) / steps, 3)
         out["empty_tree_steps"] = round(sum(r["empty_trees"] for r in rows) / steps, 3)
     if _measured(rows, "fired"):
