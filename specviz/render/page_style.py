@@ -79,6 +79,33 @@ PAGE_JS = """
   };
   document.addEventListener('pointerdown', stopAutoplay, true);
   document.addEventListener('keydown', stopAutoplay, true);
+  // a Step or Run clicked while the freshly loaded page is still drawing itself (its first view: the tree, the
+  // figures) is sent once that view is in and the browser idle, a few seconds after load at most: where the server shares the
+  // cores with the browser (a laptop), the page's own start-up took them from the first Run's prefill, and the first
+  // Run read slower than every later one (docs/benchmarks.md, "The page's own Run against bench"). Later clicks go
+  // at once.
+  const loadedAt = performance.now();
+  const whenIdle = (fn) => window.requestIdleCallback ? requestIdleCallback(fn, {timeout: 2000}) : setTimeout(fn, 300);
+  const settled = new Promise((resolve) => {
+    // the first visit's session is in once its autoplay flag is (a page opened otherwise waits 4 s at most); then
+    // two idle periods, as one may fall between two bursts of drawing
+    const firstView = () => (document.querySelector('.autoplay-flag') || performance.now() - loadedAt > 4000)
+      ? whenIdle(() => whenIdle(resolve)) : setTimeout(firstView, 100);
+    firstView();
+  });
+  let isSettled = false;
+  settled.then(() => { isSettled = true; });
+  document.addEventListener('click', (event) => {
+    const button = event.target.closest && event.target.closest('#run-btn, #step-btn');
+    if (!button || isSettled || event.specvizHeld) return;
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    settled.then(() => {
+      const again = new MouseEvent('click', {bubbles: true, cancelable: true});
+      again.specvizHeld = true;
+      button.dispatchEvent(again);
+    });
+  }, true);
 }
 """
 
