@@ -158,7 +158,7 @@ class Policy:
                            f"({', '.join(d for d in SELF_DRAFTS if d.startswith('self-skip'))}) or a model on its list "
                            f"({', '.join(self.models)})"
                            + "".join(f", or the EAGLE head {d}" for d in self.drafts if d.startswith("eagle:"))
-                           + (", or the EAGLE-3-shaped head trained here (head-eagle3)" if "head-eagle3" in self.drafts
+                           + (", or the EAGLE-3 head (head-eagle3)" if "head-eagle3" in self.drafts
                               else "")
                            + ". Pick one of them.")
 
