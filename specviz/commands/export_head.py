@@ -16,9 +16,10 @@ def register(subparsers) -> None:
                         help="the greedy proposal's length the speculators config names (vLLM's "
                         "num_speculative_tokens; `static-tree --format vllm` recommends one)")
     parser.add_argument("--weights-dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                        help="the exported weights' dtype (the head is trained in float32)")
+                        help="the exported weights' dtype (the head is trained in float32; the one the repository "
+                        "ships is float16)")
     parser.add_argument("--verifier", default=None, help="the target's name for the engine (default: its hub id)")
-    model_args(parser)   # its --draft-model names the head: head-eagle3 (the default) or eagle:PATH
+    model_args(parser)   # --draft-model: head-eagle3 (the default; trained here, else shipped) or eagle:PATH
     parser.set_defaults(func=run)
 
 
@@ -32,7 +33,7 @@ def run(args) -> dict:
     from specviz.runtime.feature_tap import eagle3_tap
     from specviz.runtime.draft_model_spec import resolve_draft
     from specviz.runtime.loading import DEFAULT_MODEL, HUB_TWIN_OF_DEFAULT
-    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_location
     from specviz.engine_configs.speculators_export import Verifier, export_head
 
     spec = (args.draft_model or EAGLE3_SPEC).strip()
@@ -46,13 +47,14 @@ def run(args) -> dict:
     if not isinstance(head, EagleHead) or len(head.feature_tap.layers) != 3:
         raise SpecvizError(f"{spec} is not an EAGLE-3 head (it reads {head.feature_tap.layers or 'the final norm'}): "
                            "only EAGLE-3 heads export.")
-    source = eagle3_folder(lm) if location is None else eagle_folder(location)
+    source = eagle3_location(lm) if location is None else eagle_folder(location)  # trained here, else shipped
     config = lm.model.config
     name = args.verifier or (HUB_TWIN_OF_DEFAULT if lm.name == DEFAULT_MODEL or not args.model else lm.name)
     verifier = Verifier(name, tuple(getattr(config, "architectures", None) or ["LlamaForCausalLM"]),
                         head.feature_tap.layers, eagle3_tap(int(config.num_hidden_layers)).layers)
     written = export_head(Path(source), Path(args.out), args.format, verifier, args.speculative_tokens,
-                          args.weights_dtype, lm.model.get_input_embeddings().weight)
+                          args.weights_dtype, lm.model.get_input_embeddings().weight,
+                          lm.model.get_output_embeddings().weight)
     serve = {"speculators": f"vllm serve {args.out}",
              "eagle3": f"python -m sglang.launch_server --model-path {name} --speculative-algorithm EAGLE3 "
                        f"--speculative-draft-model-path {args.out}"}[args.format]

@@ -94,13 +94,15 @@ def head_location(drafter: Drafter) -> str:
 
 def own_head_note(engine: str) -> str:
     return (f"specviz's trained head is in specviz's own file format, which {engine} does not read: the knobs are "
-            f"this head's, and {HEAD_PLACEHOLDER} must name an EAGLE-3 head {engine} loads (`python -m specviz "
-            "train-head --shape eagle3` trains one here: measure it as head-eagle3).")
+            f"this head's, and {HEAD_PLACEHOLDER} must name an EAGLE-3 head {engine} loads (the default model's "
+            "ships, and `python -m specviz train-head --shape eagle3` trains one here: measure it as head-eagle3, "
+            "`export-head` writes it out).")
 
 
 def head_notes(drafter: Drafter, engine: str) -> list[str]:
     """What the config's drafter path is, for specviz's own heads: the note on the trained head's file, or where the
-    EAGLE-3-shaped head trained here lies and how to copy it out for the engine."""
+    EAGLE-3-shaped head trained here lies and how to copy it out for the engine (the shipped one: how to export it
+    first)."""
     from specviz.runtime.trained_eagle3 import EAGLE3_SPEC
 
     if drafter.kind == "specviz-head":
@@ -109,6 +111,10 @@ def head_notes(drafter: Drafter, engine: str) -> list[str]:
         return []
     export = "speculators" if engine == "vLLM" else "eagle3"
     served = " (or `vllm serve DIR` alone: the speculators config names the target)" if engine == "vLLM" else ""
+    if drafter.location is None:   # the shipped head: its lm_head is the target's rows, left out of the file
+        return [f"The EAGLE-3 head specviz ships leaves out its lm_head (the target's own rows), which {engine} needs: "
+                f"`python -m specviz export-head --format {export} --out DIR` writes the whole folder; name DIR as "
+                f"{HEAD_PLACEHOLDER}{served}."]
     return [f"The model path is the EAGLE-3-shaped head trained here, in specviz's cache in EAGLE-3's layout, which "
             f"{engine} loads; `python -m specviz export-head --format {export} --out DIR` copies it out to serve "
             f"elsewhere{served}."]

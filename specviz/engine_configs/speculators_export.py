@@ -17,12 +17,13 @@ main at c05b95b3, 2026-08) and vLLM's reader (vllm/transformers_utils/configs/sp
   leaves a missing one at zeros (it fills only NaN ones from the verifier).
 
 SGLang reads only EAGLE-3's own layout (`midlayer.*`, architectures LlamaForCausalLMEagle3); the head trained here
-is cached in that layout (runtime.trained_eagle3), so its folder is copied as it is."""
+is cached in that layout (runtime.trained_eagle3), so its folder is written again as it is, its floats in the dtype
+asked for. The head the repository ships leaves its lm_head out (the target's own rows of its draft vocabulary):
+both formats write it back from the target's output embedding, since every engine reads the head's own."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,11 +103,48 @@ def speculators_weights(weights: dict[str, torch.Tensor], vocab: int, dtype: tor
     return out
 
 
+def with_lm_head(source: Path, config: dict, weights: dict[str, torch.Tensor],
+                 output_embedding: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """weights with their lm_head: their own, or for a specviz folder that leaves it out (runtime.eagle_files'
+    LM_HEAD_METADATA) the target's output rows of the draft vocabulary (d2t)."""
+    from specviz.runtime.eagle_files import lm_head_from_target, target_rows
+
+    if "lm_head.weight" in weights:
+        return weights
+    if not lm_head_from_target(source):
+        raise SpecvizError(f"The EAGLE-3 head '{source}' lacks lm_head.weight, the rows it drafts through: no engine "
+                           "could draft with it.")
+    d2t = weights.get("d2t")
+    draft_ids = torch.arange(int(config["vocab_size"])) if d2t is None else torch.arange(len(d2t)) + d2t.long()
+    return {**weights, "lm_head.weight": target_rows(output_embedding, draft_ids, int(config["hidden_size"]),
+                                                     str(source))}
+
+
+def _in_dtype(weights: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Floats in dtype; d2t as int64 and t2d as bool, as every engine reads them."""
+    kinds = {"d2t": torch.long, "t2d": torch.bool}
+    return {k: v.to(kinds.get(k, dtype)).contiguous() for k, v in weights.items()}
+
+
+def _specviz_record(source: Path) -> dict[str, str]:
+    """The specviz record in the source's weights file, as metadata to keep ({} where there is none)."""
+    from safetensors import safe_open
+
+    file = source / "model.safetensors"
+    if not file.is_file():
+        return {}
+    with safe_open(str(file), framework="pt") as f:
+        record = (f.metadata() or {}).get("specviz")
+    return {"specviz": record} if record else {}
+
+
 def export_head(source: Path, out: Path, format: str, verifier: Verifier, speculative_tokens: int = 3,
-                dtype: str = "float32", embedding: torch.Tensor | None = None) -> list[Path]:
+                dtype: str = "float32", embedding: torch.Tensor | None = None,
+                output_embedding: torch.Tensor | None = None) -> list[Path]:
     """The EAGLE-3 head folder `source` (EAGLE-3's layout, read by runtime.eagle_files) written to `out` in
     `format`; the files written. `out` must be empty or new. embedding: the target's input embedding (vocab,
-    hidden), written as the speculators head's embed_tokens where the head has none of its own."""
+    hidden), written as the speculators head's embed_tokens where the head has none of its own; output_embedding:
+    the target's output embedding, whose rows a head shipped without its lm_head gets back (with_lm_head)."""
     from safetensors.torch import save_file
 
     from specviz.runtime.eagle_files import read_head_config, read_head_weights
@@ -123,9 +161,17 @@ def export_head(source: Path, out: Path, format: str, verifier: Verifier, specul
     config, weights = read_head_config(source), read_head_weights(source)
     if not any(k.startswith("midlayer.") for k in weights):
         raise SpecvizError(f"'{source}' is not an EAGLE-3 head (no midlayer.* weights): only EAGLE-3 heads export.")
+    weights = with_lm_head(source, config, weights, output_embedding)
     if format == "eagle3":
-        names = [n for n in ("config.json", "model.safetensors", "pytorch_model.bin") if (source / n).is_file()]
-        return _written(out, lambda staging: [shutil.copyfile(source / n, staging / n) for n in names], names)
+        tensors = _in_dtype(weights, DTYPES[dtype])
+        text = json.dumps({**config, "torch_dtype": dtype}, indent=1)
+        metadata = {"format": "pt", **_specviz_record(source)}
+
+        def write_eagle3(staging: Path) -> None:
+            (staging / "config.json").write_text(text)
+            save_file(tensors, str(staging / "model.safetensors"), metadata=metadata)
+
+        return _written(out, write_eagle3, ["config.json", "model.safetensors"])
     if embedding is not None and tuple(embedding.shape) != (int(config["vocab_size"]), int(config["hidden_size"])):
         raise SpecvizError(f"The target's embedding is {tuple(embedding.shape)}, not the head's vocabulary by its "
                            "width: this head was made for another target.")

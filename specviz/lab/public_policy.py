@@ -80,13 +80,13 @@ def allowed_eagle_heads() -> tuple[str, ...]:
 
 
 def trained_eagle3_heads() -> tuple[str, ...]:
-    """head-eagle3 where the default model has one trained here (runtime.trained_eagle3; no Space ships one, so a
-    Space offers it only where its owner trained one into its cache), else nothing."""
+    """head-eagle3 where the default model has one trained here or shipped (runtime.trained_eagle3: the repository
+    ships one in assets/trained, which a Space bundle copies), else nothing."""
     from specviz.runtime.draft_head import cached_head_path
-    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder_name
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder_name, has_weights, shipped_eagle3_folder
 
-    folder = cached_head_path(eagle3_folder_name(DEFAULT_MODEL))
-    return (EAGLE3_SPEC,) if (folder / "model.safetensors").is_file() else ()
+    trained = has_weights(cached_head_path(eagle3_folder_name(DEFAULT_MODEL)))
+    return (EAGLE3_SPEC,) if trained or shipped_eagle3_folder(DEFAULT_MODEL) is not None else ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class Policy:
                            f"({', '.join(d for d in SELF_DRAFTS if d.startswith('self-skip'))}) or a model on its list "
                            f"({', '.join(self.models)})"
                            + "".join(f", or the EAGLE head {d}" for d in self.drafts if d.startswith("eagle:"))
-                           + (", or the EAGLE-3-shaped head trained here (head-eagle3)" if "head-eagle3" in self.drafts
+                           + (", or the EAGLE-3 head (head-eagle3)" if "head-eagle3" in self.drafts
                               else "")
                            + ". Pick one of them.")
 

@@ -84,12 +84,13 @@ def _trained_eagle3(model: tuple, folder: str, stamp: int):
 
 
 def trained_eagle3_for(lm):
-    """The EAGLE-3-shaped head trained for lm (runtime.trained_eagle3), loaded once per process and target and
-    keyed as the trained head is, or a MissingHead that says why it cannot draft."""
+    """The EAGLE-3-shaped head for lm (runtime.trained_eagle3: the one trained into the cache, else the shipped
+    one), loaded once per process and target and keyed as the trained head is, or a MissingHead that says why it
+    cannot draft."""
     from specviz.runtime.draft_head import MissingHead
-    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_location
 
-    folder = eagle3_folder(lm)
+    folder = eagle3_location(lm)
     weights = folder / "model.safetensors"
     stamp = weights.stat().st_mtime_ns if weights.is_file() else 0
     try:
@@ -113,7 +114,7 @@ def resolve_draft(lm, spec: str | None, load: Callable[[str], object]):
     (runtime.draft_head: a DraftHead, or a MissingHead that says why it cannot draft), None for the target's
     own weights ('self'), the target's first K layers for 'self-skip:K' (one per process and K), a published
     EAGLE head for 'eagle:PATH' (a folder or hub id; runtime.eagle_head, or a MissingHead that says why), the
-    EAGLE-3-shaped head trained here for 'head-eagle3' (runtime.trained_eagle3), else
+    EAGLE-3-shaped head trained here or shipped for 'head-eagle3' (runtime.trained_eagle3), else
     load(spec), refused unless it speaks the target's vocabulary. Blank: the head when this target has one
     cached, else the target's own weights. The one reading of a draft model spec (the app, the CLI,
     draft-quality)."""

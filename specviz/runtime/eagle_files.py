@@ -15,7 +15,10 @@ intermediate_size, rms_norm_eps, rope_theta / rope_scaling, vocab_size) beside `
   and N - 3 (runtime.feature_tap.eagle3_tap); `target_hidden_size` in its config where its width differs.
 
 Either may carry `embed_tokens.weight`; without it the head embeds with the target's embeddings, as EAGLE does.
-Every refusal is a SpecvizError with a sentence for the user."""
+An EAGLE-3 folder must carry its `lm_head.weight`, except one of specviz's own whose weights file says (metadata
+LM_HEAD_METADATA) that its lm_head is the target's output-embedding rows of its draft vocabulary: the rows are
+rebuilt from the target (the EAGLE-3 head the repository ships leaves them out to stay under 10 MB;
+runtime.trained_eagle3). Every refusal is a SpecvizError with a sentence for the user."""
 
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ from specviz.runtime.feature_tap import FINAL, FeatureTap, eagle3_tap
 
 EAGLE_SPEC = "eagle"  # --draft-model eagle:PATH (a folder or a hub id)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# a weights file's metadata key (and value) saying its lm_head is left out: the target's own output rows, via d2t
+LM_HEAD_METADATA, TARGET_ROWS = "specviz_lm_head", "target-rows"
 LAYER_PARTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                "mlp.up_proj", "mlp.down_proj")
 
@@ -111,6 +116,34 @@ def read_head_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise SpecvizError(f"No weights in '{folder}': an EAGLE head has {' or '.join(WEIGHT_FILES)} beside config.json.")
 
 
+def lm_head_from_target(folder: Path) -> bool:
+    """Whether the folder's weights file says its lm_head is the target's output rows of its draft vocabulary
+    (left out of the file: rebuilt with target_rows)."""
+    file = folder / "model.safetensors"
+    if not file.is_file():
+        return False
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(file), framework="pt") as f:
+            return (f.metadata() or {}).get(LM_HEAD_METADATA) == TARGET_ROWS
+    except Exception:  # damaged: read_head_weights says so
+        return False
+
+
+def target_rows(output_embedding: torch.Tensor | None, draft_ids: torch.Tensor, hidden: int,
+                source: str) -> torch.Tensor:
+    """lm_head.weight of a head that drafts through the target's own output rows: those of the draft vocabulary,
+    in float32 (the rows the head was trained against, frozen)."""
+    if output_embedding is None:
+        raise SpecvizError(f"The EAGLE-3 head '{source}' drafts through the target's own output rows, which were "
+                           "not given: load it against its target.")
+    if output_embedding.dim() != 2 or output_embedding.shape[1] != hidden:
+        raise SpecvizError(f"The EAGLE-3 head '{source}' is {hidden} wide; the target's output embedding is "
+                           f"{tuple(output_embedding.shape)}: use a head trained for this target.")
+    return output_embedding.detach().float().cpu().index_select(0, draft_ids.cpu()).contiguous()
+
+
 def read_head_config(folder: Path) -> dict:
     file = folder / "config.json"
     try:
@@ -182,9 +215,11 @@ def _check_layer(weights: dict, prefix: str, g: EagleGeometry, attention_in: int
     _expect(weights, f"{prefix}post_attention_layernorm.weight", (g.hidden,), source)
 
 
-def read_eagle(location: str, target_hidden: int, target_vocab: int, target_layers: int) -> EagleFiles:
+def read_eagle(location: str, target_hidden: int, target_vocab: int, target_layers: int,
+               output_embedding: torch.Tensor | None = None) -> EagleFiles:
     """The EAGLE head at location (folder or hub id) checked against a target of that hidden size, vocabulary
-    (its head's rows) and layer count; SpecvizError with the mismatch otherwise."""
+    (its head's rows) and layer count; SpecvizError with the mismatch otherwise. output_embedding: the target's
+    (vocab, hidden), from which a specviz folder that leaves its lm_head out gets it back."""
     folder = eagle_folder(location)
     source = str(location)
     config, weights = read_head_config(folder), read_head_weights(folder)
@@ -223,7 +258,6 @@ def read_eagle(location: str, target_hidden: int, target_vocab: int, target_laye
     for norm in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight", "norm.weight"):
         _expect(weights, norm, (g.hidden,), source)
     draft_vocab = _number(config, "draft_vocab_size", default=vocab)
-    _expect(weights, "lm_head.weight", (draft_vocab, g.hidden), source, " (draft_vocab_size x hidden_size)")
     d2t = weights.get("d2t")
     if d2t is None:
         if draft_vocab != vocab:
@@ -237,4 +271,10 @@ def read_eagle(location: str, target_hidden: int, target_vocab: int, target_laye
         if int(draft_ids.min()) < 0 or int(draft_ids.max()) >= vocab or len(set(draft_ids.tolist())) != draft_vocab:
             raise SpecvizError(f"The EAGLE-3 head '{source}' maps its draft tokens outside the target's vocabulary "
                                "or twice onto one token (d2t): the file is damaged or not for this target.")
+    if "lm_head.weight" not in weights:
+        if not lm_head_from_target(folder):
+            raise SpecvizError(f"The EAGLE-3 head '{source}' lacks lm_head.weight, the rows it drafts through (only "
+                               "a head specviz wrote without them, saying so in its file, takes the target's).")
+        weights = {**weights, "lm_head.weight": target_rows(output_embedding, draft_ids, g.hidden, source)}
+    _expect(weights, "lm_head.weight", (draft_vocab, g.hidden), source, " (draft_vocab_size x hidden_size)")
     return EagleFiles(source, layout, g, tap, draft_ids, weights)

@@ -146,9 +146,9 @@ def load_eagle(lm: LoadedModel, location: str, name: str | None = None) -> Eagle
     """The EAGLE head at location checked against lm (SpecvizError with the mismatch otherwise); name: the
     drafter's label (default eagle:LOCATION)."""
     config = lm.model.config
-    return EagleHead(lm, read_eagle(location, int(config.hidden_size),
-                                    int(lm.model.get_output_embeddings().weight.shape[0]),
-                                    int(config.num_hidden_layers)), name)
+    output = lm.model.get_output_embeddings().weight
+    return EagleHead(lm, read_eagle(location, int(config.hidden_size), int(output.shape[0]),
+                                    int(config.num_hidden_layers), output), name)
 
 
 def drafts_from_features(draft) -> bool:

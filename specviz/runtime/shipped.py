@@ -11,6 +11,9 @@ head from its first step. A Space bundle (`python -m specviz space-bundle`) ship
     shipped/heads/<model slug>.safetensors         the trained draft head of each allowed model
     shipped/copy_logits/<seed file>.npz            the default model's warm copy-logit table (drafters.copy_logit_seed)
 
+assets/trained/heads/<model slug>.eagle3/ is the default model's EAGLE-3 head (`--draft-model head-eagle3`,
+runtime.trained_eagle3), float16 and without its lm_head rows (the target's own).
+
 SPECVIZ_SHIPPED names another folder for the bundle's files (the tests' bundles)."""
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ def shipped_file(kind: str, name: str) -> Path | None:
 
 
 def shipped_folder(kind: str, name: str) -> Path | None:
-    """The shipped folder of a kind and name, None where none is shipped."""
-    path = shipped_root() / kind / name
-    return path if path.is_dir() else None
+    """The shipped folder of a kind and name: a bundle's, else the repository's (TRAINED); None where none is
+    shipped."""
+    for root in (shipped_root(), TRAINED):
+        path = root / kind / name
+        if path.is_dir():
+            return path
+    return None

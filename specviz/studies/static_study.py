@@ -146,16 +146,17 @@ def refused_before_loading(spec: str, engine: str) -> str | None:
 def drafter_for_engines(lm: LoadedModel, drafter, label: str) -> Drafter:
     """What the drafter a study measured is to a serving engine, and where an engine would load it from."""
     from specviz.runtime.draft_head import DraftHead
-    from specviz.runtime.eagle_files import parse_eagle_spec
+    from specviz.runtime.eagle_files import lm_head_from_target, parse_eagle_spec
     from specviz.runtime.eagle_head import EagleHead
-    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_folder, shown_path
+    from specviz.runtime.trained_eagle3 import EAGLE3_SPEC, eagle3_location, shown_path
 
     if isinstance(drafter, DraftHead):
         return Drafter("specviz-head", label, None)
     if isinstance(drafter, EagleHead):
         kind = "eagle3" if len(drafter.feature_tap.layers) == 3 else "eagle"
-        if label.strip() == EAGLE3_SPEC:   # trained here: its cache folder is in EAGLE-3's layout, which they load
-            return Drafter(kind, label, shown_path(eagle3_folder(lm)))
+        if label.strip() == EAGLE3_SPEC:   # trained here: its cache folder is in EAGLE-3's layout, which they load;
+            folder = eagle3_location(lm)   # the shipped one lacks its lm_head: none loads it before export-head
+            return Drafter(kind, label, None if lm_head_from_target(folder) else shown_path(folder))
         return Drafter(kind, label, parse_eagle_spec(label))
     if drafter is lm:
         return Drafter("self", label, None)

@@ -5,7 +5,8 @@
   only gives the target's distribution.
 - Loss: EAGLE-3's, the cross-entropy against the target's distribution over the draft vocabulary alone (no feature
   regression: the head's output need not be the target's feature), at every training-time-test step, each step
-  reading the previous step's output h as its feature.
+  reading the previous step's output h as its feature with its gradient (EAGLE-3's recipe: a later step's loss
+  back-propagates through the steps before it; until issue 72 each step's input was detached).
 - File: a folder in EAGLE-3's layout with specviz's record (runtime.trained_eagle3)."""
 
 from __future__ import annotations
@@ -115,5 +116,7 @@ def eagle3_losses(network: Eagle3Network, embed: torch.nn.Module, batch: list, u
         cross = -(target_probs * torch.log_softmax(logits, dim=-1)).sum(-1)
         losses.append((cross * weight).sum() / weight.sum().clamp_min(1.0))
         agreement.append((int(((logits.argmax(-1) == target_top) & valid).sum()), int(valid.sum())))
-        features = F.pad(h[:, :-1].detach(), (0, 0, 1, 0))   # the next step reads this step's output at t - 1
+        # the next step reads this step's output at t - 1, its gradient kept: step k's loss trains what steps < k
+        # wrote as well (EAGLE-3's training-time test), not only how step k reads it
+        features = F.pad(h[:, :-1], (0, 0, 1, 0))
     return losses, agreement
