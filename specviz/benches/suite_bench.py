@@ -48,11 +48,10 @@ def planner_figures(run: RunResult) -> dict:
     """Per run of one of our methods: how far the planner's predicted accepted drafts were from the measured
     ones (summed over steps), the steps that ran the draft model and the steps with an empty tree."""
     # the planner's predicted accepted drafts against the measured ones, step by step
-    errors = [abs(r.plan.predicted_accepted - r.num_accepted_drafts) for r in run.records if r.plan is not None]
     error = PredictionError.of(run.records)
-    return {"predicted_abs_error": sum(errors),
-            # the error the planner's own chances expect (engine.prediction), summed as the errors are
-            "predicted_spread": error.spread * error.steps if error is not None else 0.0,
+    # summed over the planned steps, with the error the planner's own chances expect (engine.prediction) beside it
+    errors, spread = (error.mae * error.steps, error.spread * error.steps) if error is not None else (0.0, 0.0)
+    return {"predicted_abs_error": errors, "predicted_spread": spread,
             "model_drafted": sum(bool(r.allocation.get("model")) for r in run.records),
             "empty_trees": sum(len(r.nodes) == 1 for r in run.records)}
 
