@@ -105,6 +105,27 @@ def test_a_growing_cache_gets_new_buffers_and_stays_right(lm, kernel):
     assert torch.equal(native, want)
 
 
+def test_a_trimmed_cache_gives_back_its_copies_and_its_next_forward_is_the_same(lm, kernel):
+    """Issue 73: a session at rest drops the transposed keys and the buffer's spare room (runtime.kv.trim); the next
+    forward transposes every key again and its logits are bitwise those of an untrimmed cache."""
+    from specviz.runtime.kv import resident_bytes, trim
+
+    ids = lm.tokenizer("Trim the cache at rest, then verify again.", return_tensors="pt").input_ids[0].tolist()
+    past = len(ids) - 1
+    kept, trimmed = _prefilled(lm, ids[:-1]), _prefilled(lm, ids[:-1])
+    for cache in (kept, trimmed):
+        tree_forward(lm, cache, _tree(ids[-1], [[300, 301, 302]]), past)
+        keep_accepted(cache, past, [0, 1])
+    before = resident_bytes(trimmed)
+    trim(trimmed)
+    layer = trimmed.layers[0]
+    assert layer.transposed is None and layer._keys.shape[-2] == layer.length == past + 2
+    entry_bytes = 2 * layer.keys[..., :1, :].numel() * layer.keys.element_size()  # keys and values of one entry
+    assert resident_bytes(trimmed) == len(trimmed.layers) * (past + 2) * entry_bytes < before / 2
+    tree = _tree(ids[-1], [[400, 401], [402]])
+    assert torch.equal(tree_forward(lm, trimmed, tree, past + 2), tree_forward(lm, kept, tree, past + 2))
+
+
 def test_where_it_cannot_run_the_per_call_forward_does(lm, kernel):
     decoder = lm.decoder
     assert decoder_kernel.NativeDecoder.cache_ready(None, len(decoder.layers)) is False

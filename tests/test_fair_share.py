@@ -173,7 +173,7 @@ def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch
     lab.choose_values("", PROMPT, "pld", 8, {})
     contended = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
                            others_waiting=lambda: True)
-    with pytest.raises(SpecvizError, match="after 10 s to let other visitors' calls run; it was still reading the "
+    with pytest.raises(SpecvizError, match="after 30 s to let other visitors' calls run; it was still reading the "
                                            "prompt, and your run is as it was"):
         lab.step(8, budget=contended)
     assert chunks == [4] and lab.session is None  # stopped after the prompt's first chunk, nothing started
@@ -182,19 +182,24 @@ def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch
 
 
 class HeldSession:
-    """What LiveSessions reads of a Lab."""
+    """What LiveSessions reads of a Lab (a byte is a token here)."""
 
-    def __init__(self, address: str, tokens: int = 100):
-        self.visitor_address, self.held_tokens, self.holds_state = address, tokens, True
+    def __init__(self, address: str, tokens: int = 100, spare: int = 0):
+        self.visitor_address, self.held_bytes, self.holds_state = address, tokens + spare, True
+        self.spare, self.streaming = spare, False
         self.stepping, self.released = threading.Lock(), None
+
+    def trim_at_rest(self) -> bool:
+        self.held_bytes, self.spare = self.held_bytes - self.spare, 0
+        return True
 
     def release_with(self, message: str) -> None:
         self.holds_state, self.released = False, message
 
 
 def test_a_visitor_over_their_share_lets_their_own_sessions_go():
-    live = LiveSessions(limit=12, token_limit=10_000)
-    live.visitor_limit, live.visitor_token_limit = 3, 4_000
+    live = LiveSessions(limit=12, byte_limit=10_000)
+    live.visitor_limit, live.visitor_byte_limit = 3, 4_000
     honest = HeldSession("honest")
     live.touch(honest)
     greedy = [HeldSession("greedy") for _ in range(6)]
@@ -210,18 +215,52 @@ def test_a_visitor_over_their_share_lets_their_own_sessions_go():
     assert side_a.released is None and side_b.released is None
 
 
-def held_state(tokens: int):
-    """A LabState whose run holds `tokens` context tokens (a stand-in: no model)."""
+def test_idle_sessions_are_trimmed_before_any_is_released():
+    """Issue 73: what an idle session holds only for a running forward (spare room, transposed keys) goes first;
+    a session is released only while the trimmed ones are still over the limit, and a Run between its frames
+    keeps its copies."""
+    live = LiveSessions(limit=12, byte_limit=1_000)
+    resting = HeldSession("a", tokens=400, spare=300)
+    running = HeldSession("b", tokens=100, spare=50)
+    running.streaming = True
+    live.touch(resting)
+    live.touch(running)
+    newcomer = HeldSession("c", tokens=400)
+    live.touch(newcomer)  # 700 + 150 + 400 over 1,000: trimming the resting one (-300) makes room
+    assert resting.released is None and resting.held_bytes == 400 and running.held_bytes == 150
+    live.touch(HeldSession("d", tokens=300))  # 400 + 150 + 400 + 300: the oldest idle one goes
+    assert resting.released is not None and running.released is None
+
+
+def held_state(entries: int):
+    """A LabState whose run holds a cache of `entries` entries (a stand-in: no model; one layer, 1 KB an entry
+    for keys and for values, in runtime.kv's own growing buffer)."""
     from types import SimpleNamespace
 
-    from specviz.lab.lab_state import LabState
+    import torch
 
-    return LabState(session=SimpleNamespace(context=[0] * tokens))
+    from specviz.lab.lab_state import LabState
+    from specviz.runtime.kv import GrowingLayer
+
+    layer = GrowingLayer()
+    layer.update(torch.zeros(1, 1, entries, 256), torch.zeros(1, 1, entries, 256))
+    cache = SimpleNamespace(layers=[layer], get_seq_length=lambda: layer.length)
+    return LabState(session=SimpleNamespace(context=[0] * entries, cache=cache))
+
+
+def test_a_session_is_counted_in_the_bytes_its_cache_takes():
+    """Issue 73, item 3: a session's share is what its buffers take, spare room included (runtime.kv grows a
+    buffer by an eighth, at least 256 entries), and trimmed at rest it takes its entries' bytes alone."""
+    from specviz.lab.lab import Lab
+
+    lab = Lab(state=held_state(600))
+    assert lab.held_bytes == 2 * 1024 * 864  # keys and values, 600 entries and their spare 256, to a multiple of 16
+    assert lab.trim_at_rest() and lab.held_bytes == 2 * 1024 * 600
 
 
 def test_the_live_limits_count_a_new_session_once_its_prompt_is_read(monkeypatch):
     """Issue 73, the soak (item 7): the live-session limits counted a session when its call began, before its
-    prefill, at the tokens it held then (none, for a new one), and let the others go only at the next visitor's
+    prefill, at what it held then (nothing, for a new one), and let the others go only at the next visitor's
     call: a Run on the soak's 6,036-token prompt (about 850 MB with its paired ar and the head's features, measured)
     stayed beside the sessions it should have replaced until someone else called. Once a call's first reply is in,
     the others over the limits go."""
@@ -229,7 +268,8 @@ def test_the_live_limits_count_a_new_session_once_its_prompt_is_read(monkeypatch
     from specviz.lab.lab import Lab
     from specviz.lab.lab_state import CarriedStates, ModelReply
 
-    live = LiveSessions(limit=12, token_limit=1_000)
+    one = Lab(state=held_state(600)).held_bytes
+    live = LiveSessions(limit=12, byte_limit=one + one // 2)
     monkeypatch.setattr(lab_module, "LIVE", live)
     idle = Lab(state=held_state(600), visitor_address="192.0.2.1")
     live.touch(idle)
@@ -237,12 +277,12 @@ def test_the_live_limits_count_a_new_session_once_its_prompt_is_read(monkeypatch
     newcomer.wanted = object()  # the runner below reads no settings
     model_calls.run_calls_with(lambda call, carried: iter([ModelReply(CarriedStates([held_state(600)]), ("",))]))
     try:
-        newcomer.step(16)  # 0 tokens when the call began (nothing released then), 600 once its prompt is read
+        newcomer.step(16)  # nothing held when the call began (nothing released then), 600 entries once it is read
     finally:
         model_calls.run_calls_with(None)
     assert newcomer.held_tokens == 600
     assert not idle.holds_state and "released to make room" in idle.message
-    assert live.tokens() == 600
+    assert live.held_bytes() == one
 
 
 def test_the_door_bounds_what_one_visitor_has_in_the_queue():
@@ -324,15 +364,31 @@ def test_the_forwarded_address_counts_only_behind_a_trusted_proxy():
 
 
 def test_a_long_call_stops_while_another_visitor_waits_for_the_model():
-    waiting = [False]
+    waiting = [0]
     budget = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
                         others_waiting=lambda: waiting[0])
     budget.check()  # alone, a call runs to its full deadline
-    waiting[0] = True
-    with pytest.raises(SpecvizError, match="after 10 s to let other visitors' calls run; what it generated is kept"):
+    waiting[0] = 1
+    with pytest.raises(SpecvizError, match="after 30 s to let other visitors' calls run; what it generated is kept"):
         budget.check()
-    fresh = CallBudget(time.monotonic() + 120, seconds=120, contended_s=10, others_waiting=lambda: True)
+    fresh = CallBudget(time.monotonic() + 120, seconds=120, contended_s=10, others_waiting=lambda: 1)
     fresh.check()  # a call younger than its contended time goes on
+
+
+def test_a_call_s_turn_is_shorter_the_more_visitors_wait():
+    """Issue 73, a crowd: with n visitors waiting (each who has had less of the model), a call's turn is the
+    contended time over n, never under the shortest turn, so a newcomer behind a crowd of any size waits about one
+    contended time over the model's places."""
+    def budget(ran: float, waiting: int) -> CallBudget:
+        return CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - ran, contended_s=15,
+                          shortest_s=1.0, others_waiting=lambda: waiting)
+
+    budget(6, 2).check()      # 15 s over 2 waiting: 7.5 s
+    with pytest.raises(SpecvizError, match="to let other visitors' calls run"):
+        budget(8, 2).check()
+    with pytest.raises(SpecvizError, match="to let other visitors' calls run"):
+        budget(1.5, 20).check()  # 15 s over 20 is under the shortest turn: 1 s
+    budget(0.9, 20).check()
 
 
 def test_downloads_are_bounded_across_sessions_and_go_when_a_session_expires(tmp_path):
@@ -427,3 +483,47 @@ def test_every_event_by_name_and_by_index_with_hostile_values(server):
     # the server is still there for an honest visitor
     status, answer = post(server, "/gradio_api/call/counters", {"data": []})
     assert status == 200 and answer.get("event_id")
+
+
+def test_a_calls_first_step_is_never_cut_but_its_visitor_leaving_stops_it():
+    """Under a crowd a visitor's Run was cut before its first step (its turn was over while it read its prompt):
+    the checkpoint before a call's first step stops it only when its visitor left; the next ones at its turn's end
+    and its deadline."""
+    budget = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
+                        others_waiting=lambda: 5)
+    budget.check_at(reading_prompt=False)  # the first step goes
+    with pytest.raises(SpecvizError, match="to let other visitors' calls run"):
+        budget.check_at(reading_prompt=False)  # the second yields
+    late = CallBudget(time.monotonic() - 1, seconds=120, started=time.monotonic() - 121)
+    late.check_at(reading_prompt=False)
+    with pytest.raises(SpecvizError, match="limit of 120 s per call"):
+        late.check_at(reading_prompt=False)
+    left = CallBudget(time.monotonic() + 120, seconds=120)
+    left.cancelled.set()
+    with pytest.raises(SpecvizError, match="visitor left"):
+        left.check_at(reading_prompt=False)
+
+
+def test_the_paired_ar_catches_up_whole_even_when_the_call_must_stop(lm):
+    """A Run stopped for others' sake between its step and ar's catching up left the two one-sided (the counters
+    compared unequal runs): ar's steps run with the checkpoints held off, and the call stops before the run's
+    next step."""
+    from specviz.engine.checkpoints import stopping_with
+    from specviz.engine.paired_baseline import PairedBaseline
+    from specviz.engine.session import Session
+
+    run = Session(lm, "pld").start("Count from one to ten in words: one, two, three, four, five, six, seven.")
+    run.step(32)
+    paired = PairedBaseline(run)
+    stops = []
+
+    def stop_now(reading_prompt: bool) -> None:
+        stops.append(reading_prompt)
+        raise SpecvizError("stop")
+
+    with stopping_with(stop_now):
+        paired.keep_up()  # ar steps to the run's length: no checkpoint fires
+        assert len(paired.ar.output_ids) >= len(run.output_ids) and not stops
+        with pytest.raises(SpecvizError, match="stop"):
+            run.step(32)  # the run's own next step is where a call stops
+    assert paired.result().output_ids == run.output_ids

@@ -33,13 +33,13 @@ HANG_S = 10.0
 @pytest.fixture(scope="module")
 def public_url(lm):
     """The app as a public Space runs it: the public policy, the live-session limit, a bounded queue."""
-    LIVE.limit, LIVE.token_limit = PUBLIC.max_live_sessions, PUBLIC.max_live_tokens
+    LIVE.limit, LIVE.byte_limit = PUBLIC.max_live_sessions, PUBLIC.max_live_bytes
     page = page_for(PUBLIC)
     port = free_port()
     launched(page, port, max_size=PUBLIC.max_queue, max_file_size=PUBLIC.max_upload_bytes)
     yield f"http://127.0.0.1:{port}/"
     page.blocks.close()
-    LIVE.limit, LIVE.token_limit = None, None
+    LIVE.limit, LIVE.byte_limit = None, None
 
 
 def public_settings(**changes) -> dict:
@@ -300,16 +300,17 @@ def test_sessions_are_capped_and_the_released_visitor_is_told(lm):
         assert labs[0].session is not None and labs[1].session is None
     finally:
         LIVE.limit = kept
-    kept = LIVE.token_limit
-    LIVE.token_limit = 30  # context tokens: two of these sessions pass it together
+    kept = LIVE.byte_limit
     try:
         labs = [Lab() for _ in range(2)]
-        for lab in labs:
-            lab.choose_values("", "Count: one two three four five", "pld", 4, {})
-            lab.step(4)
+        labs[0].choose_values("", "Count: one two three four five", "pld", 4, {})
+        labs[0].step(4)
+        LIVE.byte_limit = labs[0].held_bytes  # the bytes of one such session: two pass it together, even trimmed
+        labs[1].choose_values("", "Count: one two three four five", "pld", 4, {})
+        labs[1].step(4)
         assert labs[0].session is None and "make room" in labs[0].message and labs[1].session is not None
     finally:
-        LIVE.token_limit = kept
+        LIVE.byte_limit = kept
 
 
 def test_downloads_live_in_the_sessions_folder_and_go_with_it(lm):

@@ -154,14 +154,50 @@ def test_a_stopped_queue_is_restarted_and_the_log_says_why(toy, caplog):
 
 
 def test_the_next_event_is_from_the_address_served_longest_ago():
-    """Forty long Runs from twenty addresses made a newcomer's Step wait behind all of them: each group's next event
-    is now the one whose address waited longest since its last turn, first in, first out within an address."""
+    """In a group that runs no model (the page's own events), the next event is the one whose address waited
+    longest since its last turn, first in, first out within an address."""
     share = FairShare(ShareLimits())
     for session, address in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("new", "N")):
         share.joined(share.admit(session, address, {}))
     group = SimpleNamespace(queue=[], concurrency_limit=2, current_concurrency=1)
-    queue = SimpleNamespace(event_queue_per_concurrency_id={"model": group}, pending_event_ids_session={})
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"page": group}, pending_event_ids_session={})
     events = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "a2", "b1", "new"])]
+    guard = QueueGuard(SimpleNamespace(), share)
+    guard._queue = queue
+    picked = []
+
+    def first():
+        event = group.queue.pop(0)
+        picked.append(event.session_hash)
+        return [event], False, "page"
+
+    group.queue[:] = events[:3]
+    guard._in_turn(queue, first)                      # A's first event, in order of arrival
+    assert picked == ["a1"]
+    group.queue.append(events[3])                     # a newcomer arrives behind A's second event and B's
+    guard._in_turn(queue, first)
+    guard._in_turn(queue, first)
+    assert picked[1:] == ["b1", "new"]                # A, just served, waits for the addresses not served yet
+
+
+def test_the_models_next_event_is_from_the_address_that_had_the_least_of_it():
+    """Issue 73, a crowd: forty long Runs from twenty addresses made an honest Step wait 169 s, and turns by address
+    alone still put a visitor behind every address of a crowd. The model's next event is now the one whose address
+    has had the fewest model seconds lately (halved every minute; a running call counts as it runs), and a long
+    call yields at its contended deadline only to an address that has had less."""
+    from specviz.lab.model_time import ModelTime
+
+    clock = [1000.0]
+    share = FairShare(ShareLimits())
+    share.model_time = ModelTime(half_life_s=60.0, clock=lambda: clock[0])
+    for address, seconds in (("A", 30.0), ("B", 5.0)):  # A kept the model 30 s, B 5 s
+        started = share.model_time.started(address)
+        clock[0] += seconds
+        share.model_time.finished(address, started)
+    for session, address in (("a1", "A"), ("b1", "B"), ("n1", "N")):
+        share.joined(share.admit(session, address, {}))
+    group = SimpleNamespace(queue=[], concurrency_limit=2, current_concurrency=1)
+    queue = SimpleNamespace(event_queue_per_concurrency_id={"model": group}, pending_event_ids_session={})
     guard = QueueGuard(SimpleNamespace(), share)
     guard._queue = queue
     picked = []
@@ -171,17 +207,29 @@ def test_the_next_event_is_from_the_address_served_longest_ago():
         picked.append(event.session_hash)
         return [event], False, "model"
 
-    group.queue[:] = events[:3]
-    guard._in_turn(queue, first)                      # A's first event, in order of arrival
-    assert picked == ["a1"]
-    group.queue.append(events[3])                     # a newcomer arrives behind A's second event and B's
+    group.queue[:] = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "b1", "n1"])]
+    for _ in range(3):
+        guard._in_turn(queue, first)
+    assert picked == ["n1", "b1", "a1"]  # the newcomer first, then by the seconds each had, whatever the arrival
+    group.queue[:] = [SimpleNamespace(session_hash="b1", enqueue_time=9)]
+    running = share.model_time.started("A")
+    clock[0] += 15
+    assert guard.model_waiting("A") == 1  # A's call, 15 s in, yields to B (5 s lately)
+    share.model_time.finished("A", running)
+    newcomer = share.model_time.started("N")
+    clock[0] += 2
+    assert guard.model_waiting("N") == 0  # N's first call (2 s so far) does not yield to B, who had more
+    share.model_time.finished("N", newcomer)
+    assert guard.model_waiting("B") == 0  # only its own event waits
+    assert abs(share.model_time.recent("B") - 5.0 * 2 ** (-17 / 60)) < 1e-9  # halved every minute
+    # a fresh address's Run on a 20,000-character prompt (about 27 s of prefill here) waits behind B's short Step,
+    # though it came first and B has had the model for 4 s lately
+    share.joined(share.admit("c1", "C", {}))
+    now = time.monotonic()
+    group.queue[:] = [SimpleNamespace(session_hash="c1", enqueue_time=now, data=SimpleNamespace(data=["x" * 20_000])),
+                      SimpleNamespace(session_hash="b1", enqueue_time=now, data=SimpleNamespace(data=["Count."]))]
     guard._in_turn(queue, first)
-    guard._in_turn(queue, first)
-    assert picked[1:] == ["b1", "new"]                # A, just served, waits for the addresses not served yet
-    assert guard.model_waiting("N") and not QueueGuard(SimpleNamespace(), share).model_waiting("A")
-    group.queue.clear()
-    group.queue.append(events[1])
-    assert not guard.model_waiting("A") and guard.model_waiting("B")  # only its own event waits
+    assert picked[-1] == "b1"
 
 
 def test_the_message_map_evicts_only_idle_sessions():

@@ -8,7 +8,7 @@ from specviz.runtime.memory_release import give_back_freed_memory
 from specviz.benches.space_figures import FAMILY, PROMPT, rss_bytes
 from specviz.lab.lab import Lab
 from specviz.tree.budget import AUTO_BUDGET
-from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_SESSIONS, MAX_LIVE_TOKENS, MAX_NEW_TOKENS,
+from specviz.lab.public_policy import (DEFAULT_ALLOWED, MAX_LIVE_BYTES, MAX_LIVE_SESSIONS, MAX_NEW_TOKENS,
                                MAX_PROMPT_TOKENS)
 
 MODEL_CONCURRENCY = 2  # model calls at once (SPECVIZ_MODEL_CONCURRENCY's default, panels/page_context.py)
@@ -49,11 +49,11 @@ def memory_budget(lm, model_bytes: int, per_param: float) -> dict:
     models = {name: round(model_bytes if name == DEFAULT_MODEL else FAMILY.get(name, 0) * per_param)
               for name in DEFAULT_ALLOWED}
     lab.release()
-    sessions = min(MAX_LIVE_SESSIONS * session_at_cap, MAX_LIVE_TOKENS * per_token * scale)
+    sessions = min(MAX_LIVE_SESSIONS * session_at_cap, MAX_LIVE_BYTES * scale)  # the limit counts bytes
     total = sum(models.values()) + sessions + MODEL_CONCURRENCY * working_at_cap
     return {"session_tokens": session_tokens, "session_rss_bytes": session_bytes,
             "session_bytes_per_token": round(per_token), "longest_session_tokens": longest,
             "session_at_cap_bytes": round(session_at_cap), "largest_model": largest,
             "call_working_bytes": working_bytes, "call_working_at_cap_bytes": round(working_at_cap),
             "model_calls_at_once": MODEL_CONCURRENCY, "models_bytes": models, "live_sessions": MAX_LIVE_SESSIONS,
-            "live_tokens": MAX_LIVE_TOKENS, "sessions_bytes": round(sessions), "total_bytes": round(total)}
+            "live_bytes": MAX_LIVE_BYTES, "sessions_bytes": round(sessions), "total_bytes": round(total)}

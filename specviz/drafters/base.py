@@ -49,6 +49,11 @@ class Drafter:
         its KV cache after travelling without it (runtime.state_pickle); only a drafter that left behind what it
         derived from them (the head's cache) needs them."""
 
+    def held_state(self) -> tuple:
+        """The caches and tensors this drafter keeps of its session, whose memory grows with the context
+        (engine.held_memory counts them, and trims the caches at rest); shared weights and tables are not."""
+        return ()
+
     def propose(self, context: list[int], budget: int) -> DraftTree:
         """A tree of at most budget draft nodes under the root context[-1]."""
         raise NotImplementedError

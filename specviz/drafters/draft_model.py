@@ -151,6 +151,9 @@ class DraftModelDrafter(Drafter):
         return masked_forward(self.lm, self.cache, [tree.tokens[n] for n in nodes], positions,
                               visible)[:, :self.vocab_size]
 
+    def held_state(self) -> tuple:
+        return (self.cache,)
+
     def checkpoint(self):
         return self.cached
 

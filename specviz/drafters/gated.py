@@ -43,6 +43,9 @@ class GatedDrafter(Drafter):
         self.used = None
         return note
 
+    def held_state(self) -> tuple:
+        return self.inner.held_state()
+
     def checkpoint(self):
         return self.chooser.checkpoint(), self.inner.checkpoint(), self.used
 

@@ -101,6 +101,9 @@ class HeadDrafter(Drafter):
             self._add_features(self.known, None if features is None else features[rows])
         self._crop(self.upto - 1)
 
+    def held_state(self) -> tuple:
+        return self.cache, self.pending
+
     def checkpoint(self):
         return self.upto, self.known, self.pending, self.missed
 

@@ -83,6 +83,9 @@ class ReSpecDrafter(Drafter):
         for drafter in self.fallbacks.values():
             drafter.observe(outcome)
 
+    def held_state(self) -> tuple:
+        return tuple(held for fallback in self.fallbacks.values() for held in fallback.held_state())
+
     def checkpoint(self):
         return (len(self.trigger.history), dict(self.retriever.scores), self.chooser.checkpoint(),
                 {kind: drafter.checkpoint() for kind, drafter in self.fallbacks.items()})

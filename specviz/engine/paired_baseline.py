@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specviz.engine.checkpoints import held_off
 from specviz.engine.run import RunResult
 from specviz.engine.session import Session
 
@@ -26,15 +27,18 @@ class PairedBaseline:
         return run is self.run
 
     def keep_up(self) -> None:
-        """Step `ar` until it has as many output tokens as the run (or it has finished)."""
+        """Step `ar` until it has as many output tokens as the run (or it has finished); a call is never stopped
+        meanwhile (engine.checkpoints.held_off): the run's step it catches up with is taken."""
         target = len(self.run.output_ids)
-        while not self.ar.finished and len(self.ar.output_ids) < target:
-            self.ar.step(target)
+        with held_off():
+            while not self.ar.finished and len(self.ar.output_ids) < target:
+                self.ar.step(target)
 
     def lead(self) -> None:
         """One `ar` step before the run's next step (ar one token ahead at most; result() cuts it off)."""
         if not self.ar.finished and len(self.ar.output_ids) <= len(self.run.output_ids):
-            self.ar.step(len(self.run.output_ids) + 1)
+            with held_off():
+                self.ar.step(len(self.run.output_ids) + 1)
 
     def covers(self, new_tokens: int) -> bool:
         return self.ar.finished or len(self.ar.output_ids) >= new_tokens

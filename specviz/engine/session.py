@@ -19,6 +19,7 @@ from specviz.engine.checked_run import CheckedRun
 from specviz.engine.tree_forward import verify_tree
 from specviz.runtime.block_forward import causal_forward
 from specviz.runtime.feature_tap import FeatureTap
+from specviz.runtime import kv
 from specviz.runtime.kv import cache_length, keep_accepted
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.loading import check_same_vocabulary
@@ -215,6 +216,7 @@ class Session:
         self.features = self.method.feature_tap if self.method.needs_features else None
         setup_s = time.perf_counter() - started  # the method's drafters and their indexes, built
         self.cache = self._new_cache()
+        kv.plan_length(self.cache, len(prompt_ids))  # one buffer for the prompt, not one per chunk
         for start, logits, features in self._prefill(self.cache, len(prompt_ids) - 1):
             indexed = time.perf_counter()
             self.method.prefill_chunk(self.context, start, logits, features)
@@ -234,7 +236,7 @@ class Session:
         tokens at a time: (start, logits, the target's features or None) per chunk."""
         for start in range(first, end, PREFILL_CHUNK):
             if start > first:
-                checkpoint()  # a call past its budget stops between chunks (engine.checkpoints)
+                checkpoint(reading_prompt=True)  # a call past its budget stops between chunks (engine.checkpoints)
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
             if self.features:
                 logits, features = causal_forward(self.lm, cache, chunk, self.features)
@@ -262,6 +264,7 @@ class Session:
             return
         started = time.perf_counter()
         cache, tokens = self._new_cache(), self.context[:self.cache_to_rebuild]
+        kv.plan_length(cache, len(tokens) + 1)
         # a session whose stages read the target's features needs every position's: it runs the whole prefill
         copied = rebuilt_prefixes.copy_shared(self.lm, cache, tokens) if not self.features else 0
         for start, _, features in self._prefill(cache, len(tokens), copied):
@@ -362,6 +365,7 @@ class Session:
             raise SpecvizError("No prompt yet: start a session with a prompt first.")
         if self.finished:
             raise SpecvizError(f"Generation has finished ({self.finish_reason}); reset to start again.")
+        checkpoint()  # a call past its budget stops here, before anything of this step (engine.checkpoints)
         self.ensure_cache()
         past_len = len(self.context) - 1
         saved = (self.method.checkpoint(), self.acceptance.checkpoint(),

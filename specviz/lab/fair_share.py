@@ -4,9 +4,9 @@ A visitor is a browser session and the address it comes from (one person may ope
 with a new session each time: the address counts them together; lab.visitor_address says which address). Per
 visitor: at most one model call running, a number of events waiting in the queue (counted at the door,
 panels.visitor_gate, from the moment each is let in), a number of new sessions per address in a window, new tokens
-per minute, wall-clock seconds per call (the model-call loop checks after every reply: a call past its deadline stops,
-keeps what it made and says why; a shorter one while other visitors wait for the model), a call cancelled when its
-visitor leaves, and the uploaded traces it holds in memory, as the bytes they take in this process (per visitor and
+per minute, wall-clock seconds per call (checked before each step and between a prompt's chunks: a call past its
+deadline stops, keeps what it made and says why; a shorter one while other visitors wait for the model, the shorter
+the more wait), a call cancelled when its visitor leaves, and the uploaded traces it holds in memory, as the bytes they take in this process (per visitor and
 for the process). Private use has no share: `FairShare(None)` refuses nothing and sets no deadline."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from specviz.errors import SpecvizError
+from specviz.lab.model_time import ModelTime
 from specviz.lab.visitor_address import address_of
 from specviz.lab.visitors import SHARED_KEY as NO_SESSION  # a call that carries no session (a direct call)
 
@@ -41,9 +42,10 @@ class ShareLimits:
     new_sessions_window_s: float = 600.0  # ... in this many seconds
     tokens_per_minute: int = 4_096  # new tokens asked for in the last minute, per address
     call_seconds: float = 120.0     # wall-clock seconds one model call may run
-    contended_call_seconds: float = 15.0  # ... and while another visitor's model call waits for a place
+    contended_call_seconds: float = 15.0  # ... and while another visitor's model call waits for a place (over
+    shortest_turn_seconds: float = 1.0    # the visitors waiting, never less than this: a turn's share of a round)
     live_sessions: int = 3          # sessions holding a model's state per address (a Lab and its two A/B sides)
-    live_tokens: int = 4_000        # context tokens those hold together
+    live_bytes: int = 160 * 2**20   # bytes those hold together (engine.held_memory), about 1,700 tokens
     replay_bytes: int = 48 * 2**20  # resident bytes of the uploaded traces an address holds in memory
     process_replay_bytes: int = 192 * 2**20  # ... and every visitor together
 
@@ -56,15 +58,19 @@ class Visitor:
 
 @dataclass
 class CallBudget:
-    """One model call's deadline and its visitor's cancellation, checked by the call loop after each reply. Past
-    `contended_s` the call also stops while `others_waiting()` says another visitor's model call waits for a place:
-    no visitor holds the model for long while others wait, and alone a call may run to its full deadline."""
+    """One model call's deadline and its visitor's cancellation, checked at the computation's checkpoints. While
+    `others_waiting()` says n other visitors (who have had less of the model lately) wait for a place, the call also
+    stops past `contended_s` / n, never sooner than `shortest_s`: no visitor holds the model for long while others
+    wait, a newcomer behind a crowd waits about `contended_s` over the model's places however many addresses the
+    crowd has, and alone a call may run to its full deadline."""
     deadline: float | None = None   # time.monotonic() past which the call stops (None: none)
     cancelled: threading.Event = field(default_factory=threading.Event)
     seconds: float | None = None
     started: float = field(default_factory=time.monotonic)
     contended_s: float | None = None
-    others_waiting: Callable[[], bool] | None = None
+    others_waiting: Callable[[], int] | None = None
+    shortest_s: float = 1.0
+    steps_begun: int = 0   # checkpoints before a step passed: a call's first step is never cut for others' sake
 
     def check(self) -> None:
         """SpecvizError (one sentence) once the call must stop: what it made so far is kept by the caller."""
@@ -76,6 +82,20 @@ class CallBudget:
         self._stop_if_due("it was still reading the prompt, and your run is as it was: a shorter prompt gets through "
                           "sooner.")
 
+    def check_at(self, reading_prompt: bool) -> None:
+        """The check at an engine's checkpoint (engine.checkpoints): between a prefill's chunks, or before a step.
+        Before the call's first step only the visitor's leaving stops it: every call makes a step once its prompt
+        is read (a call cut there for others' sake, or at a deadline its prefill used up, had read it for nothing,
+        and under a crowd a visitor's Run made no step); the prefill itself stops between its chunks."""
+        if reading_prompt:
+            self.check_reading_prompt()
+            return
+        self.steps_begun += 1
+        if self.steps_begun > 1:
+            self.check()
+        elif self.cancelled.is_set():
+            self.check()
+
     def _stop_if_due(self, after: str) -> None:
         if self.cancelled.is_set():
             raise SpecvizError("This call stopped because its visitor left the page.")
@@ -83,10 +103,12 @@ class CallBudget:
         if self.deadline is not None and now > self.deadline:
             raise SpecvizError(f"This call reached this Space's limit of {self.seconds:.0f} s per call and stopped; "
                                f"{after}")
-        if self.contended_s is not None and self.others_waiting is not None and \
-                now - self.started > self.contended_s and self.others_waiting():
-            raise SpecvizError(f"This call stopped after {self.contended_s:.0f} s to let other visitors' calls run; "
-                               f"{after}")
+        ran = now - self.started
+        if self.contended_s is None or self.others_waiting is None or ran <= self.shortest_s:
+            return
+        waiting = int(self.others_waiting())
+        if waiting and ran > max(self.shortest_s, self.contended_s / waiting):
+            raise SpecvizError(f"This call stopped after {ran:.0f} s to let other visitors' calls run; {after}")
 
 
 UNLIMITED = CallBudget()
@@ -119,8 +141,10 @@ class FairShare:
         self._new_sessions: dict[str, deque] = {}             # address -> when it opened its recent sessions
         self._joining: dict[str, int] = {}                    # "s:"/"a:" key -> events let in, not yet in Gradio's map
         self._address: OrderedDict[str, str] = OrderedDict()  # session -> its address (the queue's round-robin)
-        # does another visitor than this address wait for the model? (panels.queue_guard sets it; None: never)
-        self.model_waiting: Callable[[str], bool] | None = None
+        # how many addresses that have had less of the model than this one wait for it (panels.queue_guard sets it;
+        # None: none ever)
+        self.model_waiting: Callable[[str], int] | None = None
+        self.model_time = ModelTime()  # each address's recent model seconds (the queue's turns, the yields)
 
     def configure(self, limits: ShareLimits | None) -> None:
         self.limits = limits
@@ -136,7 +160,7 @@ class FairShare:
             return
         probe = self.model_waiting
         budget = CallBudget(time.monotonic() + limits.call_seconds, seconds=limits.call_seconds,
-                            contended_s=limits.contended_call_seconds,
+                            contended_s=limits.contended_call_seconds, shortest_s=limits.shortest_turn_seconds,
                             others_waiting=(lambda: probe(visitor.address)) if probe is not None else None)
         keys = (f"s:{visitor.session}", f"a:{visitor.address}")
         with self._lock:
@@ -146,9 +170,11 @@ class FairShare:
             self._charge(visitor.address, tokens, limits)
             for key in keys:
                 self._running.setdefault(key, []).append(budget)
+        started = self.model_time.started(visitor.address)
         try:
             yield budget
         finally:
+            self.model_time.finished(visitor.address, started)
             with self._lock:
                 for key in keys:
                     calls = self._running.get(key, [])

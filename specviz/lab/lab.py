@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specviz.engine import held_memory
 from specviz.engine.session import Session
 from specviz.errors import SpecvizError, as_code
 from specviz.lab.fair_share import UNLIMITED, CallBudget
@@ -212,6 +213,24 @@ class Lab:
     def held_tokens(self) -> int:
         """Context tokens this session's caches hold (what its memory grows with)."""
         return len(self.state.session.context) if self.state.session is not None else 0
+
+    @property
+    def held_bytes(self) -> int:
+        """What this session's model state takes in memory: the caches and drafters' tensors of its run, its
+        paired ar and its greedy reference (engine.held_memory; what the live-session limits count)."""
+        return sum(held_memory.session_bytes(session) for session in self.state.sessions())
+
+    def trim_at_rest(self) -> bool:
+        """While no call runs on it: its sessions give back their caches' spare room and transposed keys
+        (engine.held_memory.trim; the next call's forwards make them again). False if a call is running."""
+        if not self.stepping.acquire(blocking=False):
+            return False
+        try:
+            for session in self.state.sessions():
+                held_memory.trim(session)
+        finally:
+            self.stepping.release()
+        return True
 
     @property
     def loaded_mode(self) -> str:

@@ -182,8 +182,9 @@ def call(call_: ModelCall, states: list[LabState], budget: CallBudget = UNLIMITE
          ) -> Iterator[tuple[list[LabState], tuple[str, ...], object]]:
     """Run one call: (the states as they are now, a message per state, a sweep's result) for each reply;
     SpecvizError for bad input or a call ZeroGPU refused, with the caller's states untouched where the call ran in
-    another process. budget (lab.fair_share) is checked after each reply: past its deadline, or once its visitor
-    left, the call stops with a SpecvizError and the replies already taken stand."""
+    another process. budget (lab.fair_share) is checked before each step and between a prefill's chunks (a call
+    in another process: after each reply): past its deadline, or once its visitor left, the call stops with a
+    SpecvizError and the replies already taken stand."""
     entry, device = _runner[0], models_device()
     if entry is not run_model and zero_gpu() and on_cpu(call_):
         entry, device = run_model, "cpu"  # this Space's CPUs answer sooner and spend no quota
@@ -228,12 +229,13 @@ def _checked_replies(replies, here: bool, budget: CallBudget
         if reply.error is not None:
             raise SpecvizError(reply.error)
         yield (reply.states.states if reply.states is not None else []), reply.messages, reply.result
-        budget.check()  # past it: SpecvizError, and _replies closes the call (a worker stops at its next reply)
+        if not here:  # here the checks are the computation's own checkpoints, before each step and prefill chunk
+            budget.check()  # past it: SpecvizError, and _replies closes the call (a worker stops at its next reply)
 
 
 def _next_within(replies, budget: CallBudget):
     """The call's next reply, computed with its budget's check installed at the computation's checkpoints."""
-    with stopping_with(budget.check_reading_prompt):
+    with stopping_with(budget.check_at):
         return next(replies, None)
 
 

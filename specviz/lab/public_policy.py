@@ -36,12 +36,15 @@ MAX_UPLOAD_BYTES = 4 * 2**20
 # the longest shipped example (long-context: lc-tidewater-4, 29,072 characters, 6,852 tokens)
 MAX_PROMPT_CHARS = 32_000
 MAX_PROMPT_TOKENS = 7_168
-# live sessions (each Lab, and each A/B side) and the context tokens they hold together; the least recently used
-# idle one is released when another would pass either (lab/live_sessions.py). 10,000 tokens keep the two models,
-# the sessions and two calls' working memory within a 16 GB Space: docs/benchmarks.md, "Hostile visitors (issue
-# 42)", Memory budget (benches/memory_budget.py measures it)
+# live sessions (each Lab, and each A/B side) and the bytes their caches and drafters hold together (counted by
+# their tensors' storage: engine.held_memory); the least recently used idle one is released when another would pass
+# either (lab/live_sessions.py). Idle ones are trimmed first (no transposed keys, no spare room): then a unified
+# session with its paired ar holds about 92 KB a context token, so 256 MiB is about 2,800 tokens at rest (twelve
+# short sessions; a long prompt's session alone stays while it is the newest), which keeps what visitors leave behind
+# within 300 MB of the process's start and a long prompt's running call within its 1 GB (the soak test;
+# docs/hostile-round-three.md, "Sessions counted in bytes")
 MAX_LIVE_SESSIONS = 12
-MAX_LIVE_TOKENS = 10_000
+MAX_LIVE_BYTES = 256 * 2**20
 # requests waiting for the queue at once; one more is refused by Gradio ("queue is full") instead of piling up
 MAX_QUEUE = 64
 # a session's downloads (traces, tree SVGs, sweep CSVs) on disk, removed when it is released; every session's together
@@ -103,7 +106,7 @@ class Policy:
     max_prompt_chars: int | None = None
     max_prompt_tokens: int | None = None
     max_live_sessions: int | None = None
-    max_live_tokens: int | None = None
+    max_live_bytes: int | None = None
     max_queue: int | None = None
     max_session_files_bytes: int | None = None
     max_files_bytes: int | None = None
@@ -124,7 +127,7 @@ class Policy:
                    drafts=SELF_DRAFTS + trained_eagle3_heads() + models + allowed_eagle_heads(),
                    max_prompt_chars=MAX_PROMPT_CHARS,
                    max_prompt_tokens=MAX_PROMPT_TOKENS, max_live_sessions=MAX_LIVE_SESSIONS,
-                   max_live_tokens=MAX_LIVE_TOKENS, max_queue=MAX_QUEUE,
+                   max_live_bytes=MAX_LIVE_BYTES, max_queue=MAX_QUEUE,
                    max_session_files_bytes=MAX_SESSION_FILES_BYTES, max_files_bytes=MAX_FILES_BYTES,
                    max_uploads_per_address_bytes=MAX_UPLOADS_PER_ADDRESS_BYTES, max_uploads_bytes=MAX_UPLOADS_BYTES,
                    max_gradio_sessions=MAX_GRADIO_SESSIONS, share=ShareLimits())
@@ -232,10 +235,10 @@ def enforce(policy: Policy) -> None:
     from specviz.lab.live_sessions import LIVE
     from specviz.lab.upload_ledger import LEDGER
 
-    LIVE.limit, LIVE.token_limit = policy.max_live_sessions, policy.max_live_tokens
+    LIVE.limit, LIVE.byte_limit = policy.max_live_sessions, policy.max_live_bytes
     share = policy.share
     LIVE.visitor_limit = share.live_sessions if share else None
-    LIVE.visitor_token_limit = share.live_tokens if share else None
+    LIVE.visitor_byte_limit = share.live_bytes if share else None
     SHARE.configure(share)
     visitors.TOTAL_FILES_BYTES[0] = policy.max_files_bytes
     LEDGER.configure(policy.max_uploads_per_address_bytes, policy.max_uploads_bytes)

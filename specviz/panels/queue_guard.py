@@ -9,9 +9,11 @@ the queue it finds; the figures and the upstream report: docs/gradio-queue-repor
   says why; the places of the events its stop cancelled are freed (an event cancelled before it ran never frees
   its own), and their sessions are told to send them again.
 - **Turns by address.** Gradio serves each concurrency group first in, first out: forty long Runs from twenty
-  addresses made a newcomer's Step wait behind all of them. Here the next event of a group is the one whose address
-  was served longest ago (first in, first out within an address), and the fair share learns whether another
-  address waits for the model (a long call then stops at its contended deadline, lab.fair_share).
+  addresses made a newcomer's Step wait behind all of them. Here the model's next event is the one whose address
+  has had the least of the model lately (lab.model_time) with what the event asks for (its prompt's length), less
+  its wait; any other group's the one whose address was served longest ago. The fair share learns how many
+  addresses that have had less of the model wait for it: a long call's turn is then its contended time over them
+  (lab.fair_share), so that a newcomer behind a crowd of any size waits about one contended time.
 - **Abandoned answers.** A session that joined and never reads its stream keeps its answers in memory and its
   events counted: once nothing of it runs and nobody has read it for ABANDONED_S, both are dropped.
 - **Analytics.** Gradio recomputes a pandas summary of up to 10,000 past events after every event, for a
@@ -29,6 +31,13 @@ from contextlib import contextmanager
 
 from specviz.lab.fair_share import FairShare
 from specviz.panels.page_context import MODEL_QUEUE
+
+# what an event asks of the model, roughly: a call's own time, and its prompt's characters at the prefill's pace
+# (measured 2026-12-02 on the 2-core AMD EPYC, default model: 6,035 tokens, 20,021 characters, in 27 s; 46 tokens
+# in 0.17 s). Only the order of the waiting events reads it.
+CALL_BASE_S = 0.2
+PREFILL_CHARS_PER_S = 750.0
+AGING = 0.25  # seconds of turn an event gains per second it waits
 
 LOG = logging.getLogger("specviz.queue")
 SESSION_MESSAGES = 2_000      # sessions whose outgoing messages are kept (Gradio's figure); busy ones beyond it stay
@@ -127,7 +136,11 @@ class QueueGuard:
         for group in queue.event_queue_per_concurrency_id.values():
             if len(group.queue) > 1 and (group.concurrency_limit is None or
                                          group.current_concurrency < group.concurrency_limit):
-                group.queue.sort(key=lambda e: (self._served.get(self._address(e), -math.inf), e.enqueue_time))
+                if group is queue.event_queue_per_concurrency_id.get(MODEL_QUEUE):
+                    now = time.monotonic()
+                    group.queue.sort(key=lambda e: (self._model_turn(e, now), e.enqueue_time))
+                else:
+                    group.queue.sort(key=lambda e: (self._served.get(self._address(e), -math.inf), e.enqueue_time))
         chosen = choose()
         if chosen:
             now = time.monotonic()
@@ -139,11 +152,27 @@ class QueueGuard:
                 self._served.popitem(last=False)
         return chosen
 
-    def model_waiting(self, address: str) -> bool:
-        """Whether an event of another address than this one waits for a place in the model's group."""
+    def _model_turn(self, event, now: float) -> float:
+        """When the model's event should go, in seconds (lowest first): its address's recent model seconds, and the
+        seconds it asks for (its text inputs read at the prefill's pace), less a quarter of the seconds it has
+        waited (so that a long prompt behind a stream of short requests goes in the end, and a backlog of long
+        ones does not pass a newcomer's short one as soon as they have waited as long as they ask)."""
+        data = getattr(getattr(event, "data", None), "data", None) or ()
+        chars = sum(len(value) for value in data if isinstance(value, str))
+        asked = CALL_BASE_S + chars / PREFILL_CHARS_PER_S
+        return self.share.model_time.recent(self._address(event)) + asked - AGING * (now - event.enqueue_time)
+
+    def model_waiting(self, address: str) -> int:
+        """How many addresses that have had less of the model lately than this one (its running call included)
+        have an event waiting for a place in the model's group."""
         queue = self._queue
         group = queue.event_queue_per_concurrency_id.get(MODEL_QUEUE) if queue is not None else None
-        return group is not None and any(self._address(e) != address for e in list(group.queue))
+        if group is None:
+            return 0
+        used = self.share.model_time.recent
+        mine = used(address)
+        waiting = {self._address(e) for e in list(group.queue)} - {address}
+        return sum(1 for other in waiting if used(other) < mine)
 
     # ---- readers ------------------------------------------------------------------------------------------
     def seen(self, session: str) -> None:

@@ -51,6 +51,7 @@ class GrowingLayer(DynamicLayer):
         self._keys = self._values = None
         self.length = 0
         self.transposed, self.transposed_length = None, 0
+        self.planned = 0   # entries the first buffer makes room for (plan_length: a prompt's whole prefill)
 
     @property
     def keys(self):
@@ -71,10 +72,10 @@ class GrowingLayer(DynamicLayer):
         self._values = tensor
 
     def reserve(self, new_length: int, keys_like: torch.Tensor, values_like: torch.Tensor) -> None:
-        """Room for new_length entries (a new buffer when full: twice that, a multiple of 16 entries);
-        keys_like, values_like: (batch, kv_heads, any, head_dim) tensors of the entries' shape and dtype."""
+        """Room for new_length entries (a new buffer when full: that and a spare quarter, at least the planned
+        length); keys_like, values_like: (batch, kv_heads, any, head_dim) tensors of the entries' shape and dtype."""
         if self._keys is None or self._keys.dim() < 4 or new_length > self._keys.shape[-2]:
-            capacity = max(256, -(-2 * new_length // 16) * 16)
+            capacity = max(self.planned, room_for(new_length))
             keys = keys_like.new_empty((*keys_like.shape[:-2], capacity, keys_like.shape[-1]))
             values = values_like.new_empty((*values_like.shape[:-2], capacity, values_like.shape[-1]))
             if self.length:
@@ -107,7 +108,22 @@ class GrowingLayer(DynamicLayer):
         return state
 
     def __setstate__(self, state):
+        state.setdefault("planned", 0)
         self.__dict__.update(state)
+
+    def resident_bytes(self) -> int:
+        """What this layer's buffers take in memory: keys and values at their capacity, and the transposed copy."""
+        return sum(t.untyped_storage().nbytes() for t in (self._keys, self._values, self.transposed)
+                   if t is not None and t.dim() == 4)
+
+    def trim(self) -> None:
+        """At rest: drop the transposed copy (the next forward of runtime.native.decoder_kernel transposes the
+        keys again) and the buffer's spare room."""
+        self.transposed, self.transposed_length = None, 0
+        if self._keys is not None and self._keys.dim() == 4 and self._keys.shape[-2] > self.length:
+            self._keys = self._keys[..., :self.length, :].clone()  # the next step's first append makes room again
+            self._values = self._values[..., :self.length, :].clone()
+        self.planned = 0
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -115,6 +131,46 @@ class GrowingLayer(DynamicLayer):
         if self.is_initialized:
             self.length = max(0, self.length + tokens_to_remove)
             self.transposed_length = min(self.transposed_length, self.length)
+
+
+def room_for(entries: int) -> int:
+    """A new buffer's entries for `entries` filled: a spare eighth (at least 256, at most 512) for the steps after,
+    a multiple of 16. Doubling left up to half of a long prompt's cache unused (issue 73); a buffer that fills up
+    is copied once into a new one, a few ms at the longest prompt."""
+    return -(-(entries + min(512, max(256, entries // 8))) // 16) * 16
+
+
+def plan_length(cache, entries: int) -> None:
+    """The cache is about to be filled with `entries` (a prompt's prefill, in chunks): its layers' first buffers
+    make room for all of them at once instead of growing chunk by chunk."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, GrowingLayer) and layer.length == 0:
+            layer.planned = room_for(entries)
+
+
+def resident_bytes(cache) -> int:
+    """The bytes a cache's tensors take in memory (their storage, spare room included); 0 for None."""
+    if cache is None:
+        return 0
+    if isinstance(cache, StaticKV):  # while resident it is its verifier's working buffer, which no session owns
+        buffer, working = cache.buffer, getattr(cache.owner, "_working", None)
+        return 0 if buffer is None or buffer is working else buffer.untyped_storage().nbytes()
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, GrowingLayer):
+            total += layer.resident_bytes()
+        else:
+            total += sum(t.untyped_storage().nbytes() for t in (getattr(layer, "keys", None),
+                                                                getattr(layer, "values", None))
+                         if isinstance(t, torch.Tensor) and t.dim() == 4)
+    return total
+
+
+def trim(cache) -> None:
+    """A cache at rest gives back what only a running forward needs (GrowingLayer.trim); others keep theirs."""
+    for layer in getattr(cache, "layers", ()):
+        if isinstance(layer, GrowingLayer):
+            layer.trim()
 
 
 def new_cache(config) -> DynamicCache:
