@@ -153,15 +153,11 @@ def test_a_stopped_queue_is_restarted_and_the_log_says_why(toy, caplog):
         [r.getMessage() for r in caplog.records]
 
 
-def test_the_next_event_is_from_the_address_served_longest_ago():
-    """In a group that runs no model (the page's own events), the next event is the one whose address waited
-    longest since its last turn, first in, first out within an address."""
-    share = FairShare(ShareLimits())
-    for session, address in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("new", "N")):
-        share.joined(share.admit(session, address, {}))
+def turns(share: FairShare, group_name: str):
+    """A stand-in queue with one concurrency group, guarded: (its group, the queue, the guard, the sessions picked
+    so far, Gradio's get_events that picks the group's first event)."""
     group = SimpleNamespace(queue=[], concurrency_limit=2, current_concurrency=1)
-    queue = SimpleNamespace(event_queue_per_concurrency_id={"page": group}, pending_event_ids_session={})
-    events = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "a2", "b1", "new"])]
+    queue = SimpleNamespace(event_queue_per_concurrency_id={group_name: group}, pending_event_ids_session={})
     guard = QueueGuard(SimpleNamespace(), share)
     guard._queue = queue
     picked = []
@@ -169,7 +165,19 @@ def test_the_next_event_is_from_the_address_served_longest_ago():
     def first():
         event = group.queue.pop(0)
         picked.append(event.session_hash)
-        return [event], False, "page"
+        return [event], False, group_name
+
+    return group, queue, guard, picked, first
+
+
+def test_the_next_event_is_from_the_address_served_longest_ago():
+    """In a group that runs no model (the page's own events), the next event is the one whose address waited
+    longest since its last turn, first in, first out within an address."""
+    share = FairShare(ShareLimits())
+    for session, address in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("new", "N")):
+        share.joined(share.admit(session, address, {}))
+    group, queue, guard, picked, first = turns(share, "page")
+    events = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "a2", "b1", "new"])]
 
     group.queue[:] = events[:3]
     guard._in_turn(queue, first)                      # A's first event, in order of arrival
@@ -196,16 +204,7 @@ def test_the_models_next_event_is_from_the_address_that_had_the_least_of_it():
         share.model_time.finished(address, started)
     for session, address in (("a1", "A"), ("b1", "B"), ("n1", "N")):
         share.joined(share.admit(session, address, {}))
-    group = SimpleNamespace(queue=[], concurrency_limit=2, current_concurrency=1)
-    queue = SimpleNamespace(event_queue_per_concurrency_id={"model": group}, pending_event_ids_session={})
-    guard = QueueGuard(SimpleNamespace(), share)
-    guard._queue = queue
-    picked = []
-
-    def first():
-        event = group.queue.pop(0)
-        picked.append(event.session_hash)
-        return [event], False, "model"
+    group, queue, guard, picked, first = turns(share, "model")
 
     group.queue[:] = [SimpleNamespace(session_hash=s, enqueue_time=t) for t, s in enumerate(["a1", "b1", "n1"])]
     for _ in range(3):

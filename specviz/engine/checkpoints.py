@@ -15,8 +15,9 @@ _installed = threading.local()
 
 
 @contextmanager
-def stopping_with(check: Callable[[bool], None]) -> Iterator[None]:
-    """Within: every checkpoint() on this thread calls check(reading_prompt), which raises to stop the computation."""
+def stopping_with(check: Callable[[bool], None] | None) -> Iterator[None]:
+    """Within: every checkpoint() on this thread calls check(reading_prompt), which raises to stop the computation
+    (None: checkpoints do nothing)."""
     outer = getattr(_installed, "check", None)
     _installed.check = check
     try:
@@ -33,13 +34,7 @@ def checkpoint(reading_prompt: bool = False) -> None:
         check(reading_prompt)
 
 
-@contextmanager
-def held_off() -> Iterator[None]:
+def held_off():
     """Within: checkpoints on this thread do nothing (work that must finish whole once begun: the paired ar catching
     up with the run's step, so that a stop never leaves the comparison one-sided)."""
-    outer = getattr(_installed, "check", None)
-    _installed.check = None
-    try:
-        yield
-    finally:
-        _installed.check = outer
+    return stopping_with(None)
