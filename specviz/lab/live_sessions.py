@@ -3,8 +3,9 @@ them, and of the bytes they hold together (their caches' and drafters' tensors, 
 memory grows with its context, and a count of tokens missed its spare room and the kernel's copies, issue 73), in
 public mode, so that the process's memory has a bound. When one more starts, every idle one gives back what only a
 running forward needs (Lab.trim_at_rest), then the least recently used idle one is released (its KV caches and
-baselines dropped) while the others are over the limits, and its visitor reads why when they come back. A session whose model the shared registry released to make room is released too: it would otherwise pin a copy
-of the weights that the model slots no longer count. Weak references: the registry keeps nothing alive."""
+baselines dropped) while the others are over the limits, and its visitor reads why when they come back. A session
+whose model the shared registry released to make room is released too: it would otherwise pin a copy of the weights
+that the model slots no longer count. Weak references: the registry keeps nothing alive."""
 
 from __future__ import annotations
 
