@@ -1,9 +1,9 @@
 """Where a long computation may stop: between the chunks of a prefill, and before a step. A model call's loop
 (lab.model_calls) installs its budget's check for the computation of one reply; a prefill of a long prompt is one
-reply, and a check only between replies let one visitor's 6,000-token prompt hold the model for minutes while
-others waited (docs/hostile-round-three.md, the soak). Before a step rather than after a reply: a call whose last
-reply is in (a Step) has nothing left to stop, and its visitor is not told it was stopped. Nothing installed, a checkpoint does nothing. The check is the
-thread's own: the compute thread runs one call's reply at a time."""
+reply, and a check only between replies let one visitor's 6,000-token prompt hold the model for minutes while others
+waited (docs/hostile-round-three.md, the soak). Before a step rather than after a reply: a call whose last reply is
+in (a Step) has nothing left to stop, and its visitor is not told it was stopped. Nothing installed, a checkpoint
+does nothing. The check is the thread's own: the compute thread runs one call's reply at a time."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """A fair share of a public Space for each visitor, where the public policy only bounds the process as a whole.
 
-A visitor is a browser session and the address it comes from (one person may open many sessions, or call the API
-with a new session each time: the address counts them together; lab.visitor_address says which address). Per
-visitor: at most one model call running, a number of events waiting in the queue (counted at the door,
-panels.visitor_gate, from the moment each is let in), a number of new sessions per address in a window, new tokens
-per minute, wall-clock seconds per call (checked before each step and between a prompt's chunks: a call past its
-deadline stops, keeps what it made and says why; a shorter one while other visitors wait for the model, the shorter
-the more wait), a call cancelled when its visitor leaves, and the uploaded traces it holds in memory, as the bytes they take in this process (per visitor and
-for the process). Private use has no share: `FairShare(None)` refuses nothing and sets no deadline."""
+A visitor is a browser session and the address it comes from (one person may open many sessions, or call the API with
+a new session each time: the address counts them together; lab.visitor_address says which address). Per visitor: at
+most one model call running, a number of events waiting in the queue (counted at the door, panels.visitor_gate, from
+the moment each is let in), a number of new sessions per address in a window, new tokens per minute, wall-clock
+seconds per call (checked before each step and between a prompt's chunks: a call past its deadline stops, keeps what
+it made and says why; a shorter one while other visitors wait for the model, the shorter the more wait), a call
+cancelled when its visitor leaves, and the uploaded traces it holds in memory, as the bytes they take in this process
+(per visitor and for the process). Private use has no share: `FairShare(None)` refuses nothing and sets no deadline."""
 
 from __future__ import annotations
 
