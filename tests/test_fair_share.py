@@ -280,7 +280,7 @@ def test_the_live_limits_count_a_new_session_once_its_prompt_is_read(monkeypatch
         newcomer.step(16)  # nothing held when the call began (nothing released then), 600 entries once it is read
     finally:
         model_calls.run_calls_with(None)
-    assert newcomer.held_tokens == 600
+    assert len(newcomer.session.context) == 600
     assert not idle.holds_state and "released to make room" in idle.message
     assert live.held_bytes() == one
 

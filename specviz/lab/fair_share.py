@@ -42,8 +42,8 @@ class ShareLimits:
     new_sessions_window_s: float = 600.0  # ... in this many seconds
     tokens_per_minute: int = 4_096  # new tokens asked for in the last minute, per address
     call_seconds: float = 120.0     # wall-clock seconds one model call may run
-    contended_call_seconds: float = 15.0  # ... and while another visitor's model call waits for a place (over
-    shortest_turn_seconds: float = 1.0    # the visitors waiting, never less than this: a turn's share of a round)
+    contended_call_seconds: float = 15.0  # ... and, over the visitors waiting for a place, while any wait
+    shortest_turn_seconds: float = 1.0    # ... but never less than this
     live_sessions: int = 3          # sessions holding a model's state per address (a Lab and its two A/B sides)
     live_bytes: int = 160 * 2**20   # bytes those hold together (engine.held_memory), about 1,700 tokens
     replay_bytes: int = 48 * 2**20  # resident bytes of the uploaded traces an address holds in memory
@@ -91,9 +91,7 @@ class CallBudget:
             self.check_reading_prompt()
             return
         self.steps_begun += 1
-        if self.steps_begun > 1:
-            self.check()
-        elif self.cancelled.is_set():
+        if self.steps_begun > 1 or self.cancelled.is_set():
             self.check()
 
     def _stop_if_due(self, after: str) -> None:

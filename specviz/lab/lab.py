@@ -210,11 +210,6 @@ class Lab:
         return self.state.session is not None
 
     @property
-    def held_tokens(self) -> int:
-        """Context tokens this session's caches hold (what its memory grows with)."""
-        return len(self.state.session.context) if self.state.session is not None else 0
-
-    @property
     def held_bytes(self) -> int:
         """What this session's model state takes in memory: the caches and drafters' tensors of its run, its
         paired ar and its greedy reference (engine.held_memory; what the live-session limits count)."""

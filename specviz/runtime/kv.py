@@ -72,7 +72,7 @@ class GrowingLayer(DynamicLayer):
         self._values = tensor
 
     def reserve(self, new_length: int, keys_like: torch.Tensor, values_like: torch.Tensor) -> None:
-        """Room for new_length entries (a new buffer when full: that and a spare quarter, at least the planned
+        """Room for new_length entries (a new buffer when full: room_for(new_length), at least the planned
         length); keys_like, values_like: (batch, kv_heads, any, head_dim) tensors of the entries' shape and dtype."""
         if self._keys is None or self._keys.dim() < 4 or new_length > self._keys.shape[-2]:
             capacity = max(self.planned, room_for(new_length))
