@@ -4,6 +4,7 @@ what a visitor sends through specviz.lab, which holds the logic, and shows it th
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 try:  # ZeroGPU: `spaces` must come before anything touches CUDA (elsewhere its GPU decorator changes nothing)
@@ -18,6 +19,7 @@ from specviz.lab.public_policy import Policy, enforce  # noqa: E402
 from specviz.methods import DEFAULT_METHOD  # noqa: E402
 from specviz.panels.page import build_page, launch_options  # noqa: E402
 from specviz.panels.page_context import PageContext  # noqa: E402
+from specviz.runtime.compute_thread import short_gil_turns  # noqa: E402
 from specviz.runtime.shared_resources import set_model_slots  # noqa: E402
 from specviz.runtime.threads import follow_cpu_quota  # noqa: E402
 
@@ -35,9 +37,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def show_logs(level: str) -> None:
+    """specviz's own log lines at level and above on stderr (INFO adds the queue's turns: panels.queue_guard)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("specviz")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper() if level.upper() in logging.getLevelNamesMapping() else logging.WARNING)
+    logger.propagate = False
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     follow_cpu_quota()  # threads from the container's CPU quota, not the host's count
+    short_gil_turns()  # the compute thread gets the GIL back soon beside Gradio's own Python work
+    show_logs(os.environ.get("SPECVIZ_LOG_LEVEL", "WARNING"))
     context = PageContext.of(Policy.from_environment(args.public))
     policy = context.policy
     model = policy.default_model or os.environ.get("SPECVIZ_MODEL", "")

@@ -145,9 +145,21 @@ def test_browser_step_draws_tree(url):
         browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         page.goto(url, wait_until="load")
+        # Step as the page's first touch: no Pause goes with it (page_style.PAGE_JS); the step itself ends the first
+        # visit's recording, and the recording's timer stops instead of stepping the live run on
+        page.wait_for_selector(".autoplay-flag", state="attached", timeout=WAIT_MS)
+        page.locator("#step-btn").click()
+        wait_for_tree_after(page, 1, run="live", timeout=WAIT_MS)
+        assert page.locator(".autoplay-flag").count() == 0
+        from specviz.lab.first_visit import FIRST_PACE_S
+        steps = lambda: page.locator("#tree-box .tv").first.get_attribute("data-steps")  # noqa: E731
+        assert_stays(steps, "1", 2 * FIRST_PACE_S, "the live run's steps after a first Step")
         open_settings(page)
         page.locator("#prompt textarea").fill(CONTEXT.examples["code-edit: code-rename"])
         page.locator("#auto-budget input").uncheck()  # fixed budget 16: the default method (unified) fills it on copied code
+        page.locator("#reset-btn").click()  # the steps below from the first
+        page.wait_for_function("(document.querySelector('#message')?.innerText || '').includes('Reset')",
+                               timeout=WAIT_MS)
         most_points = 0
         for step in range(1, 7):
             page.locator("#step-btn").click()

@@ -46,3 +46,19 @@ def test_a_visitors_step_computes_on_the_compute_thread(lm, monkeypatch):
     handler.start()
     handler.join()
     assert threads == {COMPUTE.name}, threads
+
+
+
+def test_a_serving_process_hands_the_gil_to_the_compute_thread_in_short_turns():
+    """Beside a thread busy in Python, each torch operation of the compute thread waited a whole interpreter turn
+    for the GIL (5 ms by default); app.py's main shortens the turn (the figures: runtime.compute_thread)."""
+    import sys
+
+    from specviz.runtime import compute_thread
+
+    before = sys.getswitchinterval()
+    try:
+        compute_thread.short_gil_turns()
+        assert sys.getswitchinterval() == pytest.approx(compute_thread.GIL_TURN_S) < before
+    finally:
+        sys.setswitchinterval(before)

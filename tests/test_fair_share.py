@@ -181,6 +181,38 @@ def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch
     assert lab.session is not None and len(lab.session.output_ids) > 0 and len(chunks) > 3
 
 
+def test_a_call_past_its_budget_stops_between_the_layers_of_a_prompts_chunk(lm, monkeypatch):
+    """The soak: a chunk of a long prompt took 2 s here and far longer beside a busy server, and crowd calls held the
+    model 14-60 s past turns of 2-3 s. The check runs before each layer of a prefill's forward as well; a call
+    stopped inside a chunk leaves nothing behind, and the same prompt read later gives the same tokens."""
+    from specviz.engine import session as session_module
+    from specviz.lab.lab import Lab
+    from test_app import PROMPT
+
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 10_000)  # the whole prompt in one chunk
+    layers = lm.model.model.layers
+    ran = []
+    hooks = [layer.register_forward_pre_hook(lambda module, args, k=k: ran.append(k)) for k, layer in
+             enumerate(layers)]
+    asked = []
+    try:
+        lab = Lab()
+        lab.choose_values("", PROMPT, "pld", 8, {})
+        contended = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
+                               others_waiting=lambda: asked.append(1) or len(asked) > 5)
+        with pytest.raises(SpecvizError, match="it was still reading the prompt, and your run is as it was"):
+            lab.step(8, budget=contended)
+        assert lab.session is None and 0 < len(ran) < len(layers)  # stopped inside the chunk's forward
+        lab.step(8)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    alone = Lab()
+    alone.choose_values("", PROMPT, "pld", 8, {})
+    alone.step(8)
+    assert lab.session.output_ids == alone.session.output_ids
+
+
 class HeldSession:
     """What LiveSessions reads of a Lab (a byte is a token here)."""
 
@@ -373,6 +405,20 @@ def test_a_long_call_stops_while_another_visitor_waits_for_the_model():
         budget.check()
     fresh = CallBudget(time.monotonic() + 120, seconds=120, contended_s=10, others_waiting=lambda: 1)
     fresh.check()  # a call younger than its contended time goes on
+
+
+def test_a_call_s_contenders_are_the_addresses_waiting_and_the_calls_at_the_models_other_places():
+    """The soak (issue 73): a crowd's call at one model place held the one compute thread while an honest Step at
+    the other waited for each of its replies. A call's contenders are the other addresses whose events wait and
+    those whose calls run beside it, whatever each had of the model lately; never its own address."""
+    share = FairShare(ShareLimits())
+    share.model_waiting = lambda address: {"waiting", address} - {address}
+    with share.model_call(Visitor("s1", "me"), 1) as mine:
+        assert share.contenders("me") == {"waiting"} and mine.others_waiting() == 1
+        with share.model_call(Visitor("s2", "beside"), 1):
+            assert share.contenders("me") == {"waiting", "beside"} and mine.others_waiting() == 2
+            assert share.contenders("beside") == {"waiting", "me"}
+        assert share.contenders("me") == {"waiting"}
 
 
 def test_a_call_s_turn_is_shorter_the_more_visitors_wait():

@@ -93,6 +93,27 @@ def test_gradios_session_store_is_bounded_and_lets_evicted_sessions_go():
     assert "c" not in holder.session_data
 
 
+def test_a_new_sessions_state_copies_no_block_configs_until_an_update_needs_one():
+    """Gradio copied every block's config for each new session hash, on the event loop (the soak's churn: 31 of
+    70 s there); the store's new sessions copy a block's config only when an update of it needs one."""
+    import gradio as gr
+    from gradio.state_holder import StateHolder
+
+    from specviz.panels.gradio_sessions import SessionStore
+
+    with gr.Blocks() as blocks:
+        box = gr.Textbox("first")
+    holder = StateHolder()
+    holder.set_blocks(blocks)
+    SessionStore(SimpleNamespace(server_app=SimpleNamespace(state_holder=holder))).ensure()
+    state = holder["a-new-session"]
+    assert state.config_values == {} and state[box._id] is not None
+    state._update_value_in_config(box._id, "changed")  # what Gradio does with an output's new value
+    assert state.config_values[box._id]["props"]["value"] == "changed"
+    assert holder["another-session"].config_values == {}  # nothing shared between sessions
+    assert box._id in holder.session_data["a-new-session"].config_values
+
+
 def test_uploads_are_bounded_on_disk_per_address_and_in_all(tmp_path, monkeypatch):
     from specviz.lab import upload_ledger
 

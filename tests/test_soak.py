@@ -14,6 +14,7 @@ prints the figures docs/benchmarks.md quotes."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from app_page import counters_of, named, sweep_answer
 from test_app import free_port, settings as page_settings
 from test_hostile import chain_trace, self_parent_trace
 from browser_waits import patient_client  # noqa: E402
+from specviz.panels.page_context import MODEL_QUEUE
 
 ROOT = Path(__file__).parent.parent
 SOAK_S = float(os.environ.get("SPECVIZ_SOAK_S", "300"))
@@ -60,7 +62,8 @@ def server(tmp_path):
     port = free_port()
     env = {**os.environ, "SPACE_ID": "specviz-tests/soak", "SPECVIZ_PORT": str(port), "SPECVIZ_HOST": "127.0.0.1",
            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "SPECVIZ_HEAD_TRAINING": "off",
-           "SPECVIZ_TRUSTED_PROXIES": "127.0.0.1", "GRADIO_TEMP_DIR": str(tmp_path / "gradio")}
+           "SPECVIZ_TRUSTED_PROXIES": "127.0.0.1", "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
+           "SPECVIZ_LOG_LEVEL": "INFO"}
     log = open(tmp_path / "app.log", "w")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
@@ -76,6 +79,28 @@ def server(tmp_path):
     process.wait(30)
 
 
+TURN_LINE = re.compile(r"turn fn=(\S+) group=(\S+) address=(\S+) waited=([\d.]+) ran=([\d.]+)")
+
+
+def turns_of(log: Path, addresses: set[str]) -> dict:
+    """From the server's log (SPECVIZ_LOG_LEVEL=INFO: panels.queue_guard's turn lines), per function the events of
+    these addresses: how many, and their median and longest wait for a place and run; and the model seconds each
+    address of any kind had."""
+    by_fn, model_s = {}, Counter()
+    for fn, group, address, waited, ran in TURN_LINE.findall(log.read_text(errors="replace")):
+        if group == MODEL_QUEUE:
+            model_s[address] += float(ran)
+        if address in addresses:
+            by_fn.setdefault(fn, []).append((float(waited), float(ran)))
+
+    def spread(values):
+        values = sorted(values)
+        return {"median": round(values[len(values) // 2], 2), "max": round(values[-1], 2)}
+    return {"honest": {fn: {"n": len(rows), "waited": spread(w for w, _ in rows), "ran": spread(r for _, r in rows)}
+                       for fn, rows in sorted(by_fn.items())},
+            "model_seconds_by_address": {a: round(s, 1) for a, s in model_s.most_common(12)}}
+
+
 def client_at(url: str, address: str):
     """A gradio_client session as a visitor from address sees the Space (its proxy's X-Forwarded-For)."""
     return patient_client(url, headers={"X-Forwarded-For": address})
@@ -89,7 +114,7 @@ def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismat
         prompt = rng.choice(HONEST_PROMPTS)
         method = rng.choice(["pld", "racer", "unified"])
         kind = rng.choice(["step", "run", "ab", "sweep"])
-        started = time.monotonic()
+        started, began_at = time.monotonic(), time.strftime("%H:%M:%S")
         try:
             if kind == "step":
                 client.predict(**settings(prompt=prompt, method=method, max_new_tokens=16), api_name="/step")
@@ -119,7 +144,7 @@ def honest(url: str, stop: threading.Event, seen: Counter, slowest: list, mismat
             errors.append(f"{kind}: {type(error).__name__}: {error}")
             continue
         seen[kind] += 1
-        slowest.append((time.monotonic() - started, kind))
+        slowest.append((time.monotonic() - started, kind, began_at))
 
 
 def hostile(url: str, stop: threading.Event, seen: Counter, folder: Path, address: str) -> None:
@@ -283,19 +308,20 @@ def test_soak_honest_and_hostile_visitors(server):
     stop.set()
     for thread in threads:
         thread.join(300)
-    time.sleep(6)  # the debounced collection after the last resets
+    time.sleep(20)  # the debounced collection after the last resets (runtime.gc_pauses: up to 16 s apart here)
     end_mb = rss_mb(process.pid)
     disk = sum(f.stat().st_size for f in Path(tempfile.gettempdir()).glob("specviz-downloads-*/*/*") if f.is_file())
-    waits = sorted(seconds for seconds, _ in slowest)
+    waits = sorted(seconds for seconds, *_ in slowest)
     report = {"seconds": SOAK_S, "honest": dict(honest_seen), "hostile": dict(hostile_seen),
               "greedy": dict(greedy_seen), "raw attacks": dict(raw_seen),
               "honest_answered": sum(honest_seen.values()),
               "median_honest_s": round(waits[len(waits) // 2], 2) if waits else None,
               "slowest_honest_s": round(max(slowest)[0], 2) if slowest else None,
-              "slowest_kind": max(slowest)[1] if slowest else None,
+              "slowest_kind": max(slowest)[1:] if slowest else None,
               "rss_mb": {"start": round(start_mb), "peak": round(max(memory)), "end": round(end_mb)},
               "downloads_mb": round(disk / 2**20, 1),
-              "honest_errors": errors[:5], "mismatches": mismatches[:3]}
+              "honest_errors": errors[:5], "mismatches": mismatches[:3],
+              "turns": turns_of(folder / "app.log", {f"192.0.2.{10 + n}" for n in range(4)})}
     print("soak:", json.dumps(report))
     assert process.poll() is None, "the server died"
     assert not errors, errors[:5]

@@ -130,3 +130,14 @@ def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
     assert not again.play() and again.playing and not again.autoplay and again.message == ""  # Play takes it over
     again.go_to(last)
     assert not again.tick(16) and not again.playing  # no longer a first visit: it stops at the end
+
+
+def test_a_step_on_a_first_visit_stops_its_recording_playing(lm):
+    """The page sends no Pause with a first visit's Step or Run (page_style.PAGE_JS): the step ends the autoplay
+    itself, so that the next tick (panels.stage.on_tick reads `playing`) stops Play instead of stepping on."""
+    from specviz.lab.first_visit import open_first_visit
+
+    lab = open_first_visit(Lab(), shipped_traces()["unified-code-rename"], "unified-code-rename")
+    lab.choose_values("", PROMPT, "racer", 8, {})
+    lab.step(32)
+    assert not lab.playing and not lab.autoplay and len(lab.session.records) == 1

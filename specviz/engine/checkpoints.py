@@ -3,7 +3,10 @@
 reply, and a check only between replies let one visitor's 6,000-token prompt hold the model for minutes while others
 waited (docs/hostile-round-three.md, the soak). Before a step rather than after a reply: a call whose last reply is
 in (a Step) has nothing left to stop, and its visitor is not told it was stopped. Nothing installed, a checkpoint
-does nothing. The check is the thread's own: the compute thread runs one call's reply at a time."""
+does nothing. The check is the thread's own: the compute thread runs one call's reply at a time. Within a prompt's
+chunk the check runs before each of the model's layers too (`between_layers`): a chunk is 2 s of a 6,000-token
+prompt here, and beside a busy server several times that (the soak: crowd calls held the model 14-60 s past turns of
+2-3 s, checked only between chunks)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,28 @@ def checkpoint(reading_prompt: bool = False) -> None:
     check = getattr(_installed, "check", None)
     if check is not None:
         check(reading_prompt)
+
+
+@contextmanager
+def between_layers(model) -> Iterator[None]:
+    """Within, while a check is installed on this thread: a checkpoint(reading_prompt=True) before each of the
+    model's decoder layers (transformers' `model.model.layers`; none where it has no such list). Only for work
+    whose result is dropped when it stops (a prompt's prefill into a cache not yet kept): a stop leaves the chunk's
+    forward half done."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if getattr(_installed, "check", None) is None or layers is None:
+        yield
+        return
+    hooks = [layer.register_forward_pre_hook(_check_reading_prompt) for layer in layers]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _check_reading_prompt(module, args) -> None:
+    checkpoint(reading_prompt=True)
 
 
 def held_off():

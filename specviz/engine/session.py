@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from specviz.engine import costmodel, rebuilt_prefixes
-from specviz.engine.checkpoints import checkpoint
+from specviz.engine.checkpoints import between_layers, checkpoint
 from specviz.engine.checked_run import CheckedRun
 from specviz.engine.tree_forward import verify_tree
 from specviz.runtime.block_forward import causal_forward
@@ -238,10 +238,13 @@ class Session:
             if start > first:
                 checkpoint(reading_prompt=True)  # a call past its budget stops between chunks (engine.checkpoints)
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
-            if self.features:
-                logits, features = causal_forward(self.lm, cache, chunk, self.features)
-            else:
-                logits, features = causal_forward(self.lm, cache, chunk), None
+            # and between its layers: a stop drops the cache (start_ids and ensure_cache keep it only once the prompt
+            # is read whole)
+            with between_layers(self.lm.model):
+                if self.features:
+                    logits, features = causal_forward(self.lm, cache, chunk, self.features)
+                else:
+                    logits, features = causal_forward(self.lm, cache, chunk), None
             yield start, logits, features
 
     # ---- carried to another process -----------------------------------------------------------------

@@ -59,10 +59,10 @@ class Visitor:
 @dataclass
 class CallBudget:
     """One model call's deadline and its visitor's cancellation, checked at the computation's checkpoints. While
-    `others_waiting()` says n other visitors (who have had less of the model lately) wait for a place, the call also
-    stops past `contended_s` / n, never sooner than `shortest_s`: no visitor holds the model for long while others
-    wait, a newcomer behind a crowd waits about `contended_s` over the model's places however many addresses the
-    crowd has, and alone a call may run to its full deadline."""
+    `others_waiting()` says n other visitors want the model (FairShare.contenders), the call also stops past
+    `contended_s` / n, never sooner than `shortest_s`: no visitor holds the model for long while others wait, a
+    newcomer behind a crowd waits about `contended_s` over the model's places however many addresses the crowd has,
+    and alone a call may run to its full deadline."""
     deadline: float | None = None   # time.monotonic() past which the call stops (None: none)
     cancelled: threading.Event = field(default_factory=threading.Event)
     seconds: float | None = None
@@ -139,9 +139,9 @@ class FairShare:
         self._new_sessions: dict[str, deque] = {}             # address -> when it opened its recent sessions
         self._joining: dict[str, int] = {}                    # "s:"/"a:" key -> events let in, not yet in Gradio's map
         self._address: OrderedDict[str, str] = OrderedDict()  # session -> its address (the queue's round-robin)
-        # how many addresses that have had less of the model than this one wait for it (panels.queue_guard sets it;
+        # the other addresses whose events wait for a place in the model's group (panels.queue_guard sets it;
         # None: none ever)
-        self.model_waiting: Callable[[str], int] | None = None
+        self.model_waiting: Callable[[str], set[str]] | None = None
         self.model_time = ModelTime()  # each address's recent model seconds (the queue's turns, the yields)
 
     def configure(self, limits: ShareLimits | None) -> None:
@@ -156,10 +156,9 @@ class FairShare:
         if limits is None:
             yield UNLIMITED
             return
-        probe = self.model_waiting
         budget = CallBudget(time.monotonic() + limits.call_seconds, seconds=limits.call_seconds,
                             contended_s=limits.contended_call_seconds, shortest_s=limits.shortest_turn_seconds,
-                            others_waiting=(lambda: probe(visitor.address)) if probe is not None else None)
+                            others_waiting=lambda: len(self.contenders(visitor.address)))
         keys = (f"s:{visitor.session}", f"a:{visitor.address}")
         with self._lock:
             if any(len(self._running.get(k, ())) >= limits.calls_running for k in keys):
@@ -180,6 +179,14 @@ class FairShare:
                         calls.remove(budget)
                     if not calls:
                         self._running.pop(key, None)
+
+    def contenders(self, address: str) -> set[str]:
+        """The other addresses that want the model now: those whose events wait for a place, and those whose calls
+        run at its other places (they share its one compute thread: each of their replies waits for this call's)."""
+        probe = self.model_waiting
+        with self._lock:
+            running = {k[2:] for k, calls in self._running.items() if k.startswith("a:") and calls}
+        return ((probe(address) if probe is not None else set()) | running) - {address}
 
     def _charge(self, address: str, tokens: int, limits: ShareLimits) -> None:
         """Count tokens against the address's minute (call with the lock held)."""

@@ -130,7 +130,7 @@ class Lab:
 
     def step(self, max_new_tokens: int, budget: CallBudget = UNLIMITED) -> None:
         self.replay, self.at, self.selected_node = None, None, None  # back to the live run, at its newest step
-        self.autoplay = False
+        self.end_autoplay()
         with self.stepping:
             for message in self._call(CallAction.STEP, max_new_tokens, budget=budget):
                 self.message = message
@@ -139,7 +139,8 @@ class Lab:
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
         call; Stop closes it). The session's lock is held while the call works, not while the page shows a
         reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
-        self.replay, self.at, self.selected_node, self.autoplay = None, None, None, False
+        self.replay, self.at, self.selected_node = None, None, None
+        self.end_autoplay()
         self.stop_requested, self.streaming = False, True
         replies = self._call(CallAction.RUN, max_new_tokens, every_s, budget)
         generation = self.generation
@@ -313,6 +314,11 @@ class Lab:
         if self.replay is not None and recording is not None and shown == len(recording.records) - 1:
             self.go_to(0)
         return True
+
+    def end_autoplay(self) -> None:
+        """A Step or Run of a first visit: its recording stops playing (the page sends no Pause for them)."""
+        if self.autoplay:
+            self.playing, self.autoplay = False, False
 
     def pause(self, message: str = "Paused.") -> None:
         if self.autoplay:

@@ -92,6 +92,8 @@ def route_rules(event_body_bytes: int, upload_bytes: int, streams: bool = False)
         _closed("the MCP server", r"/mcp(?:/.*)?", POST | ANY_READ),
         # a reload watcher: one connection polls 20 times a second for as long as it stays open
         _closed("reload notices", r"/dev/reload/?", POST | ANY_READ),
+        # a deep copy of a session's whole configuration written to disk, per GET (the page offers no deep links)
+        _closed("deep links", r"/deep_link/?", POST | ANY_READ),
         RouteRule("a page request", re.compile(r".*"), ANY_READ),  # no body: Gradio's GET routes read none
         _closed("this request", r".*", frozenset({"POST", "PUT", "PATCH", "DELETE"})),
     ]

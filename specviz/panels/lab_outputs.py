@@ -39,11 +39,12 @@ class LabOutputs:
         """An event's outputs: the lab state, then each widget of WIDGET_FIELDS."""
         return [self.lab, *(self.widgets[name] for name in WIDGET_FIELDS)]
 
-    def shown(self, lab: Lab) -> dict:
-        """What the page shows of lab (the presenter's view of its snapshot), by component: the node list becomes
-        the dropdown's choices, steps and shown_step the timeline slider (a panel with nothing to show is hidden by
-        the page's CSS, from the tree box's flags: the API's values stay plain)."""
-        view = drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
+    def shown(self, lab: Lab, view: LabView | None = None) -> dict:
+        """What the page shows of lab (the presenter's view of its snapshot, or view: one drawn of the same snapshot
+        before), by component: the node list becomes the dropdown's choices, steps and shown_step the timeline
+        slider (a panel with nothing to show is hidden by the page's CSS, from the tree box's flags: the API's values
+        stay plain)."""
+        view = view or drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
         values = {name: getattr(view, name) for name in WIDGET_FIELDS if hasattr(view, name)}
         choices = view.node_choices
         values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)

@@ -11,11 +11,14 @@ the queue it finds; the figures and the upstream report: docs/gradio-queue-repor
 - **Turns by address.** Gradio serves each concurrency group first in, first out: forty long Runs from twenty
   addresses made a newcomer's Step wait behind all of them. Here the model's next event is the one whose address
   has had the least of the model lately (lab.model_time) with what the event asks for (its prompt's length), less
-  its wait; any other group's the one whose address was served longest ago. The fair share learns how many
-  addresses that have had less of the model wait for it: a long call's turn is then its contended time over them
+  its wait (never below the address's own); any other group's the one whose address was served longest ago. The
+  fair share learns which other addresses wait for it: a long call's turn is then its contended time over them
   (lab.fair_share), so that a newcomer behind a crowd of any size waits about one contended time.
 - **Abandoned answers.** A session that joined and never reads its stream keeps its answers in memory and its
   events counted: once nothing of it runs and nobody has read it for ABANDONED_S, both are dropped.
+- **Turns in the log.** Each event's wait for its place and its run, by address, at INFO on `specviz.turns`
+  (app.py shows it with SPECVIZ_LOG_LEVEL=INFO): what an operator, or the soak test, reads to tell a slow queue
+  from a slow model.
 - **Analytics.** Gradio recomputes a pandas summary of up to 10,000 past events after every event, for a
   monitoring page this Space does not offer: kept to a few events and never recomputed."""
 
@@ -40,6 +43,7 @@ PREFILL_CHARS_PER_S = 750.0
 AGING = 0.25  # seconds of turn an event gains per second it waits
 
 LOG = logging.getLogger("specviz.queue")
+TURNS = logging.getLogger("specviz.turns")
 SESSION_MESSAGES = 2_000      # sessions whose outgoing messages are kept (Gradio's figure); busy ones beyond it stay
 ABANDONED_S = 60.0
 WATCH_S = 1.0
@@ -113,10 +117,13 @@ class QueueGuard:
 
         async def tracked_processing(events, *args, **kwargs):  # which started events still run (restart needs it)
             self._processing[id(events)] = events
+            began = time.monotonic()
             try:
                 await process(events, *args, **kwargs)
             finally:
                 self._processing.pop(id(events), None)
+                if TURNS.isEnabledFor(logging.INFO):
+                    self._log_turns(events, began)
 
         process = queue.process_events
         queue.start_processing = logged_processing
@@ -154,25 +161,31 @@ class QueueGuard:
 
     def _model_turn(self, event, now: float) -> float:
         """When the model's event should go, in seconds (lowest first): its address's recent model seconds, and the
-        seconds it asks for (its text inputs read at the prefill's pace), less a quarter of the seconds it has
-        waited (so that a long prompt behind a stream of short requests goes in the end, and a backlog of long
-        ones does not pass a newcomer's short one as soon as they have waited as long as they ask)."""
+        seconds it asks for (its text inputs read at the prefill's pace) less a quarter of the seconds it has
+        waited, down to none: a long prompt behind a stream of short requests goes in the end, but waiting never
+        takes an event ahead of an address that has had less of the model (in the soak a backlog of long Runs
+        aged 200 s went ahead of every visitor, who waited 100-137 s)."""
         data = getattr(getattr(event, "data", None), "data", None) or ()
         chars = sum(len(value) for value in data if isinstance(value, str))
         asked = CALL_BASE_S + chars / PREFILL_CHARS_PER_S
-        return self.share.model_time.recent(self._address(event)) + asked - AGING * (now - event.enqueue_time)
+        return self.share.model_time.recent(self._address(event)) + max(0.0, asked - AGING * (now - event.enqueue_time))
 
-    def model_waiting(self, address: str) -> int:
-        """How many addresses that have had less of the model lately than this one (its running call included)
-        have an event waiting for a place in the model's group."""
+    def model_waiting(self, address: str) -> set[str]:
+        """The other addresses with an event waiting for a place in the model's group, whatever they had of the
+        model lately: turns by recent seconds alone let each fresh address of a crowd keep the model for a whole
+        call while a visitor who had used it more waited (the soak: honest waits of 200 s behind 10-50 s calls)."""
         queue = self._queue
         group = queue.event_queue_per_concurrency_id.get(MODEL_QUEUE) if queue is not None else None
         if group is None:
-            return 0
-        used = self.share.model_time.recent
-        mine = used(address)
-        waiting = {self._address(e) for e in list(group.queue)} - {address}
-        return sum(1 for other in waiting if used(other) < mine)
+            return set()
+        return {self._address(e) for e in list(group.queue)} - {address}
+
+    def _log_turns(self, events, began: float) -> None:
+        """One line per event: its function, its group, its address, the seconds it waited for its place and ran."""
+        ran = time.monotonic() - began
+        for event in events:
+            TURNS.info("turn fn=%s group=%s address=%s waited=%.2f ran=%.2f", getattr(event.fn, "name", "?"),
+                       event.concurrency_id, self._address(event), began - event.enqueue_time, ran)
 
     # ---- readers ------------------------------------------------------------------------------------------
     def seen(self, session: str) -> None:

@@ -54,7 +54,7 @@ PAGE_CSS = "\n".join([TOKEN_CSS, TREE_CSS, LAYOUT_CSS])
 
 # once per page: the ← / → keys move the timeline (not while typing in a field), Escape leaves presentation
 # mode, the play pace feeds the step animation, and the first touch of a first visit stops its autoplay
-# (Play and the pace slider excepted: they take it over)
+# (Play and the pace slider excepted: they take it over; Step and Run stop it on the server)
 PAGE_JS = """
 () => {
   document.addEventListener('keydown', (event) => {
@@ -74,7 +74,9 @@ PAGE_JS = """
   });
   const stopAutoplay = (event) => {
     if (!document.querySelector('.autoplay-flag')) return;
-    if (event.target.closest && event.target.closest('#play-btn, #pace, #present-btn')) return;
+    // Step and Run end it themselves (lab.Lab.step, run): a Pause beside them would draw the page on the server
+    // while the first Run reads its prompt
+    if (event.target.closest && event.target.closest('#play-btn, #pace, #present-btn, #step-btn, #run-btn')) return;
     document.getElementById('pause-btn')?.click();
   };
   document.addEventListener('pointerdown', stopAutoplay, true);

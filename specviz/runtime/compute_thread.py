@@ -8,11 +8,26 @@ command line measures."""
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
+
+
+# Python's turn for a thread that holds the GIL while another waits for it (the interpreter's default is 5 ms). The
+# compute thread gives the GIL up around every torch operation and waits for it again each time; beside a server
+# thread busy in Python (Gradio copying a page's config, drawing a figure) it waited a whole default turn per
+# operation: a 24-token unified Run took 30 s instead of 1.8 (2-core AMD EPYC, a deepcopy loop beside it), 10 s at
+# 1 ms, 5.8 s at 0.1 ms, no faster below; quiet, the same 1.8 s at either (docs/hostile-round-three.md).
+GIL_TURN_S = 0.0001
+
+
+def short_gil_turns() -> None:
+    """In a process that serves visitors: threads busy in Python hand the GIL to the compute thread within
+    GIL_TURN_S."""
+    sys.setswitchinterval(GIL_TURN_S)
 
 
 class ComputeThread:

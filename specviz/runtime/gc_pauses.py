@@ -41,13 +41,17 @@ def collect_everything() -> None:
 
 
 MIN_COLLECTION_GAP_S = 5.0   # requested collections: at most one this often
+# ... and at most this share of the time: a full pass holds the GIL, and in the soak (issue 73: 677 sessions
+# churned, each reset asking for one) passes of 0.8 s came every 5 s, 16% of the time every thread stood still
+MAX_COLLECTING_SHARE = 0.05
 _requested = threading.Event()
 _collector: list[threading.Thread] = []
 
 
 def request_collection() -> None:
-    """collect_everything soon, on a background thread, at most once every MIN_COLLECTION_GAP_S however often
-    it is asked for: what a handler anyone may call in a loop asks for instead of collecting itself."""
+    """collect_everything soon, on a background thread, at most once every MIN_COLLECTION_GAP_S (longer where
+    passes are long: collection_gap_s) however often it is asked for: what a handler anyone may call in a loop asks
+    for instead of collecting itself."""
     with _lock:
         if not _collector:
             worker = threading.Thread(target=_collect_when_asked, name="specviz-collector", daemon=True)
@@ -64,6 +68,13 @@ def _collect_when_asked() -> None:
     while True:
         _requested.wait()
         _requested.clear()
+        started = time.monotonic()
         collect_everything()
         give_back_freed_memory()
-        time.sleep(MIN_COLLECTION_GAP_S)
+        time.sleep(collection_gap_s(time.monotonic() - started))
+
+
+def collection_gap_s(took_s: float) -> float:
+    """The rest after a requested collection that took took_s: MIN_COLLECTION_GAP_S, or longer where passes this
+    long would take more than MAX_COLLECTING_SHARE of the time."""
+    return max(MIN_COLLECTION_GAP_S, took_s / MAX_COLLECTING_SHARE - took_s)
