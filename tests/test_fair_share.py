@@ -183,13 +183,14 @@ def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch
 
 def test_a_call_past_its_budget_stops_between_the_layers_of_a_prompts_chunk(lm, monkeypatch):
     """The soak: a chunk of a long prompt took 2 s here and far longer beside a busy server, and crowd calls held the
-    model 14-60 s past turns of 2-3 s. The check runs before each layer of a prefill's forward as well; a call
-    stopped inside a chunk leaves nothing behind, and the same prompt read later gives the same tokens."""
+    model 14-60 s past turns of 2-3 s. The check runs before each layer of a prefill's forward after its first chunk
+    (which every call reads) as well; a call stopped inside a chunk leaves nothing behind, and the same prompt read
+    later gives the same tokens."""
     from specviz.engine import session as session_module
     from specviz.lab.lab import Lab
     from test_app import PROMPT
 
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 10_000)  # the whole prompt in one chunk
+    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 8)  # the prompt in several chunks
     layers = lm.model.model.layers
     ran = []
     hooks = [layer.register_forward_pre_hook(lambda module, args, k=k: ran.append(k)) for k, layer in
@@ -202,7 +203,8 @@ def test_a_call_past_its_budget_stops_between_the_layers_of_a_prompts_chunk(lm, 
                                others_waiting=lambda: asked.append(1) or len(asked) > 5)
         with pytest.raises(SpecvizError, match="it was still reading the prompt, and your run is as it was"):
             lab.step(8, budget=contended)
-        assert lab.session is None and 0 < len(ran) < len(layers)  # stopped inside the chunk's forward
+        # the first chunk read whole, the second stopped inside its forward (the check before it, then 5 layers)
+        assert lab.session is None and len(ran) == len(layers) + 5
         lab.step(8)
     finally:
         for hook in hooks:

@@ -8,6 +8,7 @@ import statistics
 import time
 import weakref
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
@@ -238,9 +239,9 @@ class Session:
             if start > first:
                 checkpoint(reading_prompt=True)  # a call past its budget stops between chunks (engine.checkpoints)
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
-            # and between its layers: a stop drops the cache (start_ids and ensure_cache keep it only once the prompt
-            # is read whole)
-            with between_layers(self.lm.model):
+            # and between its layers after the first chunk, which every call reads (a short prompt's whole prefill):
+            # a stop drops the cache (start_ids and ensure_cache keep it only once the prompt is read whole)
+            with between_layers(self.lm.model) if start > first else nullcontext():
                 if self.features:
                     logits, features = causal_forward(self.lm, cache, chunk, self.features)
                 else:
