@@ -4,9 +4,9 @@ reply, and a check only between replies let one visitor's 6,000-token prompt hol
 waited (docs/hostile-round-three.md, the soak). Before a step rather than after a reply: a call whose last reply is
 in (a Step) has nothing left to stop, and its visitor is not told it was stopped. Nothing installed, a checkpoint
 does nothing. The check is the thread's own: the compute thread runs one call's reply at a time. Within a prompt's
-chunks after the first the check runs before each of the model's layers too (`between_layers`): a chunk is 2 s of a 6,000-token
-prompt here, and beside a busy server several times that (the soak: crowd calls held the model 14-60 s past turns of
-2-3 s, checked only between chunks)."""
+chunks after the first the check runs before each of the model's layers too (`between_layers`): a chunk is 2 s of a
+6,000-token prompt here, and beside a busy server several times that (the soak: crowd calls held the model 14-60 s
+past turns of 2-3 s, checked only between chunks)."""
 
 from __future__ import annotations
 
