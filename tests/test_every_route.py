@@ -205,6 +205,42 @@ def test_a_call_by_keywords_is_answered(door):
     assert wrong.status == 400 and "no parameter `'nonsense'`" in refused(wrong)
 
 
+def test_every_event_outside_the_models_and_the_uploads_group_shares_one_small_group(door):
+    """Public mode (panels.page.share_page_events): the churn's and the page loads' events no longer run 8 at a
+    time in a group of each function's own, beside the model's calls."""
+    from specviz.panels.page_context import MODEL_QUEUE, PAGE_CONCURRENCY, PAGE_QUEUE
+
+    groups = {fn.api_name: fn.concurrency_id for fn in door.page.blocks.fns.values() if fn.fn is not None}
+    assert set(groups.values()) == {MODEL_QUEUE, PAGE_QUEUE, "trace-upload"}
+    assert groups["reset"] == groups["counters"] == groups["stop"] == PAGE_QUEUE and groups["step"] == MODEL_QUEUE
+    assert {fn.concurrency_limit for fn in door.page.blocks.fns.values() if fn.concurrency_id == PAGE_QUEUE} == \
+        {PAGE_CONCURRENCY}
+
+
+def test_a_body_far_over_its_limit_is_refused_and_its_connection_closed(door):
+    """50 MB declared on a route that takes none: the sentence, then the end of the connection (uvicorn would
+    otherwise receive the whole body through h11 to throw it away, on the event loop); one a little over keeps it."""
+    for declared, closes in ((50 * 2**20, True), (4096, False)):
+        with socket.create_connection(("127.0.0.1", door.port), timeout=30) as sock:
+            sock.sendall(f"GET /gradio_api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {declared}\r\n"
+                         f"Content-Type: application/json\r\n\r\n".encode() + b"x" * 4096)
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            assert answer.status == 413 and "carries no body" in json.loads(answer.read())["detail"]
+            assert (answer.getheader("connection") == "close") == closes
+            if closes:
+                assert sock.recv(1) == b""  # closed by the server, not waiting for 50 MB
+
+
+def test_the_page_is_drawn_once_per_origin(door):
+    """Gradio's page through the door's cache (panels.page_cache): the same page again, each origin its own root."""
+    first, again = (request(door.port, "GET", "/", headers={"X-Forwarded-Host": "a.example"}) for _ in range(2))
+    other = request(door.port, "GET", "/", headers={"X-Forwarded-Host": "b.example"})
+    assert first.status == again.status == other.status == 200
+    assert first.body == again.body and b"a.example" in first.body and b"a.example" not in other.body
+    assert b"b.example" in other.body
+
+
 @pytest.mark.browser
 @pytest.mark.long
 def test_the_page_works_through_the_door_in_a_browser(door, lm):

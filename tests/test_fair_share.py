@@ -183,9 +183,9 @@ def test_a_call_past_its_budget_stops_between_the_prompts_chunks(lm, monkeypatch
 
 def test_a_call_past_its_budget_stops_between_the_layers_of_a_prompts_chunk(lm, monkeypatch):
     """The soak: a chunk of a long prompt took 2 s here and far longer beside a busy server, and crowd calls held the
-    model 14-60 s past turns of 2-3 s. The check runs before each layer of a prefill's forward after its first chunk
-    (which every call reads) as well; a call stopped inside a chunk leaves nothing behind, and the same prompt read
-    later gives the same tokens."""
+    model 14-60 s past turns of 2-3 s. The check runs before each layer of a prefill's forward as well, its first
+    chunk's too, when the prompt takes more than one chunk (the only chunk of a short prompt every call reads whole);
+    a call stopped inside a chunk leaves nothing behind, and the same prompt read later gives the same tokens."""
     from specviz.engine import session as session_module
     from specviz.lab.lab import Lab
     from test_app import PROMPT
@@ -203,9 +203,19 @@ def test_a_call_past_its_budget_stops_between_the_layers_of_a_prompts_chunk(lm, 
                                others_waiting=lambda: asked.append(1) or len(asked) > 5)
         with pytest.raises(SpecvizError, match="it was still reading the prompt, and your run is as it was"):
             lab.step(8, budget=contended)
-        # the first chunk read whole, the second stopped inside its forward (the check before it, then 5 layers)
-        assert lab.session is None and len(ran) == len(layers) + 5
+        # stopped inside the first chunk's forward: 5 layers ran, the sixth's check stopped it (this test's hook on
+        # the sixth is called before the check's)
+        assert lab.session is None and len(ran) == 6
         lab.step(8)
+        ran.clear()
+        monkeypatch.setattr(session_module, "PREFILL_CHUNK", 4096)  # now the prompt is one chunk: read whole
+        short = Lab()
+        short.choose_values("", PROMPT, "pld", 8, {})
+        asked.clear()
+        stopped = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 30, contended_s=10,
+                             others_waiting=lambda: 1)
+        short.step(8, budget=stopped)  # the prompt read and the call's first step made, however many wait
+        assert len(ran) >= len(layers) and short.session.output_ids
     finally:
         for hook in hooks:
             hook.remove()

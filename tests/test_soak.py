@@ -80,6 +80,13 @@ def server(tmp_path):
 
 
 TURN_LINE = re.compile(r"turn fn=(\S+) group=(\S+) address=(\S+) waited=([\d.]+) ran=([\d.]+)")
+HELD_LINE = re.compile(r"held sessions=(\d+) bytes=(\d+)")
+
+
+def last_held_mb(log: Path) -> float | None:
+    """What the live sessions held at the server's last reading (panels.queue_guard, every 15 s), in MB."""
+    held = HELD_LINE.findall(log.read_text(errors="replace"))
+    return round(int(held[-1][1]) / 2**20) if held else None
 
 
 def turns_of(log: Path, addresses: set[str]) -> dict:
@@ -318,7 +325,8 @@ def test_soak_honest_and_hostile_visitors(server):
               "median_honest_s": round(waits[len(waits) // 2], 2) if waits else None,
               "slowest_honest_s": round(max(slowest)[0], 2) if slowest else None,
               "slowest_kind": max(slowest)[1:] if slowest else None,
-              "rss_mb": {"start": round(start_mb), "peak": round(max(memory)), "end": round(end_mb)},
+              "rss_mb": {"start": round(start_mb), "peak": round(max(memory)), "end": round(end_mb),
+                         "held_by_live_sessions_at_end": last_held_mb(folder / "app.log")},
               "downloads_mb": round(disk / 2**20, 1),
               "honest_errors": errors[:5], "mismatches": mismatches[:3],
               "turns": turns_of(folder / "app.log", {f"192.0.2.{10 + n}" for n in range(4)})}

@@ -239,9 +239,10 @@ class Session:
             if start > first:
                 checkpoint(reading_prompt=True)  # a call past its budget stops between chunks (engine.checkpoints)
             chunk = self.context[start:min(start + PREFILL_CHUNK, end)]
-            # and between its layers after the first chunk, which every call reads (a short prompt's whole prefill):
-            # a stop drops the cache (start_ids and ensure_cache keep it only once the prompt is read whole)
-            with between_layers(self.lm.model) if start > first else nullcontext():
+            # and between its layers, except in the only chunk of a short prompt, which every call reads whole (a
+            # long prompt's first chunk under a crowd took 10-15 s of a turn, to be dropped at the next check): a
+            # stop drops the cache (start_ids and ensure_cache keep it only once the prompt is read whole)
+            with between_layers(self.lm.model) if end - first > PREFILL_CHUNK else nullcontext():
                 if self.features:
                     logits, features = causal_forward(self.lm, cache, chunk, self.features)
                 else:

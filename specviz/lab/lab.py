@@ -22,8 +22,7 @@ from specviz.records.run_breakdown import CallTimes
 from specviz.records.trace import Trace
 from specviz.render.recording import Recording, shown_step
 from specviz.render.session_view import LiveRun, OnScreen, lab_view
-from specviz.runtime.gc_pauses import collect_everything, request_collection
-from specviz.runtime.memory_release import give_back_freed_memory
+from specviz.runtime.gc_pauses import request_collection
 from specviz.runtime.modes import parse_mode, settled_here
 
 # a Run shows its newest step at most this often: a browser on the same cores as the server draws each one (its
@@ -165,9 +164,9 @@ class Lab:
             self.streaming = False
             clock.ended = True
             if self.generation != generation:
-                # released while this Run was still holding the session: the release's collection ran while it
-                # was reachable (and froze it, runtime.gc_pauses); collect now that nothing holds it
-                collect_everything()
+                # released while this Run was still holding the session: a collection the release asked for may
+                # have run while it was reachable (and froze it, runtime.gc_pauses); ask again now nothing holds it
+                request_collection()
         if self.stop_requested and self.state.session is not None:
             self.stop()
         yield
@@ -189,12 +188,16 @@ class Lab:
 
     def release(self) -> None:
         """The browser session ended: stop a Run still going (it would step to its limit and run the ar
-        baseline for nobody, holding the session all along), drop the KV caches and baselines now, and hand the
-        freed memory back."""
+        baseline for nobody, holding the session all along) and drop the KV caches and baselines now. A session's
+        objects refer to each other: a collection soon after frees them, frozen or not, and hands the memory back
+        (runtime.gc_pauses). Not here: a full pass holds the GIL about 0.8 s, and in the soak (issue 73) the
+        releases of churned sessions, three each, held it over half of the time while honest visitors waited."""
+        # a session that never ran nor loaded a trace holds nothing a collection would free
+        held = bool(self.state.sessions() or self.state.baselines) or self.replay is not None
         self.reset()
         self.stop_requested = True
-        collect_everything()  # a session's objects refer to each other: free them now, frozen or not
-        give_back_freed_memory()
+        if held:
+            request_collection()
 
     def release_with(self, message: str) -> None:
         """Released for the process's sake (room for other visitors, the model unloaded): the visitor reads why.

@@ -16,7 +16,7 @@ from specviz.lab.lab import Lab
 from specviz.panels.accounting_tab import AccountingTab
 from specviz.panels.compare_tab import CompareTab
 from specviz.panels.lab_outputs import LabOutputs
-from specviz.panels.page_context import PageContext
+from specviz.panels.page_context import MODEL_QUEUE, PAGE_CONCURRENCY, PAGE_QUEUE, PageContext
 from specviz.panels.replay_tab import ReplayTab
 from specviz.panels.settings_panel import SettingsPanel
 from specviz.panels.stage import Stage
@@ -105,4 +105,17 @@ def build_page(context: PageContext) -> Page:
         accounting.wire(lab)
         compare.wire(settings.run_inputs)
         replay.wire(out)
+    if context.policy.public:
+        share_page_events(demo, PAGE_CONCURRENCY)
     return Page(demo, settings, stage, details, accounting, compare, replay, sweep, static_tree, out)
+
+
+def share_page_events(blocks: gr.Blocks, limit: int) -> None:
+    """Every event outside a group of its own (the model's, the trace uploads') in one group of `limit` at once,
+    before the queue is made. Gradio gives each event function a group of the default limit: under issue 73's soak
+    the churn's and the page loads' events ran 8 at a time in each of theirs, 20-odd threads sharing the GIL, and an
+    honest Step's half second of drawing took 9 s. One small group keeps what runs Python beside the model few; the
+    queue guard serves its waiting events by address, the one served longest ago first (panels.queue_guard)."""
+    for fn in blocks.fns.values():
+        if fn.concurrency_limit == "default" and fn.concurrency_id != MODEL_QUEUE:
+            fn.concurrency_id, fn.concurrency_limit = PAGE_QUEUE, limit

@@ -18,6 +18,9 @@ ASSETS = Path(__file__).resolve().parent.parent.parent / "assets"
 MODEL_CONCURRENCY = int(os.environ.get("SPECVIZ_MODEL_CONCURRENCY", "2"))
 SESSION_TTL_S = int(os.environ.get("SPECVIZ_SESSION_TTL", "1800"))
 MODEL_QUEUE = "model"  # the concurrency group of every event that runs a model
+# public mode: every other event of the page in one group of this many at once (panels.page.share_page_events)
+PAGE_QUEUE = "page"
+PAGE_CONCURRENCY = int(os.environ.get("SPECVIZ_PAGE_CONCURRENCY", "2"))
 
 
 def _first_trace(traces: dict[str, Path]) -> str | None:

@@ -19,6 +19,8 @@ the queue it finds; the figures and the upstream report: docs/gradio-queue-repor
 - **Turns in the log.** Each event's wait for its place and its run, by address, at INFO on `specviz.turns`
   (app.py shows it with SPECVIZ_LOG_LEVEL=INFO): what an operator, or the soak test, reads to tell a slow queue
   from a slow model.
+- **The loop paced.** While a model call runs, the event loop takes at most a share of the interpreter's time
+  (panels.loop_pacing): a flood of requests no longer starves the model's threads of the GIL.
 - **Analytics.** Gradio recomputes a pandas summary of up to 10,000 past events after every event, for a
   monitoring page this Space does not offer: kept to a few events and never recomputed."""
 
@@ -33,6 +35,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 
 from specviz.lab.fair_share import FairShare
+from specviz.panels.loop_pacing import pace_loop
 from specviz.panels.page_context import MODEL_QUEUE
 
 # what an event asks of the model, roughly: a call's own time, and its prompt's characters at the prefill's pace
@@ -89,6 +92,7 @@ class QueueGuard:
         self.blocks, self.share = blocks, share
         self._queue = None
         self._watchdog: asyncio.Task | None = None
+        self._pacer: asyncio.Task | None = None                 # panels.loop_pacing
         self._served: OrderedDict[str, float] = OrderedDict()  # address -> when its last event started
         self._readers: dict[str, int] = {}                      # session -> streams open now
         self._last_seen: dict[str, float] = {}                  # session -> its last join or stream
@@ -133,6 +137,8 @@ class QueueGuard:
         self.share.model_waiting = self.model_waiting
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+        if self._pacer is None or self._pacer.done():
+            self._pacer = asyncio.get_running_loop().create_task(pace_loop(self.share.running))
 
     # ---- turns by address ---------------------------------------------------------------------------------
     def _address(self, event) -> str:
@@ -230,6 +236,8 @@ class QueueGuard:
                 if time.monotonic() - swept > ABANDONED_S / 4:
                     swept = time.monotonic()
                     self.drop_abandoned(queue)
+                    if TURNS.isEnabledFor(logging.INFO):
+                        _log_held()
             except Exception:  # noqa: BLE001 (the watchdog itself never stops)
                 LOG.exception("specviz: the queue's watchdog failed once")
 
@@ -278,3 +286,11 @@ class QueueGuard:
         for session in [s for s, t in self._last_seen.items() if now - t > 10 * ABANDONED_S]:
             self._last_seen.pop(session, None)
         return dropped
+
+
+def _log_held() -> None:
+    """The sessions holding a model's state and the bytes they hold (lab.live_sessions), every ABANDONED_S / 4 at
+    INFO on `specviz.turns`: the soak test tells what the live sessions hold from what nothing holds."""
+    from specviz.lab.live_sessions import LIVE
+
+    TURNS.info("held sessions=%d bytes=%d", LIVE.count(), LIVE.held_bytes())

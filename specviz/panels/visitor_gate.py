@@ -16,7 +16,8 @@ public mode every request passes it, whatever its route (lab.route_rules says wh
 - An upload is bounded in files and bytes per request, in uploads at once per address and in all, and on disk per
   address and in all (lab.upload_ledger); its files go with the session that used them.
 - Gradio's queue is guarded where it could stop or be taken by one visitor (panels.queue_guard), and its store of
-  sessions where it would grow with every page load (panels.gradio_sessions).
+  sessions where it would grow with every page load (panels.gradio_sessions); the page itself is drawn once per
+  origin (panels.page_cache).
 
 Design: docs/design.md, "A door on every route"."""
 
@@ -37,6 +38,7 @@ from specviz.lab.route_rules import (
 from specviz.lab.upload_ledger import LEDGER
 from specviz.lab.visitor_address import address_of
 from specviz.panels.gradio_sessions import SessionStore
+from specviz.panels.page_cache import PageCache
 from specviz.panels.queue_guard import QueueGuard
 
 LOG = logging.getLogger("specviz.door")
@@ -68,6 +70,7 @@ class VisitorGate:
         self.rules = door_rules(blocks, policy)
         self.guard = QueueGuard(blocks, share)
         self.sessions = SessionStore(blocks)
+        self.pages = PageCache()
         self._uploading: dict[str, int] = {}
         self._api_info: dict | None = None
 
@@ -83,18 +86,19 @@ class VisitorGate:
         path = scope.get("path", "")
         local = path[len(API_PREFIX):] if path == API_PREFIX or path.startswith(API_PREFIX + "/") else path
         rule, found = rule_for(self.rules, scope.get("method", ""), local)
-        if rule.closed:
-            return await _refuse(send, 404, rule.closed)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         declared = headers.get("content-length")
         if declared is not None and not declared.isdigit():
             return await _refuse(send, 400, "A request's Content-Length is a number of bytes.")
+        hopeless = _far_over(declared, 0 if rule.closed or rule.body == NONE else rule.max_body)
+        if rule.closed:
+            return await _refuse(send, 404, rule.closed, close=hopeless)
         if rule.body == NONE:
             if (declared and int(declared) > 0) or "transfer-encoding" in headers:
-                return await _refuse(send, 413, f"{rule.what.capitalize()} carries no body.")
+                return await _refuse(send, 413, f"{rule.what.capitalize()} carries no body.", close=hopeless)
             return await self._read_only(scope, receive, send, local)
         if declared is not None and int(declared) > rule.max_body:
-            return await _refuse(send, 413, _too_big(rule))
+            return await _refuse(send, 413, _too_big(rule), close=hopeless)
         address = address_of(headers.get("x-forwarded-for"), (scope.get("client") or (None,))[0])
         if rule.body == MULTIPART:
             return await self._upload(scope, receive, send, rule, headers, address)
@@ -237,6 +241,10 @@ class VisitorGate:
             session = reading.group("session") or _query_value(scope, "session_hash") or \
                 (self.guard.session_of_event(reading.group("event")) if reading.group("event") else None)
         if session is None:
+            page = PageCache.key(scope)
+            if page is not None:
+                return await self.pages.answer(page, scope, receive, send,
+                                               lambda *asgi: self._forward(*asgi, None))
             return await self._forward(scope, receive, send, None)
         with self.guard.reading(session):
             return await self._forward(scope, receive, send, None)
@@ -383,13 +391,26 @@ def _query_value(scope, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def _refuse(send, status: int, sentence: str) -> None:
-    await _answer(send, status, {"detail": sentence})
+# a refused body declared this far over its route's limit closes its connection after the answer: uvicorn would
+# otherwise go on receiving it through h11 to throw it away, in Python on the event loop (issue 73's soak: 50 MB
+# bodies in a loop, a fifth of the interpreter's time). A client that sends such a body may read a reset instead of
+# the sentence; one within a few times the limit always reads the sentence.
+FAR_OVER_BYTES = 2**20
+FAR_OVER_FACTOR = 4
 
 
-async def _answer(send, status: int, content: dict) -> None:
+def _far_over(declared: str | None, limit: int) -> bool:
+    return declared is not None and int(declared) > max(FAR_OVER_BYTES, FAR_OVER_FACTOR * limit)
+
+
+async def _refuse(send, status: int, sentence: str, close: bool = False) -> None:
+    await _answer(send, status, {"detail": sentence}, close)
+
+
+async def _answer(send, status: int, content: dict, close: bool = False) -> None:
     body = json.dumps(content).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": headers + ([(b"connection", b"close")] if close else [])})
     await send({"type": "http.response.body", "body": body})
 

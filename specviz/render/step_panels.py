@@ -244,28 +244,25 @@ def search_step_markdown(record: StepRecord | None) -> str:
 
 def prediction_figure(records: list[StepRecord]) -> go.Figure:
     """Per step, the planner's predicted accepted drafts E(T) - 1 beside the measured accepted drafts."""
-    figure = go.Figure()
-    figure.update_layout(margin=dict(l=10, r=10, t=36, b=10), height=240, plot_bgcolor="white",
-                         xaxis=dict(title="step", gridcolor="#eee"), yaxis=dict(title="accepted drafts", gridcolor="#eee"),
-                         legend=dict(orientation="h", y=-0.3))
     planned = [r for r in records if r.plan is not None]
     steps = [r.step for r in planned]
     predicted = [r.plan.predicted_accepted for r in planned]
     measured = [r.num_accepted_drafts for r in planned]
-    figure.add_trace(go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
-                                line=dict(color="#7f7f7f", dash="dot")))
-    figure.add_trace(go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
-                                line=dict(color="#2a2a2a")))
+    layout = dict(margin=dict(l=10, r=10, t=36, b=10), height=240, plot_bgcolor="white",
+                  xaxis=dict(title="step", gridcolor="#eee"), yaxis=dict(title="accepted drafts", gridcolor="#eee"),
+                  legend=dict(orientation="h", y=-0.3), title="predicted vs measured accepted drafts: no step yet")
     error = PredictionError.of(planned)
     if error is not None:
         # the error beside the one the planner's own chances expect: spread, not a wrong estimate, when they match
-        figure.update_layout(title=dict(text=f"predicted vs measured accepted drafts: mean abs. error {error.mae:.2f}"
-                                        f"<br><sup>exact chances would miss by {error.spread:.2f} a step; bias "
-                                        f"{error.bias:+.2f}</sup>", font=dict(size=13)),
-                             margin=dict(l=10, r=10, t=48, b=10))
-    else:
-        figure.update_layout(title="predicted vs measured accepted drafts: no step yet")
-    return figure
+        layout.update(title=dict(text=f"predicted vs measured accepted drafts: mean abs. error {error.mae:.2f}"
+                                 f"<br><sup>exact chances would miss by {error.spread:.2f} a step; bias "
+                                 f"{error.bias:+.2f}</sup>", font=dict(size=13)),
+                      margin=dict(l=10, r=10, t=48, b=10))
+    # built whole by one constructor: update_layout's paths cost several times more (every step's view draws it)
+    return go.Figure(data=[go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
+                                      line=dict(color="#7f7f7f", dash="dot")),
+                           go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
+                                      line=dict(color="#2a2a2a"))], layout=layout)
 
 
 # ---- RAPID and sampling ---------------------------------------------------------------------------------
@@ -299,24 +296,21 @@ def node_choices(record: StepRecord | None, token_text) -> list[tuple[str, int]]
 def distribution_figure(record: StepRecord | None, node_id, token_text) -> go.Figure:
     """At the selected node's position: the target's p, the draft's q, RAPID's p_hat and what the rule
     emits there, over the top tokens, side by side."""
-    figure = go.Figure()
-    figure.update_layout(margin=dict(l=10, r=10, t=40, b=10), height=300, plot_bgcolor="white", barmode="group",
-                         yaxis=dict(title="probability", gridcolor="#eee"), legend=dict(orientation="h", y=-0.25))
+    layout = dict(margin=dict(l=10, r=10, t=40, b=10), height=300, plot_bgcolor="white", barmode="group",
+                  yaxis=dict(title="probability", gridcolor="#eee"), legend=dict(orientation="h", y=-0.25),
+                  title="p, q, p_hat at a node: sample (temperature > 0) and pick a node")
     charts = record.sampling.charts if record and record.sampling else {}
     node = next((n for n in record.nodes if n.id == node_id), None) if record and node_id is not None else None
     if node is None or node.parent not in charts:
-        figure.update_layout(title="p, q, p_hat at a node: sample (temperature > 0) and pick a node")
-        return figure
+        return go.Figure(layout=layout)
     chart = charts[node.parent]
     labels = [visible_token(token_text(t)) + (" ◀" if t == node.token_id else "") for t in chart.tokens]
     series = [("p (target)", chart.p, "#1f77b4"), ("q (draft)", chart.q, "#2ca02c"),
               ("p_hat (eta)", chart.p_hat, "#17becf"), ("emitted", chart.out, "#7f7f7f")]
-    for name, values, colour in series:
-        if values is not None:
-            figure.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=colour))
     tv = f" · output vs p: TV {chart.tv:.3f}" if chart.tv is not None else ""
-    figure.update_layout(title=f"position of node {node.id} ({visible_token(node.text)}, {node.status}){tv}")
-    return figure
+    layout["title"] = f"position of node {node.id} ({visible_token(node.text)}, {node.status}){tv}"
+    return go.Figure(data=[go.Bar(x=labels, y=values, name=name, marker_color=colour)
+                           for name, values, colour in series if values is not None], layout=layout)
 
 
 def transfer_markdown(records: list[StepRecord], lossless: bool) -> str:
