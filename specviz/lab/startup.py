@@ -63,14 +63,15 @@ class Startup:
                 line += (f" Between your steps this machine is still {self.background}; until then the planner "
                          "prices trees by a quick measurement.")
             return line
+        # two lines at most, the last stage done only: the whole list wrapped to five lines at 1280x720 and pushed
+        # the line below the first screen on a busy machine (the server's log has every stage's time)
         done, total = self.progress()
         elapsed = time.monotonic() - STARTED
-        finished = ", ".join(f"{what} ✓ {at:.0f} s" for what, at in self.stages)
+        last = f"; done: {self.stages[-1][0]} ✓ {self.stages[-1][1]:.0f} s" if self.stages else ""
         return (f"⏳ Getting live steps ready: **{self.current}** (stage {done + 1} of {total}, {elapsed:.0f} s "
-                f"so far) <progress value=\"{done}\" max=\"{total}\" style=\"width:12em;vertical-align:middle\">"
-                f"</progress>  \nMeanwhile a recorded run replays; a Step pressed now waits until the stages above "
-                f"are done (a cold start takes about 20 s on 2 cores, a warm one a few)."
-                + (f"  \nDone: {finished}." if finished else ""))
+                f"so far{last}) <progress value=\"{done}\" max=\"{total}\" style=\"width:12em;vertical-align:middle\">"
+                f"</progress>  \nA recorded run replays meanwhile; a Step pressed now waits for these stages (about "
+                f"20 s from a cold start on 2 cores, a few warm).")
 
 
 STATUS = Startup()
