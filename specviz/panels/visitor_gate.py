@@ -393,8 +393,8 @@ def _query_value(scope, name: str) -> str | None:
 
 # a refused body declared this far over its route's limit closes its connection after the answer: uvicorn would
 # otherwise go on receiving it through h11 to throw it away, in Python on the event loop (issue 73's soak: 50 MB
-# bodies in a loop, a fifth of the interpreter's time). A client that sends such a body may read a reset instead of
-# the sentence; one within a few times the limit always reads the sentence.
+# bodies in a loop, about a quarter of the interpreter's time). A client that sends such a body may read a reset
+# instead of the sentence; one within a few times the limit always reads the sentence.
 FAR_OVER_BYTES = 2**20
 FAR_OVER_FACTOR = 4
 
