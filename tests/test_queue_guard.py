@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from specviz.errors import SpecvizError
 from specviz.lab.fair_share import FairShare, ShareLimits
 from specviz.lab.public_policy import Policy
 from specviz.panels.queue_guard import QueueGuard, SessionMessages
@@ -163,6 +164,8 @@ def turns(share: FairShare, group_name: str):
     picked = []
 
     def first():
+        if not group.queue:  # as Gradio's: nothing to start
+            return None
         event = group.queue.pop(0)
         picked.append(event.session_hash)
         return [event], False, group_name
@@ -255,3 +258,55 @@ def test_the_message_map_evicts_only_idle_sessions():
     assert list(messages) == ["busy", "new", "newer"]
     assert messages["gone"].qsize() == 0 and messages.dropped == 1  # a message to a session that is gone: dropped
     del messages["gone"]
+
+
+def test_long_events_leave_the_models_last_place_to_quick_ones():
+    """Issue 73's soak: a crowd's long Runs (prompts of 20,000 characters), aged past the honest visitors' recent
+    seconds together, held both of the model's places turn after turn and an honest Step waited 48-50 s behind
+    them. While long events hold all the places but one, the last goes to a quick event (a long one waits, and goes
+    back into the queue in its turn); with no long event running, the turn order alone decides."""
+    share = FairShare(ShareLimits())
+    for session, address in (("c1", "C1"), ("c2", "C2"), ("h1", "H")):
+        share.joined(share.admit(session, address, {}))
+    group, queue, guard, picked, first = turns(share, "model")
+    group.current_concurrency = 0
+    now = time.monotonic()
+
+    def event(session, text, at):
+        return SimpleNamespace(session_hash=session, enqueue_time=now - at, _id=f"{session}-{at}",
+                               data=SimpleNamespace(data=[text]))
+
+    long_prompt = "x" * 20_000
+    group.queue[:] = [event("c1", long_prompt, 300), event("c2", long_prompt, 300)]
+    guard._in_turn(queue, first)  # nothing runs: a long event may take a place
+    assert picked == ["c1"]
+    group.current_concurrency = 1
+    guard._in_turn(queue, first)  # one long runs: the last place is kept for a quick one, none waits
+    assert picked == ["c1"] and [e.session_hash for e in group.queue] == ["c2"]
+    group.queue.append(event("h1", "Count.", 0))
+    guard._in_turn(queue, first)
+    assert picked == ["c1", "h1"] and [e.session_hash for e in group.queue] == ["c2"]
+    guard._long_running.clear()  # c1's call ended
+    group.current_concurrency = 1
+    guard._in_turn(queue, first)
+    assert picked == ["c1", "h1", "c2"]
+
+
+def test_a_calls_turn_does_not_count_the_seconds_it_lent_to_others():
+    """A long call that lent the compute thread to a visitor's Step (runtime.compute_thread.lend) is not charged for
+    it: its contended turn and its deadline count its own seconds."""
+    from specviz.lab.fair_share import UNLIMITED, CallBudget
+
+    budget = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 5, contended_s=6,
+                        others_waiting=lambda: 1)
+    assert budget.lend(lambda: 3.0) == 3.0 and budget.lent_s == 3.0
+    budget.check()  # 5 s wall, 2 s its own: within its turn of 6 s
+    budget.lend(lambda: 3.0)
+    budget.check()  # its own seconds went back below zero: still within
+    late = CallBudget(time.monotonic() + 120, seconds=120, started=time.monotonic() - 8, contended_s=6,
+                      others_waiting=lambda: 1)
+    late.lend(lambda: 1.0)
+    with pytest.raises(SpecvizError, match="to let other visitors' calls run"):
+        late.check()  # 7 s its own: past its turn
+    UNLIMITED.lend(lambda: 2.0)
+    assert UNLIMITED.lent_s == 0.0  # the budget every private call shares keeps nothing

@@ -80,13 +80,20 @@ def server(tmp_path):
 
 
 TURN_LINE = re.compile(r"turn fn=(\S+) group=(\S+) address=(\S+) waited=([\d.]+) ran=([\d.]+)")
-HELD_LINE = re.compile(r"held sessions=(\d+) bytes=(\d+)")
+HELD_LINE = re.compile(r"held sessions=(\d+) bytes=(\d+) gradio_sessions=(\d+) heap_in_use=(-?\d+) "
+                       r"heap_free_kept=(-?\d+) python_blocks=(\d+)")
 
 
-def last_held_mb(log: Path) -> float | None:
-    """What the live sessions held at the server's last reading (panels.queue_guard, every 15 s), in MB."""
+def held_readings(log: Path) -> dict | None:
+    """The server's first and last readings of where its memory is (panels.queue_guard, every 15 s): what the live
+    sessions held (MB), the sessions in Gradio's store, the C heap in use and freed but kept (MB), Python's blocks."""
     held = HELD_LINE.findall(log.read_text(errors="replace"))
-    return round(int(held[-1][1]) / 2**20) if held else None
+
+    def reading(row):
+        _, live, stored, in_use, kept, blocks = (int(v) for v in row)
+        return {"live_mb": round(live / 2**20), "gradio_sessions": stored, "heap_in_use_mb": round(in_use / 2**20),
+                "heap_free_kept_mb": round(kept / 2**20), "python_blocks": blocks}
+    return {"first": reading(held[0]), "last": reading(held[-1])} if held else None
 
 
 def turns_of(log: Path, addresses: set[str]) -> dict:
@@ -326,7 +333,7 @@ def test_soak_honest_and_hostile_visitors(server):
               "slowest_honest_s": round(max(slowest)[0], 2) if slowest else None,
               "slowest_kind": max(slowest)[1:] if slowest else None,
               "rss_mb": {"start": round(start_mb), "peak": round(max(memory)), "end": round(end_mb),
-                         "held_by_live_sessions_at_end": last_held_mb(folder / "app.log")},
+                         "readings": held_readings(folder / "app.log")},
               "downloads_mb": round(disk / 2**20, 1),
               "honest_errors": errors[:5], "mismatches": mismatches[:3],
               "turns": turns_of(folder / "app.log", {f"192.0.2.{10 + n}" for n in range(4)})}

@@ -18,15 +18,17 @@ _installed = threading.local()
 
 
 @contextmanager
-def stopping_with(check: Callable[[bool], None] | None) -> Iterator[None]:
+def stopping_with(check: Callable[[bool], None] | None,
+                  lend: Callable[[], float] | None = None) -> Iterator[None]:
     """Within: every checkpoint() on this thread calls check(reading_prompt), which raises to stop the computation
-    (None: checkpoints do nothing)."""
-    outer = getattr(_installed, "check", None)
-    _installed.check = check
+    (None: checkpoints do nothing), and every lend_turn() calls lend (another job's work may run there; the seconds
+    it took)."""
+    outer = getattr(_installed, "check", None), getattr(_installed, "lend", None)
+    _installed.check, _installed.lend = check, lend
     try:
         yield
     finally:
-        _installed.check = outer
+        _installed.check, _installed.lend = outer
 
 
 def checkpoint(reading_prompt: bool = False) -> None:
@@ -35,6 +37,14 @@ def checkpoint(reading_prompt: bool = False) -> None:
     check = getattr(_installed, "check", None)
     if check is not None:
         check(reading_prompt)
+
+
+def lend_turn() -> float:
+    """A place where the computation holds nothing another visitor's work needs (between a prefill's chunks, outside
+    any forward): the installed lender may run the work waiting for the compute thread there
+    (runtime.compute_thread); the seconds it took, which the computation does not count as its own."""
+    lend = getattr(_installed, "lend", None)
+    return lend() if lend is not None else 0.0
 
 
 @contextmanager

@@ -71,6 +71,7 @@ class CallBudget:
     others_waiting: Callable[[], int] | None = None
     shortest_s: float = 1.0
     steps_begun: int = 0   # checkpoints before a step passed: a call's first step is never cut for others' sake
+    lent_s: float = 0.0    # seconds this call lent the compute thread to others' work (not counted as its own)
 
     def check(self) -> None:
         """SpecvizError (one sentence) once the call must stop: what it made so far is kept by the caller."""
@@ -94,10 +95,17 @@ class CallBudget:
         if self.steps_begun > 1 or self.cancelled.is_set():
             self.check()
 
+    def lend(self, lend: Callable[[], float]) -> float:
+        """Lend the compute thread (lend: runtime.compute_thread's): its seconds move this call's deadline and turn."""
+        lent = lend()
+        if self.deadline is not None or self.contended_s is not None:  # not UNLIMITED, which every call shares
+            self.lent_s += lent
+        return lent
+
     def _stop_if_due(self, after: str) -> None:
         if self.cancelled.is_set():
             raise SpecvizError("This call stopped because its visitor left the page.")
-        now = time.monotonic()
+        now = time.monotonic() - self.lent_s
         if self.deadline is not None and now > self.deadline:
             raise SpecvizError(f"This call reached this Space's limit of {self.seconds:.0f} s per call and stopped; "
                                f"{after}")

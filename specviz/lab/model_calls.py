@@ -235,7 +235,7 @@ def _checked_replies(replies, here: bool, budget: CallBudget
 
 def _next_within(replies, budget: CallBudget):
     """The call's next reply, computed with its budget's check installed at the computation's checkpoints."""
-    with stopping_with(budget.check_at):
+    with stopping_with(budget.check_at, lambda: budget.lend(COMPUTE.lend)):
         return next(replies, None)
 
 

@@ -14,8 +14,13 @@ the queue it finds; the figures and the upstream report: docs/gradio-queue-repor
   its wait (never below the address's own); any other group's the one whose address was served longest ago. The
   fair share learns which other addresses wait for it: a long call's turn is then its contended time over them
   (lab.fair_share), so that a newcomer behind a crowd of any size waits about one contended time.
+- **A quick place.** An event whose prompt asks more than QUICK_ASK_S of the model is long, and long events hold at
+  most all the model's places but one: the last is a quick event's, whose work the long call's prefill lets run
+  between its chunks (runtime.compute_thread.lend).
 - **Abandoned answers.** A session that joined and never reads its stream keeps its answers in memory and its
   events counted: once nothing of it runs and nobody has read it for ABANDONED_S, both are dropped.
+- **The heap trimmed.** Every ABANDONED_S / 4 while no model call runs, the heap's freed bytes beyond a threshold go
+  back to the system (runtime.memory_release.give_back_when_kept).
 - **Turns in the log.** Each event's wait for its place and its run, by address, at INFO on `specviz.turns`
   (app.py shows it with SPECVIZ_LOG_LEVEL=INFO): what an operator, or the soak test, reads to tell a slow queue
   from a slow model.
@@ -37,6 +42,7 @@ from contextlib import contextmanager
 from specviz.lab.fair_share import FairShare
 from specviz.panels.loop_pacing import pace_loop
 from specviz.panels.page_context import MODEL_QUEUE
+from specviz.runtime.memory_release import give_back_when_kept
 
 # what an event asks of the model, roughly: a call's own time, and its prompt's characters at the prefill's pace
 # (measured 2026-12-02 on the 2-core AMD EPYC, default model: 6,035 tokens, 20,021 characters, in 27 s; 46 tokens
@@ -44,6 +50,12 @@ from specviz.panels.page_context import MODEL_QUEUE
 CALL_BASE_S = 0.2
 PREFILL_CHARS_PER_S = 750.0
 AGING = 0.25  # seconds of turn an event gains per second it waits
+# an event whose prompt asks more than this of the model is a long one:
+# long ones take at most all the model's places but one, which stays for quick ones (the soak: a crowd's long Runs,
+# aged past the honest visitors' seconds together, held both places turn after turn and an honest Step waited
+# behind all of them, 48-50 s)
+QUICK_ASK_S = 2.0
+LONG_STARTED_KEPT_S = 600.0  # a long event whose end was never seen is forgotten after this (it holds no place)
 
 LOG = logging.getLogger("specviz.queue")
 TURNS = logging.getLogger("specviz.turns")
@@ -94,6 +106,7 @@ class QueueGuard:
         self._watchdog: asyncio.Task | None = None
         self._pacer: asyncio.Task | None = None                 # panels.loop_pacing
         self._served: OrderedDict[str, float] = OrderedDict()  # address -> when its last event started
+        self._long_running: dict[str, float] = {}               # the model's long events started -> when
         self._readers: dict[str, int] = {}                      # session -> streams open now
         self._last_seen: dict[str, float] = {}                  # session -> its last join or stream
         self._processing: dict[int, list] = {}                  # id -> events whose processing runs now
@@ -126,6 +139,8 @@ class QueueGuard:
                 await process(events, *args, **kwargs)
             finally:
                 self._processing.pop(id(events), None)
+                for event in events:
+                    self._long_running.pop(_event_key(event), None)
                 if TURNS.isEnabledFor(logging.INFO):
                     self._log_turns(events, began)
 
@@ -145,18 +160,27 @@ class QueueGuard:
         return self.share.address_of_session(event.session_hash) or event.session_hash
 
     def _in_turn(self, queue, choose):
-        """Gradio's get_events, after each group that may start an event is put in turn order."""
+        """Gradio's get_events, after each group that may start an event is put in turn order, and the model's long
+        events held back while they hold all its places but one."""
+        model = queue.event_queue_per_concurrency_id.get(MODEL_QUEUE)
         for group in queue.event_queue_per_concurrency_id.values():
             if len(group.queue) > 1 and (group.concurrency_limit is None or
                                          group.current_concurrency < group.concurrency_limit):
-                if group is queue.event_queue_per_concurrency_id.get(MODEL_QUEUE):
+                if group is model:
                     now = time.monotonic()
                     group.queue.sort(key=lambda e: (self._model_turn(e, now), e.enqueue_time))
                 else:
                     group.queue.sort(key=lambda e: (self._served.get(self._address(e), -math.inf), e.enqueue_time))
-        chosen = choose()
+        held_back = self._hold_back_long(model) if model is not None else []
+        try:
+            chosen = choose()
+        finally:
+            if held_back:
+                model.queue.extend(held_back)
         if chosen:
             now = time.monotonic()
+            if chosen[2] == MODEL_QUEUE:  # (events, batch, their group)
+                self._long_running.update((_event_key(e), now) for e in chosen[0] if self._is_long(e))
             for event in chosen[0]:
                 address = self._address(event)
                 self._served.pop(address, None)
@@ -165,16 +189,37 @@ class QueueGuard:
                 self._served.popitem(last=False)
         return chosen
 
+    def _hold_back_long(self, model) -> list:
+        """While the model's long events hold all its places but one: its long events taken out of its queue (for
+        Gradio's next pick only), so that the last place goes to a quick one; a quick event then waits for a quick
+        place and, on the compute thread, for a long call's next chunk (runtime.compute_thread.lend), not for its
+        turn."""
+        now = time.monotonic()
+        for event_id in [i for i, t in self._long_running.items() if now - t > LONG_STARTED_KEPT_S]:
+            self._long_running.pop(event_id, None)
+        places = model.concurrency_limit or 1
+        if len(self._long_running) < max(1, places - 1) or not model.queue:
+            return []
+        held = [e for e in model.queue if self._is_long(e)]
+        if held:
+            model.queue[:] = [e for e in model.queue if not self._is_long(e)]
+        return held
+
     def _model_turn(self, event, now: float) -> float:
         """When the model's event should go, in seconds (lowest first): its address's recent model seconds, and the
         seconds it asks for (its text inputs read at the prefill's pace) less a quarter of the seconds it has
         waited, down to none: a long prompt behind a stream of short requests goes in the end, but waiting never
         takes an event ahead of an address that has had less of the model (in the soak a backlog of long Runs
         aged 200 s went ahead of every visitor, who waited 100-137 s)."""
-        data = getattr(getattr(event, "data", None), "data", None) or ()
-        chars = sum(len(value) for value in data if isinstance(value, str))
-        asked = CALL_BASE_S + chars / PREFILL_CHARS_PER_S
-        return self.share.model_time.recent(self._address(event)) + max(0.0, asked - AGING * (now - event.enqueue_time))
+        return self.share.model_time.recent(self._address(event)) + max(0.0, _asked(event) - AGING *
+                                                                         (now - event.enqueue_time))
+
+    @staticmethod
+    def _is_long(event) -> bool:
+        """An event whose prompt asks for more than a quick turn. (Not one whose address's last call stopped at its
+        share: under a crowd every honest Run does, at its 1-s turn, and the soak's honest visitors then waited
+        with the crowd's long Runs, 54-59 s.)"""
+        return _asked(event) > QUICK_ASK_S
 
     def model_waiting(self, address: str) -> set[str]:
         """The other addresses with an event waiting for a place in the model's group, whatever they had of the
@@ -236,8 +281,10 @@ class QueueGuard:
                 if time.monotonic() - swept > ABANDONED_S / 4:
                     swept = time.monotonic()
                     self.drop_abandoned(queue)
+                    if not self.share.running():  # nothing computes: what the heap kept for steps goes back
+                        await asyncio.to_thread(give_back_when_kept)  # the heap's lock, not the loop
                     if TURNS.isEnabledFor(logging.INFO):
-                        _log_held()
+                        _log_held(self.blocks)
             except Exception:  # noqa: BLE001 (the watchdog itself never stops)
                 LOG.exception("specviz: the queue's watchdog failed once")
 
@@ -288,9 +335,29 @@ class QueueGuard:
         return dropped
 
 
-def _log_held() -> None:
-    """The sessions holding a model's state and the bytes they hold (lab.live_sessions), every ABANDONED_S / 4 at
-    INFO on `specviz.turns`: the soak test tells what the live sessions hold from what nothing holds."""
-    from specviz.lab.live_sessions import LIVE
+def _event_key(event):
+    return getattr(event, "_id", None) or id(event)
 
-    TURNS.info("held sessions=%d bytes=%d", LIVE.count(), LIVE.held_bytes())
+
+def _asked(event) -> float:
+    """What an event asks of the model, in seconds: a call's own time, and its text inputs read at the prefill's pace."""
+    data = getattr(getattr(event, "data", None), "data", None) or ()
+    return CALL_BASE_S + sum(len(value) for value in data if isinstance(value, str)) / PREFILL_CHARS_PER_S
+
+
+def _log_held(blocks) -> None:
+    """The sessions holding a model's state and the bytes they hold (lab.live_sessions), the sessions in Gradio's
+    store, the C heap's bytes in use and freed but kept (runtime.memory_release) and Python's allocated blocks,
+    every ABANDONED_S / 4 at INFO on `specviz.turns`: the soak test tells what the live sessions hold from what
+    nothing holds, and an operator where a process's memory is."""
+    import sys
+
+    from specviz.lab.live_sessions import LIVE
+    from specviz.runtime.memory_release import heap_figures
+
+    app = getattr(blocks, "server_app", None) or getattr(blocks, "app", None)
+    stored = len(getattr(getattr(app, "state_holder", None), "session_data", ()))
+    heap = heap_figures()
+    TURNS.info("held sessions=%d bytes=%d gradio_sessions=%d heap_in_use=%d heap_free_kept=%d python_blocks=%d",
+               LIVE.count(), LIVE.held_bytes(), stored, heap.in_use if heap else -1, heap.free_kept if heap else -1,
+               sys.getallocatedblocks())
