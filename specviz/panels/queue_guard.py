@@ -55,7 +55,7 @@ AGING = 0.25  # seconds of turn an event gains per second it waits
 # aged past the honest visitors' seconds together, held both places turn after turn and an honest Step waited
 # behind all of them, 48-50 s)
 QUICK_ASK_S = 2.0
-LONG_STARTED_KEPT_S = 600.0  # a long event whose end was never seen is forgotten after this (it holds no place)
+LONG_STARTED_KEPT_S = 300.0  # a long event whose end was never seen is forgotten after this (a call runs 120 s at most)
 
 LOG = logging.getLogger("specviz.queue")
 TURNS = logging.getLogger("specviz.turns")
@@ -304,6 +304,7 @@ class QueueGuard:
                     group.current_concurrency = max(0, group.current_concurrency - 1)
                 for event in events:
                     queue.event_ids_to_events.pop(event._id, None)
+                    self._long_running.pop(_event_key(event), None)  # it holds no place now
         for session, ids in list(queue.pending_event_ids_session.items()):
             for event_id in [i for i in ids if i not in queue.event_ids_to_events]:
                 queue.pending_messages_per_session[session].put_nowait(ProcessCompletedMessage(
