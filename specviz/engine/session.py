@@ -245,7 +245,7 @@ class Session:
             if start > first:
                 checkpoint(reading_prompt=True)  # a call past its budget stops between chunks (engine.checkpoints)
                 # and other visitors' work waiting for the compute thread runs here (their seconds are not ours)
-                self._lent_s = getattr(self, "_lent_s", 0.0) + lend_turn()
+                self._lent_s += lend_turn()  # (start_ids and ensure_cache set it to 0 first)
             chunk = self.context[start:min(start + size, end)]
             # and between its layers, except in the only chunk of a short prompt, which every call reads whole (a
             # long prompt's first chunk under a crowd took 10-15 s of a turn, to be dropped at the next check): a

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sys
 import time
 import traceback
 from collections import OrderedDict
@@ -42,7 +43,7 @@ from contextlib import contextmanager
 from specviz.lab.fair_share import FairShare
 from specviz.panels.loop_pacing import pace_loop
 from specviz.panels.page_context import MODEL_QUEUE
-from specviz.runtime.memory_release import give_back_when_kept
+from specviz.runtime.memory_release import give_back_when_kept, heap_figures
 
 # what an event asks of the model, roughly: a call's own time, and its prompt's characters at the prefill's pace
 # (measured 2026-12-02 on the 2-core AMD EPYC, default model: 6,035 tokens, 20,021 characters, in 27 s; 46 tokens
@@ -200,9 +201,11 @@ class QueueGuard:
         places = model.concurrency_limit or 1
         if len(self._long_running) < max(1, places - 1) or not model.queue:
             return []
-        held = [e for e in model.queue if self._is_long(e)]
+        quick, held = [], []
+        for event in model.queue:
+            (held if self._is_long(event) else quick).append(event)
         if held:
-            model.queue[:] = [e for e in model.queue if not self._is_long(e)]
+            model.queue[:] = quick
         return held
 
     def _model_turn(self, event, now: float) -> float:
@@ -351,10 +354,7 @@ def _log_held(blocks) -> None:
     store, the C heap's bytes in use and freed but kept (runtime.memory_release) and Python's allocated blocks,
     every ABANDONED_S / 4 at INFO on `specviz.turns`: the soak test tells what the live sessions hold from what
     nothing holds, and an operator where a process's memory is."""
-    import sys
-
     from specviz.lab.live_sessions import LIVE
-    from specviz.runtime.memory_release import heap_figures
 
     app = getattr(blocks, "server_app", None) or getattr(blocks, "app", None)
     stored = len(getattr(getattr(app, "state_holder", None), "session_data", ()))
