@@ -40,6 +40,7 @@ import traceback
 from collections import OrderedDict
 from contextlib import contextmanager
 
+from specviz.lab.call_activity import ACTIVITY
 from specviz.lab.fair_share import FairShare
 from specviz.panels.loop_pacing import pace_loop
 from specviz.panels.page_context import MODEL_QUEUE
@@ -284,7 +285,7 @@ class QueueGuard:
                 if time.monotonic() - swept > ABANDONED_S / 4:
                     swept = time.monotonic()
                     self.drop_abandoned(queue)
-                    if not self.share.running():  # nothing computes: what the heap kept for steps goes back
+                    if not ACTIVITY.busy:  # no model call runs (private mode too): what the heap kept goes back
                         await asyncio.to_thread(give_back_when_kept)  # the heap's lock, not the loop
                     if TURNS.isEnabledFor(logging.INFO):
                         _log_held(self.blocks)
