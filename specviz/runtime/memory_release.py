@@ -73,14 +73,26 @@ def heap_figures() -> HeapFigures | None:
 
 
 KEPT_FREE_TRIMMED = 64 << 20  # freed bytes the heap may keep while nothing computes, before they are given back
+# glibc's count of freed bytes after the last idle trim (lowered whenever a reading is lower): a trim returns the pages
+# of the free chunks but the chunks stay free in the count, so the count alone would call for a trim every time
+_free_after_trim = 0
 
 
 def give_back_when_kept(min_free: int = KEPT_FREE_TRIMMED) -> bool:
-    """malloc_trim(0) when the heap keeps more than min_free freed bytes; for a time when no step runs (a step's
-    tensors are what the kept bytes are for). True when it trimmed. In the soak (issue 73) the heap kept 455 MB freed
-    at the end, over 114 at the start: the crowd's stopped prefills free their caches without a session's release,
-    the only other time the heap is trimmed."""
+    """malloc_trim(0) when the heap keeps more than min_free freed bytes beyond what it kept after the last such trim;
+    for a time when no step runs (a step's tensors are what the kept bytes are for). True when it trimmed. In the soak
+    (issue 73) the heap kept 455 MB freed at the end, over 114 at the start: the crowd's stopped prefills free their
+    caches without a session's release, the only other time the heap is trimmed. After a trim the count still says
+    274-407 MB (the pages went back, the chunks are still free), so without the baseline every idle watch would walk
+    the heap under its locks again for nothing."""
+    global _free_after_trim
     heap = heap_figures()
-    if heap is None or heap.free_kept <= min_free:
+    if heap is None:
         return False
-    return give_back_freed_memory()
+    _free_after_trim = min(_free_after_trim, heap.free_kept)  # freed chunks reused since: growth counts from here
+    if heap.free_kept - _free_after_trim <= min_free:
+        return False
+    trimmed = give_back_freed_memory()
+    after = heap_figures()
+    _free_after_trim = (after or heap).free_kept
+    return trimmed
