@@ -46,6 +46,24 @@ def test_play_ticks_to_the_end_then_stops(replay_lab):
     assert ticks == len(lab.replay.steps) - 1 and not lab.playing and "Play stopped" in lab.message
 
 
+def test_a_pause_that_comes_while_a_tick_runs_is_what_the_tick_shows(replay_lab):
+    """Play's tick and Pause are separate events and may run at once: a tick that read Play as on before the Pause
+    moved a step (which clears the message) after it. Its view, the last the page got, showed no Pause and its
+    timer went on (the browser test waited 120 s for "Paused" beside a busy neighbour); now it says the Pause's
+    words and stops."""
+    lab = replay_lab
+    lab.go_to(0)
+    assert lab.play()
+    assert lab.tick_went_on(lab.tick(64)) and lab.message == ""  # an ordinary tick: Play goes on
+    lab.pause()                                                    # Pause lands while the next tick runs ...
+    went_on = lab.tick(64)                                         # ... which had read Play as on, and moves
+    assert went_on and lab.message == ""
+    assert not lab.tick_went_on(went_on) and lab.message == "Paused." and not lab.playing
+    assert lab.shown_step() == 2  # the step it moved to stays on screen
+    lab.pause("Stopped by the visitor.")
+    assert not lab.tick_went_on(lab.tick(64)) and lab.message == "Stopped by the visitor."
+
+
 def test_token_click_finds_its_step_and_node(replay_lab):
     recording = replay_lab.recording()
     index = 0

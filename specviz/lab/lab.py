@@ -78,6 +78,7 @@ class Lab:
     generation: int = 0                # bumped by reset and release: a call begun before does not write back
     visitor_address: str = ""          # whose session this is (lab.fair_share): what per-visitor limits count
     clock: RunClock | None = None      # the newest Run call's time on the server (None before one)
+    pause_message: str = "Paused."     # what the last Pause said (tick_went_on says it again)
 
     # the model side, read by the views
     @property
@@ -327,6 +328,17 @@ class Lab:
         if self.autoplay:
             message = "The recorded run stopped playing: ▶ Play goes on with it, Step or Run starts a live one."
         self.playing, self.autoplay, self.message = False, False, message
+        self.pause_message = message
+
+    def tick_went_on(self, went_on: bool) -> bool:
+        """After a tick: whether Play goes on. A Pause that came while the tick ran (the two are separate events and
+        may run at once) stopped Play after the tick read it as playing, and the tick's move then cleared the Pause's
+        message; its view, the last the page gets, would have shown neither the Pause nor a stop. Then the tick's
+        view says what the Pause said, and its timer stops."""
+        if went_on and not self.playing:
+            self.message = self.message or self.pause_message
+            return False
+        return went_on
 
     def open_recording(self, path, name: str) -> None:
         """A first visit: the recording from its first step, playing by itself until the visitor acts."""

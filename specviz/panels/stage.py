@@ -189,7 +189,7 @@ class Stage:
             limit = self.policy.check_new_tokens(max_new_tokens)
         live = lab.tick_is_live(limit) and not lab.autoplay
         with model_call(request, STEP_TOKENS, lab) if live else nullcontext(UNLIMITED) as budget:
-            going = lab.tick(limit, budget)
+            going = lab.tick_went_on(lab.tick(limit, budget))
         return {**self.out.shown(lab), self.timer: gr.Timer(active=going)}
 
     # ---- events: the page's life ------------------------------------------------------------------------
