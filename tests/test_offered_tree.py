@@ -85,6 +85,43 @@ def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm
         assert result.decode_s == pytest.approx(sum(r.timings_ms.total for r in result.records) / 1000, rel=1e-3)
 
 
+@pytest.mark.parametrize("method", ["unified", "rapid"])
+def test_the_paired_ar_shares_the_runs_prefill_and_emits_what_its_own_would(lm, method):
+    """Issue 70: the paired ar prefilled after the run's first step, under another moment's load than the run's own
+    prefill (a browser drawing the Run's click), which read 0.8-1.2x ar's on the page and equal on a quiet machine.
+    Now its prompt entries are the run's (bitwise what its own prefill computes), and it is charged the run's
+    prefill forward; its tokens are those of an ar that prefilled itself, and the breakdown says so."""
+    import torch
+
+    from specviz.engine.paired_baseline import PairedBaseline
+    from specviz.render.counters import breakdown_markdown
+    from specviz.render.session_view import LiveRun
+
+    run = Session(lm, method).start(CODE.messages)
+    run.step(24)
+    paired = PairedBaseline(run)
+    alone = Session(lm, "ar").start_ids(run.prompt_ids)
+    entries = len(run.prompt_ids) - 1
+    assert paired.ar.prefill_from == method and alone.prefill_from is None
+    for shared, own in zip(paired.ar.cache.layers, alone.cache.layers):
+        assert torch.equal(shared.keys[..., :entries, :], own.keys[..., :entries, :])
+        assert torch.equal(shared.values[..., :entries, :], own.values[..., :entries, :])
+    assert paired.ar.prefill_s == run.prefill_s - run.setup_s and paired.ar.setup_s == 0.0
+    run.run(24)
+    paired.keep_up()
+    alone.run(len(run.output_ids))
+    assert paired.result().output_ids == alone.output_ids == run.output_ids
+    assert paired.result().prefill_from == method
+    breakdown = LiveRun(session=run, baseline=paired.result(), paired=True, diff=None, prompt="").breakdown()
+    assert breakdown.ar.prefill_ms == breakdown.run.prefill_ms  # one forward, counted on both sides
+    assert f"ar's prefill forward is {method}'s" in breakdown_markdown(breakdown)
+    # a method whose drafters read the prompt, or a run whose cache stayed behind in transit, prefills itself
+    assert Session(lm, "pld").start_beside(run).prefill_from is None
+    run.cache, left = None, run.cache
+    assert Session(lm, "ar").start_beside(run).prefill_from is None
+    run.cache = left
+
+
 def test_a_link_with_a_seed_replays_the_same_run_and_ar_beside_it_draws_the_same(lm):
     """The page's seed and a shared link with it: two visitors opening the link get the same tokens, and
     the ar run stepped beside each (same seed) emits them too (accept.position_noise)."""

@@ -21,7 +21,9 @@ from specviz.engine.session import Session
 class PairedBaseline:
     def __init__(self, run: Session):
         self.run = run
-        self.ar = Session(run.lm, "ar", sampling=run.sampling).start_ids(run.prompt_ids)
+        # the prompt's entries are the run's own (the same forward over the same tokens): copied, and charged what
+        # the run's prefill took, so that the two prefills are not timed at two moments of the load (Session.start_beside)
+        self.ar = Session(run.lm, "ar", sampling=run.sampling).start_beside(run)
 
     def follows(self, run: Session | None) -> bool:
         return run is self.run

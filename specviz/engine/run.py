@@ -38,6 +38,7 @@ class RunResult:
     records: list[StepRecord] | None = None
     trace: Trace | None = None          # only when run_method was asked for it
     setup_s: float = 0.0                # the part of prefill_s the method's drafters took (Session.setup_s)
+    prefill_from: str | None = None     # the run whose prompt entries it copied and prefill it was charged
 
     @classmethod
     def of_session(cls, session: Session, trace: bool = False) -> "RunResult":
@@ -48,7 +49,8 @@ class RunResult:
                    text=session.text, steps=len(session.records), prefill_s=session.prefill_s,
                    decode_s=session.step_s, finish_reason=finish, lossless_declared=session.lossless,
                    margins=list(session.margins), records=list(session.records),
-                   trace=session.trace() if trace else None, setup_s=session.setup_s)
+                   trace=session.trace() if trace else None, setup_s=session.setup_s,
+                   prefill_from=session.prefill_from)
 
     # ---- figures ---------------------------------------------------------------------------------
     @property

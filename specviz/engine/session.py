@@ -143,6 +143,8 @@ class Drafted:
 
 
 class Session:
+    prefill_from: str | None = None  # a session carried from before start_beside existed reads this
+
     def __init__(self, lm: LoadedModel, method: "str | type | CheckedRun" = "ar", params: dict | None = None,
                  budget: Budget | int | str = AUTO_BUDGET,
                  sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
@@ -181,6 +183,7 @@ class Session:
         self.rebuild_s = 0.0       # time spent rebuilding it: a call's transport cost, in neither prefill nor steps
         self.rebuild_copied = 0    # entries of the last rebuild copied from another session's (engine.rebuilt_prefixes)
         self.features: FeatureTap | None = None  # the target's features that forwards also return (a stage drafts from them)
+        self.prefill_from: str | None = None  # the run whose prompt entries this session copied (start_beside)
 
     # ---- set-up ---------------------------------------------------------------------------------
     @property
@@ -209,16 +212,7 @@ class Session:
         if len(prompt_ids) >= self.lm.max_context:
             raise SpecvizError(f"The prompt is {len(prompt_ids)} tokens long; the context holds {self.lm.max_context}.")
         started = time.perf_counter()
-        self.prompt_ids = list(prompt_ids)
-        self.context = list(prompt_ids)
-        self.records, self.finish_reason, self._finish_reported = [], None, False
-        self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
-        self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
-        prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
-        self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
-        self.acceptance = AcceptanceModel()
-        # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
-        self.features = self.method.feature_tap if self.method.needs_features else None
+        self._begin(prompt_ids, prompt)
         setup_s = time.perf_counter() - started  # the method's drafters and their indexes, built
         self.cache = self._new_cache()
         kv.plan_length(self.cache, len(prompt_ids))  # one buffer for the prompt, not one per chunk
@@ -229,10 +223,48 @@ class Session:
             setup_s += time.perf_counter() - indexed  # the drafters reading the prompt (its forward apart)
         self.prefill_s = time.perf_counter() - started - self._lent_s
         self.setup_s = setup_s
+        return self
+
+    @torch.inference_mode()
+    def start_beside(self, run: "Session") -> "Session":
+        """Start on run's prompt with the prompt's cache entries copied from run's cache, charged the time run's
+        prefill forward took (prefill_s), where this method reads nothing of the prompt but its entries (ar): the
+        same forward over the same tokens, whose entries are bitwise those of its own prefill (tests/test_offered_tree.py).
+        What `ar` paired with a run (engine.paired_baseline) does: its own prefill came after the run's first step,
+        under another moment's load (a browser drawing the Run's click took it from the run's prefill, which read 0.8
+        to 1.2x ar's on the page where a quiet machine reads them equal), and it doubled a long prompt's wait. Where
+        the entries cannot be copied (run's cache left behind in transit, another kind of cache, a method whose
+        drafters read the prompt), it prefills as start_ids does."""
+        entries = len(run.prompt_ids) - 1
+        if run.cache is None or cache_length(run.cache) < entries:
+            return self.start_ids(run.prompt_ids)
+        self._begin(run.prompt_ids, None)
+        if self.method.stages or self.features is not None:
+            return self.start_ids(run.prompt_ids)
+        cache = self._new_cache()
+        if not kv.copy_prefix(run.cache, cache, entries):
+            return self.start_ids(run.prompt_ids)
+        self.cache = cache
+        self.prefill_s, self.setup_s = run.prefill_s - run.setup_s, 0.0  # run's prefill forward (lent time apart)
+        self.prefill_from = run.name
+        return self
+
+    def _begin(self, prompt_ids: list[int], prompt: PromptText | None) -> None:
+        """Everything of a start but the prompt's cache entries: the method's drafters built, the records empty."""
+        self.prompt_ids = list(prompt_ids)
+        self.context = list(prompt_ids)
+        self.records, self.finish_reason, self._finish_reported = [], None, False
+        self.margins: list[float] = []  # per output token: the target's top-2 logit margin where it was chosen
+        self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
+        prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
+        self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
+        self.acceptance = AcceptanceModel()
+        # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
+        self.features = self.method.feature_tap if self.method.needs_features else None
+        self.prefill_from = None
         self.step_s = 0.0
         self.cache_to_rebuild, self.rebuild_s, self.rebuild_copied = 0, 0.0, 0
         self._outside_ms: deque = deque(maxlen=9)  # recent steps' time besides drafting and the forward
-        return self
 
     def _new_cache(self):
         return self.lm.new_cache(dynamic=self.features is not None and not self.features.final)

@@ -25,11 +25,14 @@ class RunTimes:
     update_ms: float         # caches, drafters, planner and the step's record
     first_step_ms: float     # the first step's whole time (a drafter's first call lands there)
     median_step_ms: float    # a typical step's
+    prefill_from: str | None = None  # the run whose prefill forward it shares (ar paired with it): that one's time
 
     @classmethod
-    def of(cls, method: str, tokens: int, prefill_s: float, setup_s: float, records: list[StepRecord]) -> "RunTimes":
+    def of(cls, method: str, tokens: int, prefill_s: float, setup_s: float, records: list[StepRecord],
+           prefill_from: str | None = None) -> "RunTimes":
         steps = [r.timings_ms for r in records]
         return cls(method=method, tokens=tokens, steps=len(steps), setup_ms=round(setup_s * 1000, 2),
+                   prefill_from=prefill_from,
                    prefill_ms=round((prefill_s - setup_s) * 1000, 2),
                    draft_ms=round(sum(t.draft for t in steps), 2), forward_ms=round(sum(t.forward for t in steps), 2),
                    accept_ms=round(sum(t.verify - t.forward for t in steps), 2),

@@ -87,6 +87,9 @@ def breakdown_markdown(b: RunBreakdown) -> str:
     lines.append("| steps: how many, the first, a typical one | " + " | ".join(
         f"{side.steps}: {side.first_step_ms:.1f}, {side.median_step_ms:.1f}" for side in sides) + " |")
     text = "\n".join(lines)
+    if b.ar is not None and b.ar.prefill_from:
+        text += (f"\n\nar's prefill forward is {b.ar.prefill_from}'s: the same forward over the same prompt, run once "
+                 "(its cache entries copied, bitwise the same) and counted on both sides at the time it took.")
     if b.call is not None:
         call = b.call
         text += (f"\n\nNot counted by either (this Run's call on the server): {call.frames} frames sent to the page, "

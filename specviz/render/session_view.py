@@ -45,7 +45,8 @@ class LiveRun:
         run = RunTimes.of(session.name, len(session.output_ids), session.prefill_s, session.setup_s, session.records)
         ar = None
         if baseline is not None and session.name != "ar" and baseline.records is not None:
-            ar = RunTimes.of("ar", baseline.new_tokens, baseline.prefill_s, baseline.setup_s, baseline.records)
+            ar = RunTimes.of("ar", baseline.new_tokens, baseline.prefill_s, baseline.setup_s, baseline.records,
+                             baseline.prefill_from)
         return RunBreakdown(run, ar, self.call)
 
 
