@@ -231,8 +231,8 @@ class Session:
         prefill forward took (prefill_s), where this method reads nothing of the prompt but its entries (ar): the
         same forward over the same tokens, whose entries are bitwise those of its own prefill (tests/test_offered_tree.py).
         What `ar` paired with a run (engine.paired_baseline) does: its own prefill came after the run's first step,
-        under another moment's load (a browser drawing the Run's click took it from the run's prefill, which read 0.8
-        to 1.2x ar's on the page where a quiet machine reads them equal), and it doubled a long prompt's wait. Where
+        under another moment's load (a browser drawing the Run's click took it from the run's prefill, which read 0.54
+        to 1.34x ar's on the page where a quiet machine reads them equal), and it doubled a long prompt's wait. Where
         the entries cannot be copied (run's cache left behind in transit, another kind of cache, a method whose
         drafters read the prompt), it prefills as start_ids does."""
         entries = len(run.prompt_ids) - 1
