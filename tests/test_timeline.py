@@ -64,6 +64,28 @@ def test_a_pause_that_comes_while_a_tick_runs_is_what_the_tick_shows(replay_lab)
     assert not lab.tick_went_on(lab.tick(64)) and lab.message == "Stopped by the visitor."
 
 
+def test_a_ticks_reply_with_nothing_to_say_leaves_the_pages_message_alone(replay_lab):
+    """A tick's reply can reach the page after a Pause's (the Pause's was sent while the tick's was on its way,
+    beside a busy neighbour): a tick with nothing to say leaves the message the page shows, and one that says
+    something (Play stopped at the end) says it."""
+    from app_page import page_for
+
+    page = page_for()
+    try:
+        lab = replay_lab
+        lab.go_to(0)
+        assert lab.play()
+        out = page.stage.on_tick(None, lab, 64)
+        assert out[page.stage.message] == {"__type__": "update"}  # gr.skip(): the widget keeps what it shows
+        lab.go_to(len(lab.replay.steps) - 1)
+        lab.playing = True
+        out = page.stage.on_tick(None, lab, 64)
+        assert "Play stopped" in out[page.stage.message]
+        assert out[page.stage.message] == page.out.shown(lab)[page.stage.message]  # other events always say theirs
+    finally:
+        page.blocks.close()
+
+
 def test_token_click_finds_its_step_and_node(replay_lab):
     recording = replay_lab.recording()
     index = 0

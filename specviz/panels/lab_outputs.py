@@ -39,18 +39,21 @@ class LabOutputs:
         """An event's outputs: the lab state, then each widget of WIDGET_FIELDS."""
         return [self.lab, *(self.widgets[name] for name in WIDGET_FIELDS)]
 
-    def shown(self, lab: Lab, view: LabView | None = None) -> dict:
+    def shown(self, lab: Lab, view: LabView | None = None, silent_keeps_message: bool = False) -> dict:
         """What the page shows of lab (the presenter's view of its snapshot, or view: one drawn of the same snapshot
         before), by component: the node list becomes the dropdown's choices, steps and shown_step the timeline
         slider (a panel with nothing to show is hidden by the page's CSS, from the tree box's flags: the API's values
-        stay plain)."""
+        stay plain). silent_keeps_message: an empty message leaves the page's as it is (Play's tick, which has
+        nothing to say: its reply may reach the page after a Pause's, sent while the tick's was on its way, and
+        cleared what the Pause said; beside a busy neighbour the browser test waited 120 s for it)."""
         view = view or drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
         values = {name: getattr(view, name) for name in WIDGET_FIELDS if hasattr(view, name)}
         choices = view.node_choices
         values["node_choices"] = gr.update(choices=choices, value=choices[0][1] if choices else None)
         values["timeline"] = gr.update(maximum=max(view.steps - 1, 1), value=view.shown_step or 0,
                                        interactive=view.steps > 1)
-        values["message"] = self.policy.shown(values["message"])
+        values["message"] = gr.skip() if silent_keeps_message and not values["message"] \
+            else self.policy.shown(values["message"])
         if lab.streaming:
             values.update({name: gr.skip() for name in STREAMING_KEPT})
         return {self.lab: lab, **{self.widgets[name]: value for name, value in values.items()}}

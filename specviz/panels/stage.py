@@ -190,7 +190,7 @@ class Stage:
         live = lab.tick_is_live(limit) and not lab.autoplay
         with model_call(request, STEP_TOKENS, lab) if live else nullcontext(UNLIMITED) as budget:
             going = lab.tick_went_on(lab.tick(limit, budget))
-        return {**self.out.shown(lab), self.timer: gr.Timer(active=going)}
+        return {**self.out.shown(lab, silent_keeps_message=True), self.timer: gr.Timer(active=going)}
 
     # ---- events: the page's life ------------------------------------------------------------------------
     def on_first_view(self, lab, compare, request: gr.Request) -> dict:
