@@ -88,7 +88,7 @@ def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm
 @pytest.mark.parametrize("method", ["unified", "rapid"])
 def test_the_paired_ar_shares_the_runs_prefill_and_emits_what_its_own_would(lm, method):
     """Issue 70: the paired ar prefilled after the run's first step, under another moment's load than the run's own
-    prefill (a browser drawing the Run's click), which read 0.8-1.2x ar's on the page and equal on a quiet machine.
+    prefill (a browser drawing the Run's click), which read 0.54-1.34x ar's on the page and equal on a quiet machine.
     Now its prompt entries are the run's (bitwise what its own prefill computes), and it is charged the run's
     prefill forward; its tokens are those of an ar that prefilled itself, and the breakdown says so."""
     import torch

@@ -143,8 +143,6 @@ class Drafted:
 
 
 class Session:
-    prefill_from: str | None = None  # a session carried from before start_beside existed reads this
-
     def __init__(self, lm: LoadedModel, method: "str | type | CheckedRun" = "ar", params: dict | None = None,
                  budget: Budget | int | str = AUTO_BUDGET,
                  sampling: SamplingSettings = SamplingSettings(), cost_model: costmodel.CostModel | None = None,
@@ -213,11 +211,16 @@ class Session:
             raise SpecvizError(f"The prompt is {len(prompt_ids)} tokens long; the context holds {self.lm.max_context}.")
         started = time.perf_counter()
         self._begin(prompt_ids, prompt)
+        return self._read_prompt(started)
+
+    def _read_prompt(self, started: float) -> "Session":
+        """The prompt's prefill into a new cache, the drafters reading each chunk; prefill_s and setup_s count from
+        started (before _begin built the drafters)."""
         setup_s = time.perf_counter() - started  # the method's drafters and their indexes, built
         self.cache = self._new_cache()
-        kv.plan_length(self.cache, len(prompt_ids))  # one buffer for the prompt, not one per chunk
+        kv.plan_length(self.cache, len(self.prompt_ids))  # one buffer for the prompt, not one per chunk
         self._lent_s = 0.0
-        for start, logits, features in self._prefill(self.cache, len(prompt_ids) - 1):
+        for start, logits, features in self._prefill(self.cache, len(self.prompt_ids) - 1):
             indexed = time.perf_counter()
             self.method.prefill_chunk(self.context, start, logits, features)
             setup_s += time.perf_counter() - indexed  # the drafters reading the prompt (its forward apart)
@@ -235,15 +238,12 @@ class Session:
         to 1.34x ar's on the page where a quiet machine reads them equal), and it doubled a long prompt's wait. Where
         the entries cannot be copied (run's cache left behind in transit, another kind of cache, a method whose
         drafters read the prompt), it prefills as start_ids does."""
-        entries = len(run.prompt_ids) - 1
-        if run.cache is None or cache_length(run.cache) < entries:
-            return self.start_ids(run.prompt_ids)
+        entries, started = len(run.prompt_ids) - 1, time.perf_counter()
         self._begin(run.prompt_ids, None)
-        if self.method.stages or self.features is not None:
-            return self.start_ids(run.prompt_ids)
         cache = self._new_cache()
-        if not kv.copy_prefix(run.cache, cache, entries):
-            return self.start_ids(run.prompt_ids)
+        if (run.cache is None or cache_length(run.cache) < entries or self.method.stages or self.features is not None
+                or not kv.copy_prefix(run.cache, cache, entries)):
+            return self._read_prompt(started)
         self.cache = cache
         self.prefill_s, self.setup_s = run.prefill_s - run.setup_s, 0.0  # run's prefill forward (lent time apart)
         self.prefill_from = run.name
