@@ -119,7 +119,7 @@ def test_head_cache_holds_the_target_features_of_the_committed_context(lm, head)
                       draft=head).start(SUITE["code-rename"].messages)
     gated = session.method.stages[0]
     for i in range(6):
-        gated.chooser.mode = "off" if i in (2, 3) else "on"  # two steps without the head
+        gated.gate.mode = "off" if i in (2, 3) else "on"  # two steps without the head
         session.step()
     assert sum(len(r.accepted_tokens) for r in session.records) > 6  # drafts were accepted
     drafter = gated.inner

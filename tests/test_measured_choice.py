@@ -1,11 +1,10 @@
-"""The measured choice (ReSpec's fallback, unified's model stage): exploration priced by what it costs,
-the warm-up takes the first tries, steps during a burst of load, rollback."""
+"""The measured choice (ReSpec's fallback): exploration priced by what it costs, steps during a burst of load,
+rollback. unified's model stage is judged by what it adds instead (tests/test_stage_gain.py)."""
 
 import pytest
 
 from specviz.drafters import measured_choice
 from specviz.drafters.measured_choice import EXPLORE_SHARE, FallbackChooser
-from specviz.engine.session import Session
 
 
 def _chooser(setting: str) -> FallbackChooser:
@@ -26,19 +25,6 @@ def test_a_costly_choice_is_explored_as_rarely_as_its_price_says():
     second = _chooser("test-costly")
     assert second.choose() == "on"
     assert second.report().explore_every == interval
-
-
-def test_a_benchmarks_warm_up_takes_the_first_tries_of_a_measured_choice(lm, prefix_ids, monkeypatch):
-    """The first tries of unified's model stage are shared by the process's later sessions of the setting:
-    the untimed warm-up of bench and sweep takes them, so they slow no measured prompt or sweep point."""
-    from specviz.engine.run import warm_up
-
-    monkeypatch.setattr(measured_choice, "_measured", {})
-    monkeypatch.setattr(measured_choice, "_since_explore", {})
-    chooser = Session(lm, "unified").start_ids(prefix_ids).method.stages[0].chooser
-    assert all(len(chooser.samples[kind]) == 0 for kind in chooser.kinds)
-    warm_up(lm, "unified", prompt_ids=prefix_ids)
-    assert all(len(chooser.samples[kind]) >= chooser.first_tries for kind in chooser.kinds)
 
 
 def test_an_equal_choice_is_still_explored_every_explore_every_steps():

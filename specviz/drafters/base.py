@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -23,6 +24,7 @@ class StepOutcome:
     features: torch.Tensor | None = None  # the target's features (q, width) per node, when a stage needs_features
     draft_ms: float = 0.0         # the whole draft stage of the step
     load: float = 1.0             # forward_ms / the calibrated curve's cost of this tree (1: no curve loaded)
+    cost_ms: Callable[[int], float] | None = None  # the calibrated curve: ms of a verify forward of n nodes (None: none)
 
 
 class Drafter:

@@ -466,7 +466,8 @@ class Session:
         # how loaded the machine was in this step, where a curve is at hand (budget=auto loads one)
         load = forward_ms / self._cost_model.cost_ms(len(tree)) if self._cost_model is not None else 1.0
         outcome = StepOutcome(tree=tree, verification=verification, logits=logits, context=self.context,
-                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load, features=features)
+                              forward_ms=forward_ms, draft_ms=(t1 - t0) * 1000, load=load, features=features,
+                              cost_ms=self._cost_model.cost_ms if self._cost_model is not None else None)
         self.method.observe(outcome)
         drafter_notes = self.method.step_notes()
         decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=drafted.curve, cut=drafted.cut,

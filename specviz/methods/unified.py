@@ -53,7 +53,8 @@ class Unified(Method):
         self.indexes = search_indexes(lm, p)
         self.notes = draft_note(draft) if p["model_stage"] != "off" else []
         inner = model_drafter(lm, p, draft, (self.sampling, self.noise))
-        model = [GatedDrafter(inner, p["model_stage"], drafter_setting(lm, draft, p))] if inner is not None else []
+        model = ([GatedDrafter(inner, p["model_stage"], drafter_setting(lm, draft, p), seeded=("deepen",))]
+                 if inner is not None else [])
         # a step that runs the model stage has paid for its draft forwards, so its small tree drafts first:
         # after the automaton (which can fill a 64-node offer alone) it often found no room, and its nodes
         # came behind retrieval siblings that took the planner's share of their parent. The copy-logit

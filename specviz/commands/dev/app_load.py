@@ -10,11 +10,14 @@ from specviz.errors import SpecvizError
 def register(subparsers) -> None:
     parser = subparsers.add_parser("app-load", help="the app under load (concurrent visitors) and over time "
                                    "(memory)")
-    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup", "browser", "first-runs"],
+    parser.add_argument("--part", choices=["concurrency", "memory", "replay", "startup", "browser", "first-runs",
+                                                 "versus-bench"],
                         default="concurrency", help="browser: a Run in headless Chromium against the same Run through "
                         "the API, on one server (--method, --max-new-tokens, --repeats); first-runs: in fresh server "
                         "processes (the page loaded as soon as live steps are ready, then 90 s after start), Run, "
-                        "Reset, Run again, each with its counters and the breakdown behind them")
+                        "Reset, Run again, each with its counters and the breakdown behind them; versus-bench: per example "
+                        "prompt of the page (--examples), its first Run after a page load in headless Chromium and "
+                        "bench's reading of it in this process, taken in turns (--repeats rounds)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trace", default=None, help="--part replay: the trace to replay")
     parser.add_argument("--suite", default="assets/heldout.jsonl")
@@ -25,6 +28,9 @@ def register(subparsers) -> None:
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--ttl", type=int, default=1800, help="the app's session time to live, seconds")
+    parser.add_argument("--examples", default=None, help="--part versus-bench: suite ids, comma-separated "
+                        "(default: every example of assets/suite.jsonl but the long-context ones)")
+    parser.add_argument("--bench-repeats", type=int, default=2, help="--part versus-bench: bench's repeats a reading")
     parser.add_argument("--json", default=None, metavar="OUT")
     model_args(parser)
     parser.set_defaults(func=run)
@@ -60,6 +66,8 @@ def run(args) -> dict:
                  f"{int(r.get('steps', 0))} steps, {r.get('tokens_per_s')} tok/s, speedup vs ar {r.get('speedup')}x\n"
                  f"  {r['breakdown']}" for r in rows]
         return emit("\n".join(lines), {"method": args.method, "rows": rows}, args.json)
+    if args.part == "versus-bench":
+        return versus_bench(args, env)
     if args.part == "concurrency":
         return concurrency(args, env)
     return memory(args, env)
@@ -104,3 +112,30 @@ def memory(args, env: dict) -> dict:
              + "; abandoned sessions: " + ", ".join(f"{n} {mb} MB" for n, mb in report["sessions"])
              + f"; once their connections were noticed closed {report['after_mb']} MB")
     return emit(table, report, args.json)
+
+
+def versus_bench(args, env: dict) -> dict:
+    """The page's first Run of each example beside bench's reading of it, in turns (benches.page_versus_bench)."""
+    from specviz.benches import page_versus_bench
+    from specviz.commands.common_args import draft_model
+    from specviz.studies.suite import load_suite
+
+    suite = load_suite("assets/suite.jsonl")
+    if args.examples:
+        wanted = [name.strip() for name in args.examples.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in {i.id for i in suite}]
+        if unknown:
+            raise SpecvizError(f"Not example prompts of the page: {', '.join(unknown)}.")
+        items = [next(i for i in suite if i.id == name) for name in wanted]
+    else:
+        items = [i for i in suite if i.category != "long-context"]
+    lm = load_target(args)
+    draft = draft_model(args, [args.method], lm)
+    readings = page_versus_bench.measure(lm, draft, items, args.method, args.max_new_tokens, args.repeats,
+                                         args.bench_repeats, env, log=log_line)
+    lines = [f"{r.example:<16} page {r.page_median:.2f}x {r.page}  bench {r.bench_median:.2f}x {r.bench}  "
+             f"page/bench {r.page_over_bench:.2f} {'within' if r.within else 'OUTSIDE'} 10%  tokens page "
+             f"{r.page_tokens} bench {r.bench_tokens}" for r in readings]
+    lines.append(f"{sum(r.within for r in readings)} of {len(readings)} examples within 10% of bench")
+    return emit("\n".join(lines), {"method": args.method, "max_new_tokens": args.max_new_tokens,
+                                   "examples": [r.to_dict() for r in readings]}, args.json)
