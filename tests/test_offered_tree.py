@@ -63,10 +63,11 @@ def test_ar_is_stepped_between_the_runs_steps(lm):
     assert "stepped between this run's steps" in live_counters_markdown(lab.on_screen().live)
 
 
-def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm):
-    """After every other update of a Run, ar steps before the run (engine.paired_baseline): one token ahead at
-    most, and what the page compares is ar's first tokens, as many as the run has."""
-    from specviz.engine.paired_baseline import PairedBaseline
+def test_ar_stepping_first_runs_at_most_lead_tokens_ahead_and_is_cut_to_the_runs_length(lm):
+    """After an update of a Run that ar takes the brunt of, ar steps before the run for LEAD_MS
+    (engine.paired_baseline): at most LEAD_TOKENS ahead and within the call's limit, and what the page compares is
+    ar's first tokens, as many as the run has."""
+    from specviz.engine.paired_baseline import LEAD_TOKENS, PairedBaseline
 
     # a fixed budget (at most 5 tokens a step) and an answer of some 40 tokens: with budget=auto the trees follow the
     # machine's timings, and beside a busy neighbour one step reached EOS before ar could lead it
@@ -74,9 +75,10 @@ def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm
     paired = PairedBaseline(run)
     for turn in range(4):
         if turn % 2:
-            paired.lead()
-            paired.lead()  # at most one token ahead
-            assert len(paired.ar.output_ids) == len(run.output_ids) + 1
+            paired.lead(24, for_ms=1e9)  # as long as it may: the token cap stops it
+            assert len(paired.ar.output_ids) == min(len(run.output_ids) + LEAD_TOKENS, 24)
+            paired.lead(24, for_ms=0.0)  # no time: no step
+            assert len(paired.ar.output_ids) == min(len(run.output_ids) + LEAD_TOKENS, 24)
         run.step(24)
         paired.keep_up()
         result = paired.result()
@@ -85,6 +87,27 @@ def test_ar_stepping_first_runs_one_token_ahead_and_is_cut_to_the_runs_length(lm
         assert result.decode_s == pytest.approx(sum(r.timings_ms.total for r in result.records) / 1000, rel=1e-3)
 
 
+def test_the_brunt_of_each_update_goes_to_each_side_in_proportion_to_its_step_time(lm):
+    """A side's share of the updates after which it stepped first follows its share of the two runs' step time
+    (engine.paired_baseline.brunt_to_ar): taken in turns, a run three times faster than ar took half the browser's
+    drawing where a steady load would have given it a quarter."""
+    from dataclasses import replace
+
+    from specviz.engine.paired_baseline import PairedBaseline
+    from specviz.records.step import StepTimings
+
+    run = Session(lm, "racer", budget=4).start("Count from one to twenty in words, separated by commas.")
+    paired = PairedBaseline(run)
+    run.step(24)
+    paired.keep_up()
+    # the timings as a browser-free machine might give them: ar's steps 3.5 times the run's in all (share 7/9)
+    run_ms = sum(r.timings_ms.total for r in run.records)
+    each = 3.5 * run_ms / len(paired.ar.records)
+    paired.ar.records[:] = [replace(r, timings_ms=StepTimings(verify=each, forward=each, total=each))
+                            for r in paired.ar.records]
+    to_ar = [paired.brunt_to_ar() for _ in range(45)]
+    assert to_ar[:5] == [True, True, True, True, False]
+    assert abs(sum(to_ar) - 35) <= 1  # 7/9 of 45 (a float at a whole boundary may tip one)
 @pytest.mark.parametrize("method", ["unified", "rapid"])
 def test_the_paired_ar_shares_the_runs_prefill_and_emits_what_its_own_would(lm, method):
     """Issue 70: the paired ar prefilled after the run's first step, under another moment's load than the run's own

@@ -5,17 +5,26 @@ In the app they were not: `ar` ran after the run, alone, while the run had share
 browser drawing each update (a Run read 0.52x in the browser and 1.42x through gradio_client). Here, after
 every step of the run, `ar` steps until it has as many tokens: the two alternate every few tens of
 milliseconds, so whatever else loads the machine (a browser rendering, another visitor) slows both alike,
-and the ratio of their step times holds whoever watches. A browser draws each update the Run sends right
-after it is sent, so the step that comes next takes the brunt: after every other update `ar` steps first
-(one token ahead of the run, cut off in the result), so that the brunt falls on each of the two in turn."""
+and the ratio of their step times holds whoever watches.
+
+A browser draws each update the Run sends right after it is sent, on the same cores where it shares them: the
+steps of the next tens of milliseconds take the brunt. Taken in turns, the run (a third of the time on a prompt it
+copies) took half of it: its verify forwards read 37% slower on the page than through the API where ar's read 20%
+(conv-trip, 2-core AMD EPYC). So after an update one side steps first for LEAD_MS, the one whose share of the updates
+it took so far is furthest below its share of the two runs' step time: the drawing slows each in proportion to its
+own time, as a steady load would. ar may run up to LEAD_TOKENS ahead; the result cuts it to the run's tokens."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from specviz.engine.checkpoints import held_off
 from specviz.engine.run import RunResult
 from specviz.engine.session import Session
+
+LEAD_MS = 60.0    # after an update, the side that takes the brunt steps first for this long (a frame's drawing)
+LEAD_TOKENS = 8   # ar at most this many tokens ahead of the run (cut off in the result)
 
 
 class PairedBaseline:
@@ -24,6 +33,8 @@ class PairedBaseline:
         # the prompt's entries are the run's own (the same forward over the same tokens): copied, and charged what
         # the run's prefill took, so that the two prefills are not timed at two moments of the load (Session.start_beside)
         self.ar = Session(run.lm, "ar", sampling=run.sampling).start_beside(run)
+        self.updates = 0     # updates sent so far
+        self.ar_led = 0      # of them, those after which ar stepped first
 
     def follows(self, run: Session | None) -> bool:
         return run is self.run
@@ -36,11 +47,26 @@ class PairedBaseline:
             while not self.ar.finished and len(self.ar.output_ids) < target:
                 self.ar.step(target)
 
-    def lead(self) -> None:
-        """One `ar` step before the run's next step (ar one token ahead at most; result() cuts it off)."""
-        if not self.ar.finished and len(self.ar.output_ids) <= len(self.run.output_ids):
-            with held_off():
-                self.ar.step(len(self.run.output_ids) + 1)
+    def brunt_to_ar(self) -> bool:
+        """After an update: whether ar steps first (it took fewer of the updates so far than its share of the two
+        runs' step time), else the run does; counted as taken."""
+        ar_ms = sum(r.timings_ms.total for r in self.ar.records)
+        run_ms = sum(r.timings_ms.total for r in self.run.records)
+        share = ar_ms / (ar_ms + run_ms) if ar_ms + run_ms > 0 else 0.5
+        self.updates += 1
+        to_ar = self.ar_led < share * self.updates
+        self.ar_led += to_ar
+        return to_ar
+
+    def lead(self, max_new_tokens: int, for_ms: float = LEAD_MS) -> None:
+        """ar steps first after an update, for about for_ms (at most LEAD_TOKENS ahead of the run, within the call's
+        token limit); a call is never stopped meanwhile (engine.checkpoints.held_off)."""
+        started = time.perf_counter()
+        ahead = min(len(self.run.output_ids) + LEAD_TOKENS, max_new_tokens)
+        with held_off():
+            while (not self.ar.finished and len(self.ar.output_ids) < ahead
+                   and (time.perf_counter() - started) * 1000 < for_ms):
+                self.ar.step(len(self.ar.output_ids) + 1)
 
     def covers(self, new_tokens: int) -> bool:
         return self.ar.finished or len(self.ar.output_ids) >= new_tokens

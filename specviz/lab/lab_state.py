@@ -17,7 +17,7 @@ from typing import Callable
 
 from specviz.accept.sampling import SamplingSettings
 from specviz.engine.checked_run import CheckedRun
-from specviz.engine.paired_baseline import PairedBaseline
+from specviz.engine.paired_baseline import LEAD_MS, PairedBaseline
 from specviz.engine.run import RunResult, run_method
 from specviz.engine.session import Session
 from specviz.engine.token_diff import TokenDiff, token_diff
@@ -252,11 +252,17 @@ def keep_ar_up(state: LabState) -> None:
         paired.keep_up()
 
 
-def lead_ar(state: LabState) -> None:
-    """Before a step of the run: ar one step ahead (the step after an update takes the brunt of the browser
-    drawing it; engine.paired_baseline)."""
+def brunt_to_ar(state: LabState) -> bool:
+    """After an update of a paired run: whether ar steps first (engine.paired_baseline); False without one."""
+    paired = _paired(state)
+    return paired.brunt_to_ar() if paired is not None else False
+
+
+def lead_ar(state: LabState, max_new_tokens: int) -> None:
+    """Before the run's next step: ar steps first for a while (the steps after an update take the brunt of the
+    browser drawing it; engine.paired_baseline)."""
     if (paired := _paired(state)) is not None:
-        paired.lead()
+        paired.lead(max_new_tokens)
 
 
 def baseline_so_far(state: LabState) -> RunResult | None:
@@ -342,22 +348,26 @@ def step_sessions(call: ModelCall, states: list[LabState]):
         raise ValueError(f"{call.action} is no action on session states")
     last = time.perf_counter()
     paired = len(states) == 1  # a Lab's run (A/B sides compare with each other, not with ar)
-    updates, ar_first = 0, False
+    brunt: str | None = None     # after an update in a paired run: "ar" or "run", the side that steps first
     while any(can_step(state, call.max_new_tokens) for state in states):
         for state in states:
             if can_step(state, call.max_new_tokens):
-                if paired and ar_first:  # after every other update ar steps first (engine.paired_baseline)
-                    lead_ar(state)
+                if brunt == "ar":
+                    lead_ar(state, call.max_new_tokens)
+                led = time.perf_counter()
                 state.session.step(call.max_new_tokens)
+                while brunt == "run" and can_step(state, call.max_new_tokens) \
+                        and (time.perf_counter() - led) * 1000 < LEAD_MS:
+                    state.session.step(call.max_new_tokens)  # the run's steps take the brunt before ar catches up
                 if paired:
                     keep_ar_up(state)
-        ar_first = False
+        brunt = None
         if time.perf_counter() - last >= call.every_s:
             for state in states:
                 _update_diff_and_cost_curve(state)
             yield tuple(messages)
-            updates += 1
-            ar_first = updates % 2 == 1
+            if paired:
+                brunt = "ar" if brunt_to_ar(states[0]) else "run"
             last = time.perf_counter()
     for i, state in enumerate(states):
         messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."
