@@ -50,6 +50,7 @@ def test_bad_input_gives_message_not_traceback(tmp_path, capsys):
         (("generate", "--method", "pld", "--prompt-file", str(tmp_path / "none.txt")), "does not exist"),
         (("bench", "--suite", str(tmp_path / "none.jsonl"), "--methods", "ar"), "does not exist"),
         (("params", "nope"), "Unknown method"),
+        (("dev", "app-load", "--part", "versus-bench", "--examples", "code-rename,nope"), "Not example prompts"),
     ]:
         status = main(list(args))
         err = capsys.readouterr().err

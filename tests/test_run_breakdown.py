@@ -96,3 +96,18 @@ def test_a_runs_clock_stops_counting_when_its_steps_end():
     with clock.drawing():
         time.sleep(0.01)
     assert clock.times() == counted
+
+
+def test_the_page_against_bench_reads_medians_and_the_tolerance():
+    """dev app-load --part versus-bench (benches.page_versus_bench): an example is within the issue's 10% when the
+    median page speedup over the median bench speedup is, either way."""
+    from specviz.benches.page_versus_bench import ExampleReading
+
+    def reading(page, bench):
+        return ExampleReading("x", page, bench, [46] * len(page), [46] * len(bench), [2.0] * len(bench))
+
+    near = reading([1.3, 1.5, 1.4], [1.45, 1.35])
+    assert near.page_median == 1.4 and near.bench_median == pytest.approx(1.4) and near.within
+    assert not reading([1.2, 1.24], [1.4, 1.42]).within            # 0.86: below
+    assert not reading([1.6, 1.6], [1.4, 1.42]).within             # 1.13: above
+    assert reading([1.26, 1.28], [1.4, 1.4]).to_dict()["page_over_bench"] == pytest.approx(0.907, abs=1e-3)
