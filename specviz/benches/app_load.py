@@ -50,6 +50,18 @@ class Server:
         for line in self.process.stdout:
             self.log.append(line)
 
+    def wait_for(self, mark: str, timeout_s: float = 600, what: str | None = None) -> bool:
+        """Wait until a line of the server's log holds `mark`; past timeout_s, raise (what: the message's subject)
+        or, what=None, return False."""
+        deadline = time.time() + timeout_s
+        while not any(mark in line for line in self.log):
+            if time.time() > deadline:
+                if what is None:
+                    return False
+                raise SpecvizError(f"{what} ({mark!r} never came)")
+            time.sleep(0.5)
+        return True
+
     def rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024

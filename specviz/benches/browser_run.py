@@ -88,11 +88,7 @@ def first_runs(method: str = "unified", max_new_tokens: int = 128, waits_s: tupl
         server = Server(env)
         started = time.time()
         try:
-            deadline = started + 600
-            while not any("live steps ready" in line for line in server.log):
-                if time.time() > deadline:
-                    raise SpecvizError("live steps never became ready")
-                time.sleep(0.5)
+            server.wait_for("live steps ready", what="live steps never became ready")
             time.sleep(max(0.0, started + wait - time.time()))
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -172,13 +168,8 @@ def measure(method: str = "unified", max_new_tokens: int = 128, repeats: int = 3
     prompt = first_view(context.traces.get(context.first_trace), context.first_trace, context.examples).prompt
     server = Server(env)
     try:
-        deadline = time.time() + 600
-        while not any("live steps ready" in line for line in server.log):
-            if time.time() > deadline:
-                raise SpecvizError("live steps never became ready")
-            time.sleep(0.5)
-        while not any("nothing left in the background" in line for line in server.log) and time.time() < deadline:
-            time.sleep(1)
+        server.wait_for("live steps ready", what="live steps never became ready")
+        server.wait_for("nothing left in the background")
         runs = {"api": [], "browser": []}
         for _ in range(repeats):
             runs["api"].append(api_run(server.url, prompt, method, max_new_tokens))

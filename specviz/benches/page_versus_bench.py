@@ -117,11 +117,7 @@ def measure(lm, draft, items: list, method: str = "unified", max_new_tokens: int
                 for item in items}
     server = Server(env)
     try:
-        deadline = time.time() + 600
-        while not any("nothing left in the background" in line for line in server.log):
-            if time.time() > deadline:
-                raise SpecvizError("the server never went quiet")
-            time.sleep(1)
+        server.wait_for("nothing left in the background", what="the server never went quiet")
         warm = True
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
