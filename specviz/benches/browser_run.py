@@ -42,6 +42,20 @@ def api_run(url: str, prompt: str, method: str, max_new_tokens: int) -> dict:
             "speedup": versus.get("speedup"), "counters": out[2][:300] if isinstance(out, (list, tuple)) else ""}
 
 
+def open_ready_page(browser, url: str, viewport: tuple[int, int] = (1440, 900), timeout_s: float = 300):
+    """A new tab at url once its Run button is there and live steps are ready: (the page, the deadline its Run has)."""
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    page.goto(url, wait_until="load")
+    page.wait_for_selector("#run-btn", timeout=60_000)
+    deadline = time.time() + timeout_s
+    while "ready" not in (page.text_content("#live-status") or ""):
+        if time.time() > deadline:
+            page.close()
+            raise SpecvizError("live steps never became ready")
+        time.sleep(0.5)
+    return page, deadline
+
+
 def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int, int] = (1440, 900),
                 timeout_s: float = 300) -> dict:
     """The page's own Run button on its default prompt, read back from its counters line."""
@@ -50,15 +64,7 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            pid = browser.process.pid if hasattr(browser, "process") else None
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            page.goto(url, wait_until="load")
-            page.wait_for_selector("#run-btn", timeout=60_000)
-            deadline = time.time() + timeout_s
-            while "ready" not in (page.text_content("#live-status") or ""):
-                if time.time() > deadline:
-                    raise SpecvizError("live steps never became ready")
-                time.sleep(0.5)
+            page, deadline = open_ready_page(browser, url, viewport, timeout_s)
             page.click("#reset-btn")   # the first touch stops the first visit's replay
             time.sleep(2)
             browser_pids = _browser_pids()

@@ -17,7 +17,7 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from specviz.benches.app_load import Server, process_tree_cpu_s
-from specviz.benches.browser_run import CHROMIUM, _browser_pids, _figures, _wait_for_run
+from specviz.benches.browser_run import CHROMIUM, _browser_pids, _figures, _wait_for_run, open_ready_page
 from specviz.errors import SpecvizError
 
 WITHIN = 0.10  # the issue's tolerance: the page's speedup within 10% of bench's
@@ -71,15 +71,8 @@ def page_run(browser, url: str, example_id: str, method: str, max_new_tokens: in
     """The first Run after loading the page at the example's link, once the page's load is drawn (watched: the
     server's and the browser's processes); the counters' figures."""
     query = urlencode({"example": example_id, "method": method, "max_new_tokens": max_new_tokens})
-    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    page, deadline = open_ready_page(browser, f"{url}?{query}", viewport, timeout_s)
     try:
-        page.goto(f"{url}?{query}", wait_until="load")
-        page.wait_for_selector("#run-btn", timeout=60_000)
-        deadline = time.time() + timeout_s
-        while "ready" not in (page.text_content("#live-status") or ""):
-            if time.time() > deadline:
-                raise SpecvizError("live steps never became ready")
-            time.sleep(0.5)
         page.click("#reset-btn")
         time.sleep(1)
         settle(watched)
