@@ -89,7 +89,7 @@ def test_ar_stepping_first_runs_at_most_lead_tokens_ahead_and_is_cut_to_the_runs
 
 def test_the_brunt_of_each_update_goes_to_each_side_in_proportion_to_its_step_time(lm):
     """A side's share of the updates after which it stepped first follows its share of the two runs' step time
-    (engine.paired_baseline.brunt_to_ar): taken in turns, a run three times faster than ar took half the browser's
+    (engine.paired_baseline.brunt_to_ar): taken in turns, a run several times faster than ar took half the browser's
     drawing where a steady load would have given it a quarter."""
     from dataclasses import replace
 

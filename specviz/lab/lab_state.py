@@ -252,10 +252,13 @@ def keep_ar_up(state: LabState) -> None:
         paired.keep_up()
 
 
-def brunt_to_ar(state: LabState) -> bool:
-    """After an update of a paired run: whether ar steps first (engine.paired_baseline); False without one."""
+def brunt_after_update(state: LabState) -> str | None:
+    """After an update of a paired run: the side that steps first, "ar" or "run" (engine.paired_baseline); None where
+    no ar steps beside it (ar itself)."""
     paired = _paired(state)
-    return paired.brunt_to_ar() if paired is not None else False
+    if paired is None:
+        return None
+    return "ar" if paired.brunt_to_ar() else "run"
 
 
 def lead_ar(state: LabState, max_new_tokens: int) -> None:
@@ -367,7 +370,7 @@ def step_sessions(call: ModelCall, states: list[LabState]):
                 _update_diff_and_cost_curve(state)
             yield tuple(messages)
             if paired:
-                brunt = "ar" if brunt_to_ar(states[0]) else "run"
+                brunt = brunt_after_update(states[0])
             last = time.perf_counter()
     for i, state in enumerate(states):
         messages[i] = f"Done ({state.session.finish_reason or 'token limit'})."
