@@ -30,6 +30,21 @@ os.register_at_fork(after_in_child=_fresh_lock_in_a_fork)
 EXPLORE_SHARE = 0.01  # at most this share of the time goes to steps of a kind measured to be worse
 
 
+def tokens_per_ms(samples) -> float | None:
+    """Tokens per millisecond over (tokens, ms) samples (None: none yet)."""
+    if not samples:
+        return None
+    return sum(t for t, _ in samples) / max(1e-6, sum(ms for _, ms in samples))
+
+
+def priced_interval(lost_ms: float, step_ms: float, at_least: int) -> int:
+    """Steps between two exploring steps that lose lost_ms each, so that they cost at most EXPLORE_SHARE of steps of
+    step_ms (at least `at_least` steps apart)."""
+    if lost_ms <= 0:
+        return at_least
+    return max(at_least, round(lost_ms / (EXPLORE_SHARE * step_ms)))
+
+
 class FallbackChooser:
     def __init__(self, mode: str = "auto", setting: str = "", window: int = 12, first_tries: int = 2,
                  explore_every: int = 30, kinds: tuple[str, ...] = ("model", "logits")):
@@ -48,10 +63,7 @@ class FallbackChooser:
 
     def rate(self, kind: str) -> float | None:
         """Committed tokens per millisecond (at the calibrated machine speed) over the kind's recent steps."""
-        samples = self.samples[kind]
-        if not samples:
-            return None
-        return sum(t for t, _ in samples) / max(1e-6, sum(ms for _, ms in samples))
+        return tokens_per_ms(self.samples[kind])
 
     def _mean_ms(self, kind: str) -> float:
         samples = self.samples[kind]
@@ -62,9 +74,7 @@ class FallbackChooser:
         what best needs for the same tokens) is at most EXPLORE_SHARE of the time of those steps."""
         other_tokens = sum(t for t, _ in self.samples[other]) / len(self.samples[other])
         lost_ms = self._mean_ms(other) - other_tokens / max(1e-9, self.rate(best))
-        if lost_ms <= 0:
-            return self.explore_every
-        return max(self.explore_every, round(lost_ms / (EXPLORE_SHARE * self._mean_ms(best))))
+        return priced_interval(lost_ms, self._mean_ms(best), self.explore_every)
 
     def choose(self) -> str:
         if self.mode != "auto":

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from specviz.drafters.measured_choice import EXPLORE_SHARE
+
+from specviz.drafters.measured_choice import priced_interval, tokens_per_ms
 from specviz.records.notes import MeasuredChoice
 from specviz.tree.draft_tree import DraftTree
 
@@ -67,16 +68,11 @@ class StageGain:
 
     def stage_rate(self) -> float | None:
         """Tokens the stage added per millisecond it cost, over its recent steps (None: not tried yet)."""
-        gains = self.gains
-        if not gains:
-            return None
-        return sum(t for t, _ in gains) / max(1e-6, sum(ms for _, ms in gains))
+        return tokens_per_ms(self.gains)
 
     def run_rate(self) -> float | None:
         """The run's committed tokens per millisecond without the stage, over its recent steps."""
-        if not self.recent:
-            return None
-        return sum(t for t, _ in self.recent) / max(1e-6, sum(ms for _, ms in self.recent))
+        return tokens_per_ms(self.recent)
 
     def explore_interval(self) -> int:
         """Steps between two tries of a stage measured not to pay: what a try loses (its cost beyond what the run
@@ -84,10 +80,7 @@ class StageGain:
         gains, run_rate = self.gains, self.run_rate()
         cost_ms = sum(ms for _, ms in gains) / len(gains)
         lost_ms = cost_ms - (sum(t for t, _ in gains) / len(gains)) / max(1e-9, run_rate)
-        step_ms = sum(ms for _, ms in self.recent) / len(self.recent)
-        if lost_ms <= 0:
-            return self.explore_every
-        return max(self.explore_every, round(lost_ms / (EXPLORE_SHARE * step_ms)))
+        return priced_interval(lost_ms, sum(ms for _, ms in self.recent) / len(self.recent), self.explore_every)
 
     def choose(self) -> str:
         if self.mode != "auto":
@@ -112,7 +105,7 @@ class StageGain:
             if ran:
                 self.gains.append((added, stage_ms / load))
             self.recent.append((tokens - added, max(1e-3, step_ms - stage_ms) / load))
-            _recent[self.key] = deque(self.recent, maxlen=self.recent.maxlen)
+            _recent[self.key] = self.recent  # the next session of the setting starts from a copy of it
 
     def checkpoint(self):
         with _lock:

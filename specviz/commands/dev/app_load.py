@@ -122,11 +122,12 @@ def versus_bench(args, env: dict) -> dict:
 
     suite = load_suite("assets/suite.jsonl")
     if args.examples:
+        by_id = {item.id: item for item in suite}
         wanted = [name.strip() for name in args.examples.split(",") if name.strip()]
-        unknown = [name for name in wanted if name not in {i.id for i in suite}]
+        unknown = [name for name in wanted if name not in by_id]
         if unknown:
             raise SpecvizError(f"Not example prompts of the page: {', '.join(unknown)}.")
-        items = [next(i for i in suite if i.id == name) for name in wanted]
+        items = [by_id[name] for name in wanted]
     else:
         items = [i for i in suite if i.category != "long-context"]
     lm = load_target(args)
