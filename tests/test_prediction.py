@@ -64,3 +64,21 @@ def test_the_error_a_planner_with_exact_chances_expects_and_its_bias():
     assert error.steps == 2 and error.mae == pytest.approx(0.5) and error.bias == pytest.approx(-0.5)
     assert error.spread == pytest.approx(0.2)
     assert PredictionError.of([step(0, 0, 0, None, 1, 10.0, plan=False)]) is None
+
+
+def test_the_chances_are_set_beside_what_the_target_accepted_per_source_set_and_band():
+    from specviz.engine.prediction import ChanceBand, chance_reliability
+
+    def node(i, sources, chance, status):
+        return NodeRecord(id=i, parent=0, depth=1, token_id=i + 1, text="b", sources=sources, status=status,
+                          chance=chance)
+
+    root = NodeRecord(id=0, parent=-1, depth=0, token_id=1, text="a", sources=[], status=NodeStatus.ROOT)
+    nodes = [root, node(1, ["search", "retrieval"], 0.3, NodeStatus.ACCEPTED),
+             node(2, ["retrieval", "search"], 0.4, NodeStatus.REJECTED), node(3, ["search"], 0.3, NodeStatus.REJECTED),
+             node(4, ["search"], 0.9, NodeStatus.UNREACHED), node(5, ["search"], None, NodeStatus.ACCEPTED)]
+    record = StepRecord(step=0, prefix_len=3, budget=8, budget_mode="auto", nodes=nodes, accepted_tokens=[1, 2],
+                        accepted_origins=["bonus"] * 2, allocation={}, timings_ms={"total": 10.0})
+    assert chance_reliability([record]) == [ChanceBand("retrieval+search", 0.25, 2, 0.35, 0.5),
+                                            ChanceBand("search", 0.25, 1, 0.3, 0.0),
+                                            ChanceBand("search", 0.75, 1, 0.9, 0.0)]

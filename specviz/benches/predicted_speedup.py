@@ -1,15 +1,22 @@
 """Predicted against measured speedup over `ar` on a suite: each prompt runs the method with `ar` stepped
 between its steps (engine.paired_baseline, the app's way), and the planner's prediction is set beside the
-measurement with the three factors of the gap (engine.prediction)."""
+measurement with the three factors of the gap (engine.prediction); beside it, the predicted accepted drafts' error
+(pooled over the suite's planned steps) and the chances per source set and band against what the target accepted.
+RELIABILITY_MIN_NODES keeps the table to bands with enough nodes to read."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from specviz.engine.paired_baseline import PairedBaseline
-from specviz.engine.prediction import SpeedupCheck, ar_ms_per_token, speedup_check
+from specviz.engine.prediction import (PredictionError, SpeedupCheck, ar_ms_per_token, chance_reliability,
+                                       speedup_check)
 from specviz.engine.run import warm_up
 from specviz.engine.session import Session
 from specviz.studies.suite import SuiteItem
 from specviz.runtime.loading import LoadedModel
+
+RELIABILITY_MIN_NODES = 20
 
 
 def predicted_against_measured(lm: LoadedModel, suite: list[SuiteItem], method: str, max_new_tokens: int,
@@ -28,8 +35,11 @@ def predicted_against_measured(lm: LoadedModel, suite: list[SuiteItem], method: 
                      **_row(speedup_check(session.records, ar_ms_per_token(paired.ar.records)))})
         pooled_records += session.records
         pooled_ar += paired.ar.records
+    error = PredictionError.of(pooled_records)
     return {"method": method, "max_new_tokens": max_new_tokens, "prompts": rows,
-            "pooled": _row(speedup_check(pooled_records, ar_ms_per_token(pooled_ar)))}
+            "pooled": _row(speedup_check(pooled_records, ar_ms_per_token(pooled_ar))),
+            "prediction_error": asdict(error) if error is not None else None,
+            "reliability": [asdict(band) for band in chance_reliability(pooled_records)]}
 
 
 def _row(c: SpeedupCheck) -> dict:
@@ -51,4 +61,16 @@ def format_table(report: dict) -> str:
         lines.append(f"{row['id']:<28} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7} {cells[4]:>7}")
     lines.append("factors: accepted = tokens committed / expected; time = ms taken / ms priced; ar = ar's ms per "
                  "token / the one-token verify priced (measured / predicted = accepted x ar / time)")
+    error = report.get("prediction_error")
+    if error:
+        lines.append(f"predicted vs measured accepted drafts over {error['steps']} planned steps: mean abs. error "
+                     f"{error['mae']:.2f} (exact chances would miss by {error['spread']:.2f}), bias {error['bias']:+.2f}")
+    bands = [b for b in report.get("reliability", []) if b["nodes"] >= RELIABILITY_MIN_NODES]
+    if bands:
+        lines.append(f"the planner's chances against the target, per source set and band ({RELIABILITY_MIN_NODES}+ "
+                     f"nodes):")
+        lines.append(f"{'sources':<34} {'band':>9} {'nodes':>6} {'chance':>7} {'accepted':>9}")
+        for b in bands:
+            lines.append(f"{b['sources']:<34} {b['low']:>4.2f}-{b['low'] + 0.25:<4.2f} {b['nodes']:>6} "
+                         f"{b['mean_chance']:>7.2f} {b['accepted']:>9.2f}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specviz.records.status import ACCEPTED_STATUSES
 from specviz.records.step import StepRecord
 
 
@@ -109,3 +110,28 @@ class PredictionError:
         n = len(rows)
         return cls(n, sum(abs(p - m) for p, m, _ in rows) / n, sum(p - m for p, m, _ in rows) / n,
                    sum(own_spread(tail) for _, _, tail in rows if tail is not None) / n)
+
+
+@dataclass(frozen=True)
+class ChanceBand:
+    """The planner's calibrated chances of one source set's nodes within one band, against what the target did."""
+    sources: str         # the sources that offered the nodes, joined ("retrieval+search")
+    low: float           # the band: chances in [low, low + width)
+    nodes: int
+    mean_chance: float   # the mean calibrated (unconditional) chance the planner gave them
+    accepted: float      # the share of them the target accepted
+
+
+def chance_reliability(records: list[StepRecord], width: float = 0.25) -> list[ChanceBand]:
+    """Per source set and band of the verified nodes' calibrated chances: were the chances right? (A planner whose
+    chances are right has accepted = mean_chance in every band; engine.planner calibrates per source set.)"""
+    bands: dict[tuple[str, int], tuple[int, float, int]] = {}  # (sources, band) -> (nodes, sum of chances, accepted)
+    for record in records:
+        for node in record.nodes[1:]:
+            if node.chance is None:
+                continue
+            key = ("+".join(sorted(node.sources)), min(int(node.chance / width), int(round(1 / width)) - 1))
+            n, chances, accepted = bands.get(key, (0, 0.0, 0))
+            bands[key] = (n + 1, chances + node.chance, accepted + (node.status in ACCEPTED_STATUSES))
+    return [ChanceBand(sources, round(band * width, 3), n, round(chances / n, 3), round(accepted / n, 3))
+            for (sources, band), (n, chances, accepted) in sorted(bands.items())]
