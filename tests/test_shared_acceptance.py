@@ -68,3 +68,28 @@ def test_a_session_starts_from_the_latest_session_of_its_setting(lm):
         second.step()
     assert second.output_ids[:len(first.output_ids)] == first.output_ids
     shared_acceptance.forget()
+
+
+def test_bench_starts_every_repeat_of_a_prompt_from_the_records_the_earlier_prompts_left(lm, monkeypatch):
+    """A repeat that started from an earlier repeat's record of the same text would read faster than a new prompt
+    does; the first prompt starts from the prior, though the warm-up stepped through it."""
+    from specviz.benches.suite_bench import run_bench
+    from specviz.studies.suite import SuiteItem
+
+    started: list[tuple[str, tuple]] = []
+    starting_model = shared_acceptance.starting_model
+
+    def recorded(setting):
+        model = starting_model(setting)
+        started.append((setting, model.checkpoint()))
+        return model
+
+    monkeypatch.setattr(shared_acceptance, "starting_model", recorded)
+    suite = [SuiteItem("days", "test", "List the days of the week, then list them again."),
+             SuiteItem("months", "test", "List the months of the year, then list them again.")]
+    run_bench(lm, suite, ["ar", "racer"], max_new_tokens=24, repeats=2)
+    racer = [record for setting, record in started if "|racer|" in setting]
+    assert len(racer) == 1 + 2 * 2  # the warm-up, then two repeats of two prompts
+    fresh = AcceptanceModel().checkpoint()
+    assert racer[1] == racer[2] == fresh  # the first prompt: the prior, both repeats
+    assert racer[3] == racer[4] != fresh  # the second: what the first prompt taught, both repeats

@@ -58,3 +58,16 @@ def forget() -> None:
     """Every setting's record dropped: the next session of each starts from the prior."""
     with _lock:
         _latest.clear()
+
+
+def snapshot() -> "OrderedDict[str, tuple]":
+    """Every setting's latest record, to restore later (bench: each repeat of a prompt starts from what the earlier
+    prompts taught, never from an earlier repeat of the same text)."""
+    with _lock:
+        return OrderedDict(_latest)  # the records are copies nobody changes: publish and starting_model copy
+
+
+def restore(saved: "OrderedDict[str, tuple]") -> None:
+    with _lock:
+        _latest.clear()
+        _latest.update(saved)
