@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from specviz.engine import shared_acceptance
 from specviz.engine.paired_baseline import PairedBaseline
 from specviz.engine.prediction import (PredictionError, SpeedupCheck, ar_ms_per_token, chance_reliability,
                                        speedup_check)
@@ -24,7 +23,6 @@ def predicted_against_measured(lm: LoadedModel, suite: list[SuiteItem], method: 
                                params: dict | None = None, draft=None) -> dict:
     """Per prompt and over the suite (all steps pooled): predicted and measured speedup, and the factors."""
     warm_up(lm, method, suite[0].messages, params=params, draft=draft)
-    shared_acceptance.forget()  # the warm-up stepped through the first prompt: its record starts from the prior
     rows, pooled_records, pooled_ar = [], [], []
     for item in suite:
         limit = item.limit(max_new_tokens)

@@ -6,7 +6,6 @@ import functools
 import statistics
 from typing import Callable
 
-from specviz.engine import shared_acceptance
 from specviz.engine.divergence import classify, first_difference, recompute_margin, tie_threshold
 from specviz.engine.prediction import PredictionError
 from specviz.studies.peers import PEER_METHODS, peer_run
@@ -101,8 +100,6 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
                     params=params_for(method, params), budget=budget, sampling=sampling, draft=draft)
     for runner in peers.values() if warm else ():
         runner(encoded[0][1], 8)  # its first answer's one-time costs out of the timings
-    if warm:  # the warm-ups stepped through the first prompt: the planner's records start from the prior
-        shared_acceptance.forget()
     from specviz.index.datastore import shared_datastore
     from specviz.studies.self_repetition import self_repetition
 
@@ -116,11 +113,7 @@ def run_bench(lm: LoadedModel, suite: list[SuiteItem], methods: list[str], max_n
         limit = item.limit(max_new_tokens)
         runs: dict[str, list[RunResult]] = {m: [] for m in [*methods, *peers]}
         prompt = PromptText.of(item.messages)
-        # every repeat's sessions start from the planner's records as the earlier prompts left them: a repeat that
-        # started from an earlier repeat's record of the same text would read faster than a new prompt does
-        before_prompt = shared_acceptance.snapshot()
         for repeat in range(repeats):
-            shared_acceptance.restore(before_prompt)
             for method in methods:  # interleaved: A B C A B C ...
                 seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
                 run = peer_run if method in PEER_METHODS else functools.partial(run_method, budget=budget)
@@ -158,12 +151,9 @@ def _run_regimes(lm, suite, methods, max_new_tokens, params, budget, repeats, dr
     for regime in regimes:  # each regime's first runs (graph captures, kernels' set-up) outside the timings
         captured_forward.install(lm, regime)
         run_bench(lm, suite[:1], methods, min(max_new_tokens, 16), params, budget, 1, draft, sampling=sampling)
-    shared_acceptance.forget()
     for item in suite:
-        before_prompt = shared_acceptance.snapshot()  # as in run_bench: no run learns from another of its text
         for repeat in range(repeats):
             for regime in regimes:
-                shared_acceptance.restore(before_prompt)
                 captured_forward.install(lm, regime)
                 seeded = SamplingSettings(sampling.temperature, sampling.top_p, sampling.seed + repeat)
                 report = run_bench(lm, [item], methods, max_new_tokens, params, budget, 1, draft,

@@ -3,9 +3,8 @@
 The drafters have already drafted; the planner keeps the best-first prefix of their tree that maximises expected
 committed tokens per millisecond, (1 + expected accepted drafts) / (draft and step time + verify cost), if it beats
 plain decoding. A node's chance is learnt online per key (sources, depth, sibling position, drafter bucket) and
-calibrated per source set (engine.shared_acceptance carries both to the next session of the setting); the verify
-cost is the calibrated curve corrected online per size band. The draft time is the same for every candidate, so
-Theorem 1's per-node draft times never enter.
+calibrated per source set; the verify cost is the calibrated curve corrected online per size band. The draft time
+is the same for every candidate, so Theorem 1's per-node draft times never enter.
 
 Design notes: docs/design.md, "specviz/engine/planner.py".
 """

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from specviz.engine import costmodel, rebuilt_prefixes, shared_acceptance
+from specviz.engine import costmodel, rebuilt_prefixes
 from specviz.engine.checkpoints import between_layers, checkpoint, lend_turn
 from specviz.engine.checked_run import CheckedRun
 from specviz.engine.tree_forward import verify_tree
@@ -24,7 +24,7 @@ from specviz.runtime import kv
 from specviz.runtime.kv import cache_length, keep_accepted
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.loading import check_same_vocabulary
-from specviz.engine.planner import OnlineCost, TreePlan, best_first, plan_tree
+from specviz.engine.planner import AcceptanceModel, OnlineCost, TreePlan, best_first, plan_tree
 from specviz.accept.sampling import SamplingSettings
 from specviz.runtime.prompts import PromptText, encode
 from specviz.runtime import state_pickle
@@ -197,14 +197,6 @@ class Session:
             self._online_cost = OnlineCost(self.cost_model)
         return self._online_cost
 
-    @property
-    def acceptance_setting(self) -> str:
-        """What the planner's acceptance record is shared under: what changes what a kind of node is worth."""
-        draft = self.draft.name if self.draft is not None else "self"
-        params = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        return (f"{self.lm.name}|{self.lm.mode}|{self.lm.device}|{draft}|{self.name}|{params}|{self.budget.setting}"
-                f"|{self.sampling.temperature}|{self.sampling.top_p}")
-
     def start(self, prompt) -> "Session":
         """Encode a text or chat prompt (one user message for plain text) and prefill."""
         return self.start_ids(encode(self.lm.tokenizer, prompt, self.lm.max_context), PromptText.of(prompt))
@@ -266,9 +258,7 @@ class Session:
         self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
         prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
-        # the latest session of this setting's record: a new session's first steps are predicted from what the
-        # process has seen, not from a fair coin (engine.shared_acceptance)
-        self.acceptance = shared_acceptance.starting_model(self.acceptance_setting)
+        self.acceptance = AcceptanceModel()
         # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
         self.features = self.method.feature_tap if self.method.needs_features else None
         self.prefill_from = None
@@ -487,8 +477,6 @@ class Session:
                     if verification.charts is not None else None)
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
-        if len(tree) > 1:
-            shared_acceptance.publish(self.acceptance_setting, self.acceptance)
         if self.budget.auto:
             self.online_cost.observe(len(tree), forward_ms)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
