@@ -142,29 +142,3 @@ def test_a_steps_fixed_overhead_is_priced_and_favours_no_smaller_tree():
     assert with_overhead.cut.overhead_ms == 6.0 and with_overhead.cut.fixed_ms == 7.0
     assert with_overhead.cut.expected_tokens_per_s == round(
         1000 * (1 + with_overhead.expected[k]) / (7.0 + with_overhead.verify_ms[k]), 2)
-
-
-def _agreeing_tree() -> DraftTree:
-    """A node retrieval and search agree on, and a node search offers alone."""
-    t = DraftTree(1)
-    t.add(0, 5, "retrieval", prior=0.3)
-    t.add(0, 5, "search", prior=0.3)
-    t.add(0, 6, "search", prior=0.3)
-    return t
-
-
-def test_a_node_two_sources_agree_on_is_calibrated_by_what_such_nodes_delivered():
-    """Agreed nodes are accepted far more often than either source's own: their chances are scaled by their own
-    record, not dragged down by the lone source's misses."""
-    from specviz.engine.planner import AcceptanceModel
-
-    model = AcceptanceModel()
-    for _ in range(8):  # the agreed node always accepted, the lone search node never
-        t = _agreeing_tree()
-        model.observe_step(t, model.node_chances(t), ["root", "accepted", "rejected"])
-    assert model.calibration("retrieval+search") > 1.0 > 0.5 > model.calibration("search")
-    t = _agreeing_tree()
-    raw = model.node_chances(t)
-    calibrated = model.calibrated(t, raw)
-    assert calibrated[1] == min(1.0, raw[1] * model.calibration("retrieval+search")) > raw[1]
-    assert calibrated[2] == raw[2] * model.calibration("search") < raw[2]

@@ -3,8 +3,8 @@
 The drafters have already drafted; the planner keeps the best-first prefix of their tree that maximises expected
 committed tokens per millisecond, (1 + expected accepted drafts) / (draft and step time + verify cost), if it beats
 plain decoding. A node's chance is learnt online per key (sources, depth, sibling position, drafter bucket) and
-calibrated per source set; the verify cost is the calibrated curve corrected online per size band. The draft time
-is the same for every candidate, so Theorem 1's per-node draft times never enter.
+calibrated per source; the verify cost is the calibrated curve corrected online per size band. The draft time is the
+same for every candidate, so Theorem 1's per-node draft times never enter.
 
 Design notes: docs/design.md, "specviz/engine/planner.py".
 """
@@ -33,7 +33,7 @@ COST_BANDS = (1, 2, 5, 9, 17, 33, 65, 129)  # lower edges of the size bands the 
 # a band's correction is forgotten after this many forwards without one of its size: trees refused
 # because a burst of load made them look slow are then priced from the bands still measured, and tried
 STALE_AFTER = 32
-CALIBRATION_PRIOR = 1.0   # per source set, promised = got = this many drafts at the start (factor 1)
+CALIBRATION_PRIOR = 1.0   # per source, promised = got = this many drafts at the start (factor 1)
 CALIBRATION_DECAY = 0.8   # per step in which the source had kept nodes
 CALIBRATION_FADE = 0.98   # per step in which it had none
 CALIBRATION_MAX = 1.5
@@ -58,35 +58,28 @@ def node_key_and_prior(tree: DraftTree, node: int) -> tuple[tuple, float | None]
     return key, max((m["prior"] for m in node_meta.values() if "prior" in m), default=None)
 
 
-def source_set(sources: set[str]) -> str:
-    """The sources that offered a node as one name ("retrieval+search"): calibration is kept per set, since a node
-    two sources agree on is accepted far more often than either source's own nodes (docs/design.md)."""
-    return "+".join(sorted(sources))
-
-
 class AcceptanceModel:
     def __init__(self, prior: float = 0.5, prior_weight: float = 1.0, decay: float = 0.95):
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
         self.accepted: dict[tuple, float] = {}
         self.compared: dict[tuple, float] = {}
-        self.promised: dict[str, float] = {}  # per source set: moving sums of kept nodes' chances ...
+        self.promised: dict[str, float] = {}  # per source: moving sums of kept nodes' chances ...
         self.got: dict[str, float] = {}       # ... and of how many of them were accepted
 
-    def calibration(self, sources: str) -> float:
-        """How much of what the chances of nodes offered by exactly these sources (a source_set) promise this
-        session's text delivers."""
-        return min(CALIBRATION_MAX, (self.got.get(sources, 0.0) + CALIBRATION_PRIOR)
-                   / (self.promised.get(sources, 0.0) + CALIBRATION_PRIOR))
+    def calibration(self, source: str) -> float:
+        """How much of what this source's chances promise this session's text delivers."""
+        return min(CALIBRATION_MAX, (self.got.get(source, 0.0) + CALIBRATION_PRIOR)
+                   / (self.promised.get(source, 0.0) + CALIBRATION_PRIOR))
 
     def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
-        """Unconditional chances times their source set's calibration (root: 1), each at most its parent's: a
-        factor above 1 must not make a node likelier than the path to it (or than 1)."""
-        sets = [source_set(s) for s in tree.sources]
-        factors = {s: self.calibration(s) for s in set(sets[1:])}
-        parents = tree.parents
+        """Unconditional chances times the smallest calibration among each node's sources (root: 1), each at most
+        its parent's: a factor above 1 must not make a node likelier than the path to it (or than 1). A factor per
+        source set was tried and dropped (docs/benchmarks.md, "Dropped experiments")."""
+        factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])}
+        factor_of, sources, parents = factors.__getitem__, tree.sources, tree.parents
         out = [1.0] * len(tree)
         for n in range(1, len(tree)):  # a parent's index is below its children's
-            out[n] = min(chances[n] * factors[sets[n]], out[parents[n]])
+            out[n] = min(chances[n] * min(map(factor_of, sources[n])), out[parents[n]])
         return out
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[NodeStatus]) -> None:
@@ -94,16 +87,16 @@ class AcceptanceModel:
         promised: dict[str, float] = {}
         got: dict[str, float] = {}
         for node in range(1, len(tree)):
-            sources = source_set(tree.sources[node])
-            promised[sources] = promised.get(sources, 0.0) + chances[node]
-            got[sources] = got.get(sources, 0.0) + (statuses[node] in ACCEPTED_STATUSES)
-        for sources in set(self.promised) | set(promised):
-            if sources in promised:
-                self.promised[sources] = self.promised.get(sources, 0.0) * CALIBRATION_DECAY + promised[sources]
-                self.got[sources] = self.got.get(sources, 0.0) * CALIBRATION_DECAY + got[sources]
+            for source in tree.sources[node]:
+                promised[source] = promised.get(source, 0.0) + chances[node]
+                got[source] = got.get(source, 0.0) + (statuses[node] in ACCEPTED_STATUSES)
+        for source in set(self.promised) | set(promised):
+            if source in promised:
+                self.promised[source] = self.promised.get(source, 0.0) * CALIBRATION_DECAY + promised[source]
+                self.got[source] = self.got.get(source, 0.0) * CALIBRATION_DECAY + got[source]
             else:
-                self.promised[sources] *= CALIBRATION_FADE
-                self.got[sources] *= CALIBRATION_FADE
+                self.promised[source] *= CALIBRATION_FADE
+                self.got[source] *= CALIBRATION_FADE
 
     @staticmethod
     def coarse(key: tuple) -> tuple:
