@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from specviz.engine.paired_baseline import PairedBaseline
-from specviz.engine.prediction import (PredictionError, SpeedupCheck, ar_ms_per_token, chance_reliability,
-                                       speedup_check)
+from specviz.engine.prediction import (BAND_WIDTH, PredictionError, SpeedupCheck, ar_ms_per_token,
+                                       chance_reliability, speedup_check)
 from specviz.engine.run import warm_up
 from specviz.engine.session import Session
 from specviz.studies.suite import SuiteItem
@@ -71,6 +71,6 @@ def format_table(report: dict) -> str:
                      f"nodes):")
         lines.append(f"{'sources':<34} {'band':>9} {'nodes':>6} {'chance':>7} {'accepted':>9}")
         for b in bands:
-            lines.append(f"{b['sources']:<34} {b['low']:>4.2f}-{b['low'] + 0.25:<4.2f} {b['nodes']:>6} "
+            lines.append(f"{b['sources']:<34} {b['low']:>4.2f}-{b['low'] + BAND_WIDTH:<4.2f} {b['nodes']:>6} "
                          f"{b['mean_chance']:>7.2f} {b['accepted']:>9.2f}")
     return "\n".join(lines)

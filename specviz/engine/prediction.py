@@ -122,9 +122,13 @@ class ChanceBand:
     accepted: float      # the share of them the target accepted
 
 
-def chance_reliability(records: list[StepRecord], width: float = 0.25) -> list[ChanceBand]:
+BAND_WIDTH = 0.25  # chance_reliability's bands: four, wide enough to hold tens of nodes of a suite each
+
+
+def chance_reliability(records: list[StepRecord], width: float = BAND_WIDTH) -> list[ChanceBand]:
     """Per source set and band of the verified nodes' calibrated chances: were the chances right? (A planner whose
-    chances are right has accepted = mean_chance in every band; engine.planner calibrates per source set.)"""
+    chances are right has accepted = mean_chance in every band; engine.planner calibrates per source, and a node
+    several sources offered takes their smallest factor.)"""
     bands: dict[tuple[str, int], tuple[int, float, int]] = {}  # (sources, band) -> (nodes, sum of chances, accepted)
     for record in records:
         for node in record.nodes[1:]:
