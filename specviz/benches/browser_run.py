@@ -15,7 +15,7 @@ from specviz.errors import SpecvizError
 CHROMIUM = "/usr/bin/chromium"
 
 
-def _figures(counters_text: str) -> dict:
+def counter_figures(counters_text: str) -> dict:
     """steps, tokens, tokens/s and the speedup over ar out of the counters line as the page shows it."""
     found = {}
     for key, pattern in (("steps", r"steps\**\s*(\d+)"), ("tokens", r"tokens\**\s*(\d+)"),
@@ -67,14 +67,14 @@ def browser_run(url: str, method: str, max_new_tokens: int, viewport: tuple[int,
             page, deadline = open_ready_page(browser, url, viewport, timeout_s)
             page.click("#reset-btn")   # the first touch stops the first visit's replay
             time.sleep(2)
-            browser_pids = _browser_pids()
+            browser_pids = chromium_pids()
             cpu_before = sum(process_tree_cpu_s(p) for p in browser_pids)
             started = time.perf_counter()
             page.click("#run-btn")
             _run_ended(page, max_new_tokens, deadline)
             wall = time.perf_counter() - started
             cpu = sum(process_tree_cpu_s(p) for p in browser_pids) - cpu_before
-            figures = _figures(page.text_content("#counters") or "")
+            figures = counter_figures(page.text_content("#counters") or "")
         finally:
             browser.close()
     steps = figures.get("steps") or 1
@@ -108,7 +108,7 @@ def first_runs(method: str = "unified", max_new_tokens: int = 128, waits_s: tupl
                             time.sleep(2)
                         loaded_s = time.time() - started
                         page.click("#run-btn")
-                        figures = _wait_for_run(page, max_new_tokens, time.time() + 300)
+                        figures = wait_for_run(page, max_new_tokens, time.time() + 300)
                         breakdown = page.text_content("#counters details") or ""
                         rows.append({"run": run, "after_start_s": round(loaded_s, 1), **figures,
                                      "breakdown": " ".join(breakdown.split())})
@@ -124,7 +124,7 @@ def _run_ended(page, max_new_tokens: int, deadline: float) -> bool:
     last, still_since = "", time.time()
     while time.time() < deadline:
         text = page.text_content("#counters") or ""
-        figures = _figures(text)
+        figures = counter_figures(text)
         if text != last:
             last, still_since = text, time.time()
         done = (page.text_content("#message") or "").strip().startswith("Done")
@@ -134,15 +134,15 @@ def _run_ended(page, max_new_tokens: int, deadline: float) -> bool:
     return False
 
 
-def _wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
+def wait_for_run(page, max_new_tokens: int, deadline: float) -> dict:
     """The counters' figures once the Run's last reply came (_run_ended)."""
     if not _run_ended(page, max_new_tokens, deadline):
         raise SpecvizError("the Run did not finish within 300 s")
     time.sleep(1.0)  # the last reply's counters (the figures below the stage follow it)
-    return _figures(page.text_content("#counters") or "")
+    return counter_figures(page.text_content("#counters") or "")
 
 
-def _browser_pids() -> list[int]:
+def chromium_pids() -> list[int]:
     """Chromium's top processes (the headless shell and its children are summed by _tree_cpu_s)."""
     found = []
     for entry in Path("/proc").iterdir():

@@ -17,7 +17,7 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from specviz.benches.app_load import Server, process_tree_cpu_s
-from specviz.benches.browser_run import CHROMIUM, _browser_pids, _figures, _wait_for_run, open_ready_page
+from specviz.benches.browser_run import CHROMIUM, chromium_pids, counter_figures, open_ready_page, wait_for_run
 from specviz.errors import SpecvizError
 
 WITHIN = 0.10  # the tolerance: the page's speedup within 10% of bench's
@@ -77,9 +77,10 @@ def page_run(browser, url: str, example_id: str, method: str, max_new_tokens: in
         time.sleep(1)
         settle(watched)
         page.click("#run-btn")
-        figures = _wait_for_run(page, max_new_tokens, deadline)
+        figures = wait_for_run(page, max_new_tokens, deadline)
         if "speedup" not in figures:
-            raise SpecvizError(f"no speedup on the page for {example_id}: {_figures(page.text_content('#counters') or '')}")
+            counters = counter_figures(page.text_content("#counters") or "")
+            raise SpecvizError(f"no speedup on the page for {example_id}: {counters}")
         return figures
     finally:
         page.close()
@@ -115,7 +116,7 @@ def measure(lm, draft, items: list, method: str = "unified", max_new_tokens: int
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                watched = [server.process.pid, *_browser_pids()]
+                watched = [server.process.pid, *chromium_pids()]
                 for round_ in range(rounds):
                     for item in items:
                         got = readings[item.id]
