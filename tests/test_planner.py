@@ -1,6 +1,8 @@
 """The cost-optimal planner: an empty tree, cost bands measured during a burst of load, and per-source
 calibration of the chances it pays for."""
 
+import pytest
+
 from specviz.engine.session import Session
 from specviz.tree.draft_tree import DraftTree
 
@@ -121,6 +123,61 @@ def test_a_calibrated_chance_is_never_above_its_parents_or_one():
     assert calibrated[0] == 1.0 and calibrated[a] == 1.0  # ... capped at the root's
     assert all(calibrated[n] <= calibrated[t.parents[n]] for n in range(1, len(t)))
     assert calibrated[b] == min(raw[b] * model.calibration("retrieval"), calibrated[a])
+
+
+def test_calibrated_siblings_together_are_never_likelier_than_their_parent():
+    """Verification takes one child of a node: children scaled up by a factor above 1 share their parent's chance,
+    earlier siblings first, so the predicted accepted drafts (their sum) stay an expectation of a real count."""
+    from specviz.engine.planner import AcceptanceModel
+
+    t = DraftTree(1)
+    firsts = [t.add(0, token, "retrieval", prior=0.45) for token in (5, 6, 7)]
+    deeper = [t.add(firsts[0], token, "retrieval", prior=0.6) for token in (8, 9)]
+    model = AcceptanceModel()
+    for _ in range(20):  # it delivers two drafts where it promises about one: its factor reaches CALIBRATION_MAX
+        model.observe_step(t, model.node_chances(t), ["root", "accepted", "rejected", "rejected", "accepted",
+                                                      "rejected"])
+    raw = model.node_chances(t)
+    calibrated = model.calibrated(t, raw)
+    factor = model.calibration("retrieval")
+    assert factor > 1.0 and sum(raw[n] for n in firsts) * factor > 1.0  # scaled alone they would pass the root
+    assert sum(calibrated[n] for n in firsts) == pytest.approx(1.0)
+    assert calibrated[firsts[0]] == pytest.approx(min(1.0, raw[firsts[0]] * factor))  # the first sibling first
+    assert sum(calibrated[n] for n in deeper) <= calibrated[firsts[0]] + 1e-12
+    assert all(c >= 0.0 for c in calibrated)
+
+
+def test_a_drafted_control_token_is_learnt_apart_from_text_and_starts_unlikely():
+    """At a reply's first step the copy-logit row of the template's last token says what the template's turns
+    did next (`<|im_start|>` assistant ...), with a probability near 1. A control token (not an end of sequence)
+    starts from CONTROL_PRIOR, keyed apart, so the chain is not priced as a likely draft and its failure does
+    not teach the planner that confident copy-logit text fails."""
+    from specviz.engine.planner import CONTROL_PRIOR, AcceptanceModel, node_key
+
+    control = frozenset({1})
+    t = DraftTree(2)
+    start = t.add(0, 1, "logits", prior=0.98, bucket="p80")
+    t.add(start, 5, "logits", prior=0.99, bucket="p80")
+    text = t.add(0, 6, "logits", prior=0.98, bucket="p80")
+    plain, aware = AcceptanceModel(), AcceptanceModel(control=control)
+    assert plain.node_chances(t)[start] > 0.9
+    assert aware.node_chances(t)[start] == pytest.approx(CONTROL_PRIOR)
+    assert node_key(t, start, control) != node_key(t, text, control)
+    for _ in range(5):  # the control chain always fails: the text's record is untouched by it
+        aware.update(t, ["root", "rejected", "unreached", "unreached"])
+    assert aware.conditional(node_key(t, start, control), CONTROL_PRIOR) < CONTROL_PRIOR / 2  # it learnt ...
+    assert aware.conditional(node_key(t, text, control), 0.98) == pytest.approx(0.95)  # ... apart from the text
+
+
+def test_a_loaded_models_control_ids_are_its_special_tokens_but_the_ends():
+    from types import SimpleNamespace
+
+    from specviz.runtime.loaded_model import LoadedModel
+
+    lm = LoadedModel(model=None, tokenizer=SimpleNamespace(all_special_ids=[0, 1, 2]), name="m", device=None,
+                     dtype=None, eos_ids={2})
+    assert lm.control_ids == frozenset({0, 1})
+    assert LoadedModel(model=None, tokenizer=object(), name="m", device=None, dtype=None).control_ids == frozenset()
 
 
 def test_a_steps_fixed_overhead_is_priced_and_favours_no_smaller_tree():

@@ -37,16 +37,27 @@ CALIBRATION_PRIOR = 1.0   # per source, promised = got = this many drafts at the
 CALIBRATION_DECAY = 0.8   # per step in which the source had kept nodes
 CALIBRATION_FADE = 0.98   # per step in which it had none
 CALIBRATION_MAX = 1.5
+# a drafted control token (one the chat template writes, not an end of sequence: `<|im_start|>`) is learnt apart and
+# starts from the least prior: at a reply's first step the copy-logit row of the template's last token is the one
+# the template's own turns left ("\n" -> `<|im_start|>` -> "assistant" ...), a chain every suite prompt was offered
+# at 0.5-0.67 and none accepted (docs/benchmarks.md, "Issue 70: the reply's first step")
+CONTROL_BUCKET = "control"
+CONTROL_PRIOR = 0.05
 
 
-def node_key(tree: DraftTree, node: int) -> tuple:
+def node_key(tree: DraftTree, node: int, control: frozenset[int] = frozenset()) -> tuple:
     """(sources, depth, position among siblings, drafter buckets): a drafter may tag its nodes with a
-    'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart."""
-    return node_key_and_prior(tree, node)[0]
+    'bucket' (e.g. how long the retrieval match was) so that unlike drafts are learnt apart; a control token
+    (control: their ids) has the bucket CONTROL_BUCKET whatever its drafters said."""
+    return node_key_and_prior(tree, node, control)[0]
 
 
-def node_key_and_prior(tree: DraftTree, node: int) -> tuple[tuple, float | None]:
-    """node_key, and the drafter's own estimate of the node's chance (meta 'prior') if any source gave one."""
+def node_key_and_prior(tree: DraftTree, node: int, control: frozenset[int] = frozenset()) -> tuple[tuple, float | None]:
+    """node_key, and the drafter's own estimate of the node's chance (meta 'prior') if any source gave one
+    (a control token: CONTROL_PRIOR)."""
+    if control and tree.tokens[node] in control:
+        return ("+".join(sorted(tree.sources[node])), min(tree.depths[node], MAX_DEPTH_KEY),
+                min(tree.positions[node], MAX_POSITION_KEY), CONTROL_BUCKET), CONTROL_PRIOR
     node_meta = tree.meta[node]
     if len(node_meta) == 1:  # one source (most nodes): no joins to sort
         (source, meta), = node_meta.items()
@@ -59,8 +70,11 @@ def node_key_and_prior(tree: DraftTree, node: int) -> tuple[tuple, float | None]
 
 
 class AcceptanceModel:
-    def __init__(self, prior: float = 0.5, prior_weight: float = 1.0, decay: float = 0.95):
+    def __init__(self, prior: float = 0.5, prior_weight: float = 1.0, decay: float = 0.95,
+                 control: frozenset[int] = frozenset()):
+        """control: the model's control tokens (LoadedModel.control_ids), learnt apart from the text's."""
         self.prior, self.prior_weight, self.decay = prior, prior_weight, decay
+        self.control = frozenset(control)
         self.accepted: dict[tuple, float] = {}
         self.compared: dict[tuple, float] = {}
         self.promised: dict[str, float] = {}  # per source: moving sums of kept nodes' chances ...
@@ -72,14 +86,21 @@ class AcceptanceModel:
                    / (self.promised.get(source, 0.0) + CALIBRATION_PRIOR))
 
     def calibrated(self, tree: DraftTree, chances: list[float]) -> list[float]:
-        """Unconditional chances times the smallest calibration among each node's sources (root: 1), each at most
-        its parent's: a factor above 1 must not make a node likelier than the path to it (or than 1). A factor per
+        """Unconditional chances times the smallest calibration among each node's sources (root: 1), siblings
+        together at most their parent's: verification takes one child of a node, so a factor above 1 must not make
+        the children likelier than the path to them (earlier siblings first, as node_chances shares). A factor per
         source set was tried and dropped (docs/benchmarks.md, "Dropped experiments")."""
         factors = {s: self.calibration(s) for s in set().union(*tree.sources[1:])}
         factor_of, sources, parents = factors.__getitem__, tree.sources, tree.parents
         out = [1.0] * len(tree)
-        for n in range(1, len(tree)):  # a parent's index is below its children's
-            out[n] = min(chances[n] * min(map(factor_of, sources[n])), out[parents[n]])
+        left = [1.0] * len(tree)  # per node: its chance not yet taken by its children
+        for n in range(1, len(tree)):  # a parent's index is below its children's, an earlier sibling's below a later's
+            parent = parents[n]
+            chance = chances[n] * min(map(factor_of, sources[n]))
+            if chance > left[parent]:
+                chance = left[parent]
+            left[parent] -= chance
+            out[n] = left[n] = chance
         return out
 
     def observe_step(self, tree: DraftTree, chances: list[float], statuses: list[NodeStatus]) -> None:
@@ -117,14 +138,14 @@ class AcceptanceModel:
         """Unconditional acceptance chance of every node (root: 1); children are visited in sibling
         order and each gets at most what its earlier siblings leave of its parent's chance."""
         chances = [1.0] * len(tree)
-        conditional = self.conditional
+        conditional, control = self.conditional, self.control
         for parent in range(len(tree)):
             children = tree.children(parent)
             if not children:
                 continue
             left, reach = 1.0, chances[parent]
             for child in children:
-                share = conditional(*node_key_and_prior(tree, child))
+                share = conditional(*node_key_and_prior(tree, child, control))
                 if share > left:
                     share = left
                 left -= share
@@ -144,7 +165,7 @@ class AcceptanceModel:
         for node in range(1, len(tree)):
             status = statuses[node]
             if status in ACCEPTED_STATUSES or status == rejected:
-                key = node_key(tree, node)
+                key = node_key(tree, node, self.control)
                 hit = 1.0 if status != rejected else 0.0
                 for level in (key, self.coarse(key)):
                     self.compared[level] = self.compared.get(level, 0.0) * self.decay + 1.0

@@ -258,7 +258,7 @@ class Session:
         self.generator.manual_seed(self.sampling.seed)  # a restart replays the same draws
         prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
-        self.acceptance = AcceptanceModel()
+        self.acceptance = AcceptanceModel(control=self.lm.control_ids)
         # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
         self.features = self.method.feature_tap if self.method.needs_features else None
         self.prefill_from = None

@@ -53,6 +53,13 @@ class LoadedModel:
 
         return new_cache(self.model.config)
 
+    @cached_property
+    def control_ids(self) -> frozenset[int]:
+        """The tokenizer's special tokens that do not end a sequence (`<|im_start|>`): the chat template writes them;
+        a reply rarely does, so the planner learns drafts of them apart (engine.planner.CONTROL_PRIOR)."""
+        special = getattr(self.tokenizer, "all_special_ids", None) or ()
+        return frozenset(int(i) for i in special) - set(self.eos_ids)
+
     @property
     def graphs(self) -> bool:
         """Whether verify forwards replay CUDA graphs (runtime.captured_forward)."""
