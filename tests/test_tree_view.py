@@ -90,6 +90,19 @@ def test_the_animation_drafts_source_by_source_then_plans_verifies_accepts_and_c
     assert [r for _, r in path] == sorted(r for _, r in path)           # the path lights up depth by depth
 
 
+def test_the_draft_chip_names_the_stages_that_drafted_and_a_silent_stage_apart():
+    """A gated model stage that skipped this step proposed nothing: the draft chip does not list it as drafting."""
+    from dataclasses import replace
+
+    record = offered_record()
+    record = replace(record, split={**record.split, "model": SourceShare(56, 0, 0)})
+    tree = shown_tree(record, token_text)
+    assert tree.stages == ("retrieval", "logits", "model") and tree.silent == ("model",)
+    html = tree_html(record, token_text)
+    assert "draft: retrieval → logits (model: nothing)" in html and "logits → model" not in html
+    assert "draft: retrieval → logits<" in tree_html(offered_record(), token_text)
+
+
 def random_nodes(count: int, seed: int):
     """A random offered tree of count draft nodes with tokens of every awkward kind."""
     rng = random.Random(seed)

@@ -217,7 +217,9 @@ def _switch(tree: ShownTree, streaming: bool = False) -> str:
 def _phases(tree: ShownTree, record: StepRecord) -> str:
     """The step's phases as chips; while the step plays, each lights up in its part of the play interval."""
     tokens = len(record.accepted_tokens)
-    chips = [("draft", 0.0, DRAFT_END, "draft: " + (" → ".join(tree.stages) or "nothing"))]
+    drafted = [stage for stage in tree.stages if stage not in tree.silent]
+    silent = f" ({', '.join(tree.silent)}: nothing)" if tree.silent else ""
+    chips = [("draft", 0.0, DRAFT_END, "draft: " + (" → ".join(drafted) or "nothing") + (silent if drafted else ""))]
     if tree.has_cut:
         chips.append(("plan", PLAN_AT, VERIFY_AT, f"plan: keep {tree.verified} of {tree.verified + tree.cut}"))
     chips += [("verify", VERIFY_AT, ACCEPT_START, f"verify: one forward, {tree.verified + 1} tokens"),

@@ -66,6 +66,7 @@ class ShownTree:
     verified: int                # draft nodes verified
     cut: int                     # draft nodes the planner cut
     accepted: int                # accepted drafts
+    silent: tuple[str, ...] = () # of the stages, those that proposed nothing this step (a skipped model stage)
 
     @property
     def has_cut(self) -> bool:
@@ -120,7 +121,8 @@ def shown_tree(record: StepRecord, token_text: Callable[[int], str], offered: bo
     title = (f"step {record.step}: {verified} draft nodes verified"
              + (f" of {verified + shown_cut} offered" if shown_cut else "")
              + f" · {accepted} accepted + 1 bonus")
-    return ShownTree(record.step, nodes, bool(shown_cut), title, stages, verified, shown_cut, accepted)
+    silent = tuple(s for s, share in record.split.items() if share.proposed == 0) if record.split else ()
+    return ShownTree(record.step, nodes, bool(shown_cut), title, stages, verified, shown_cut, accepted, silent)
 
 
 def _bonus(record: StepRecord) -> tuple[int, int] | None:
