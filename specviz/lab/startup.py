@@ -1,6 +1,6 @@
 """Start-up before the first visitor: the page serves the recorded replay at once while a background thread gets
 the first live step ready: the model, the datastore, the native kernels, the warm copy-logit table (shipped in
-assets/trained for the default model) and a quick cost curve, then one tree step through the app's model function.
+assets/trained for the default model) and a quick cost curve, then the first tree steps through the app's model function.
 The page shows each stage as it goes (`Startup.markdown`, with a progress bar).
 
 What the first step does not need comes after it, between visitors' calls (lab.call_activity) and only while
@@ -24,7 +24,7 @@ from specviz.runtime.compute_thread import COMPUTE
 STARTED = time.monotonic()  # this module is imported as the app starts
 # what the first live step waits for, in order (the progress bar counts them)
 PLAN = ("loading the model", "reading READER's datastore", "building the native kernels",
-        "reading the warm copy-logit table", "measuring a quick cost curve", "taking one tree step")
+        "reading the warm copy-logit table", "measuring a quick cost curve", "taking the first tree steps")
 IDLE_BEFORE_S = 5.0        # background work starts once no visitor's call has run for this long
 RETRY_BUSY_S = 60.0        # and tries again this long after finding the machine busy
 MAX_TRIES = 30             # at most this many tries a process (then the next start measures again)
@@ -124,12 +124,24 @@ def _prepare(model: str, zero_gpu: bool, status: Startup):
     return lm
 
 
-def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
-    """Everything the first live step would otherwise pay for, then one tree step through lab.model_calls; then
-    the work the first step did not need (settle)."""
+def take_first_steps(model: str, prompt: str, method: str, zero_gpu: bool = False) -> None:
+    """The first tree steps through lab.model_calls, as a visitor's would go: past a measured choice's first tries,
+    which the process's sessions share. Otherwise the first visitor's Run paid them, with the draft head's first call
+    (unified's first Run: 23 + 4.6 ms of its first two steps' drafting, later Runs' 0.04; docs/benchmarks.md, "Issue
+    70: the reply's first step"). On ZeroGPU each step is a GPU call of its own: one step there."""
+    from specviz.engine.run import WARMUP_STEPS
     from specviz.lab.lab import Lab
     from specviz.tree.budget import AUTO_BUDGET
 
+    lab = Lab()
+    lab.choose_values(model, prompt, method, AUTO_BUDGET, {})
+    for _ in range(1 if zero_gpu else WARMUP_STEPS):
+        lab.step(64)  # room for eight steps on a prompt the drafts copy
+
+
+def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status: Startup = STATUS) -> None:
+    """Everything the first live step would otherwise pay for, then the first tree steps through lab.model_calls; then
+    the work the first step did not need (settle)."""
     from specviz.engine import costmodel
 
     if not zero_gpu:  # a model or mode loaded later is measured the same way, between visitors' calls
@@ -138,11 +150,8 @@ def warm_up(model: str, prompt: str, method: str, zero_gpu: bool = False, status
         with GUARD.computing():  # no ZeroGPU worker forked while this thread loads or computes (lab.fork_guard)
             lm = COMPUTE.run(_prepare, model, zero_gpu, status)  # on the thread every step runs on
         status.begin(PLAN[5])
-        lab = Lab()
-        lab.choose_values(model, prompt, method, AUTO_BUDGET, {})
-        lab.step(2)
-        del lab
-        status.mark("first tree step taken")
+        take_first_steps(model, prompt, method, zero_gpu)
+        status.mark("first tree steps taken")
         status.ready_s = round(time.monotonic() - STARTED, 2)
         print(f"specviz: {lm.name} on {lm.device}: live steps ready {status.ready_s:.1f} s after start "
               f"({', '.join(f'{name} {at:.1f} s' for name, at in status.stages)})", flush=True)
