@@ -1,6 +1,7 @@
 """Start-up before the first visitor: the page serves the recorded replay at once while a background thread gets
 the first live step ready: the model, the datastore, the native kernels, the warm copy-logit table (shipped in
-assets/trained for the default model) and a quick cost curve, then the first tree steps through the app's model function.
+assets/trained for the default model) and a quick cost curve, then the first tree steps through the app's model
+function.
 The page shows each stage as it goes (`Startup.markdown`, with a progress bar).
 
 What the first step does not need comes after it, between visitors' calls (lab.call_activity) and only while

@@ -66,7 +66,7 @@ class ShownTree:
     verified: int                # draft nodes verified
     cut: int                     # draft nodes the planner cut
     accepted: int                # accepted drafts
-    silent: tuple[str, ...] = () # of the stages, those that proposed nothing this step (a skipped model stage)
+    silent: tuple[str, ...] = ()  # of the stages, those that proposed nothing this step (a skipped model stage)
 
     @property
     def has_cut(self) -> bool:
