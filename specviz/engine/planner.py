@@ -52,21 +52,21 @@ def node_key(tree: DraftTree, node: int, control: frozenset[int] = frozenset()) 
     return node_key_and_prior(tree, node, control)[0]
 
 
-def node_key_and_prior(tree: DraftTree, node: int, control: frozenset[int] = frozenset()) -> tuple[tuple, float | None]:
+def node_key_and_prior(tree: DraftTree, node: int,
+                       control: frozenset[int] = frozenset()) -> tuple[tuple, float | None]:
     """node_key, and the drafter's own estimate of the node's chance (meta 'prior') if any source gave one
     (a control token: CONTROL_PRIOR)."""
+    depth, position = min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY)
     if control and tree.tokens[node] in control:
-        return ("+".join(sorted(tree.sources[node])), min(tree.depths[node], MAX_DEPTH_KEY),
-                min(tree.positions[node], MAX_POSITION_KEY), CONTROL_BUCKET), CONTROL_PRIOR
+        return ("+".join(sorted(tree.sources[node])), depth, position, CONTROL_BUCKET), CONTROL_PRIOR
     node_meta = tree.meta[node]
     if len(node_meta) == 1:  # one source (most nodes): no joins to sort
         (source, meta), = node_meta.items()
-        return (source, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY),
-                str(meta["bucket"]) if "bucket" in meta else ""), meta.get("prior")
+        return (source, depth, position, str(meta["bucket"]) if "bucket" in meta else ""), meta.get("prior")
     sources = "+".join(sorted(tree.sources[node]))
     buckets = "+".join(sorted(str(m["bucket"]) for m in node_meta.values() if "bucket" in m))
-    key = sources, min(tree.depths[node], MAX_DEPTH_KEY), min(tree.positions[node], MAX_POSITION_KEY), buckets
-    return key, max((m["prior"] for m in node_meta.values() if "prior" in m), default=None)
+    return (sources, depth, position, buckets), max((m["prior"] for m in node_meta.values() if "prior" in m),
+                                                    default=None)
 
 
 class AcceptanceModel:
