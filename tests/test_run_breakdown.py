@@ -111,3 +111,55 @@ def test_the_page_against_bench_reads_medians_and_the_tolerance():
     assert not reading([1.2, 1.24], [1.4, 1.42]).within            # 0.86: below
     assert not reading([1.6, 1.6], [1.4, 1.42]).within             # 1.13: above
     assert reading([1.26, 1.28], [1.4, 1.4]).to_dict()["page_over_bench"] == pytest.approx(0.907, abs=1e-3)
+
+
+def test_waiting_for_quiet_cores_stops_at_the_first_quiet_window_and_at_its_cap():
+    """runtime.machine_load.wait_until_quiet reads the others' use of the cores window by window (injected here:
+    no test depends on how busy this machine is)."""
+    from specviz.runtime.machine_load import MachineLoad, wait_until_quiet
+
+    def readings(*cores):
+        seen = []
+
+        def read(seconds):
+            seen.append(seconds)
+            return MachineLoad(cores[min(len(seen), len(cores)) - 1], 0.0, 0.0, 2, seconds)
+        return read, seen
+
+    read, seen = readings(0.0)
+    wait_until_quiet(cap_s=0.5, window_s=0.1, cores=0.3, read=read)
+    assert seen == [0.1]                                  # quiet at once: one window
+    read, seen = readings(1.4, 0.9, 0.2, 0.0)
+    wait_until_quiet(cap_s=0.5, window_s=0.1, cores=0.3, read=read)
+    assert len(seen) == 3                                 # the browser's burst, then quiet
+    read, seen = readings(1.0)
+    wait_until_quiet(cap_s=0.5, window_s=0.1, cores=0.3, read=read)
+    assert len(seen) == 5                                 # never quiet: at most cap / window windows
+
+
+def test_a_run_beside_the_browser_waits_for_quiet_cores_and_its_breakdown_says_so(lm, monkeypatch):
+    """The page's Run waits (quiet_first) before its first forward where a browser may share the cores, and the
+    breakdown counts the wait on neither side; on a Space (the browsers are elsewhere) it never waits."""
+    prompt = "Repeat exactly: one two three four, one two three four."
+    waits = []
+
+    def quiet_first():
+        waits.append(1)
+        return 0.25
+
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    lab = Lab()
+    lab.choose_values(model="", prompt=prompt, method="pld", budget="auto", params={})
+    for _ in lab.run(8, quiet_first=quiet_first):
+        pass
+    breakdown = lab.on_screen().live.breakdown()
+    assert waits == [1] and breakdown.call.quiet_wait_ms == 250.0
+    assert breakdown.run.counted_ms < breakdown.call.compute_ms + 1  # the wait is in neither side's count
+    assert "250 ms waited before the first forward" in live_counters_markdown(lab.on_screen().live)
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    lab = Lab()
+    lab.choose_values(model="", prompt=prompt, method="pld", budget="auto", params={})
+    for _ in lab.run(8, quiet_first=quiet_first):
+        pass
+    assert waits == [1] and lab.on_screen().live.breakdown().call.quiet_wait_ms == 0.0
+    assert "waited before the first forward" not in live_counters_markdown(lab.on_screen().live)

@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from specviz.engine import held_memory
 from specviz.engine.session import Session
@@ -40,6 +41,7 @@ class RunClock:
     compute_s: float = 0.0
     outside_s: float = 0.0
     drawing_s: float = 0.0
+    quiet_wait_s: float = 0.0  # before its first forward (Lab.run's quiet_first)
     ended: bool = False  # the Run's steps are over: what is drawn after (its last frame, any later view) is not its
 
     @contextlib.contextmanager
@@ -54,7 +56,8 @@ class RunClock:
     def times(self) -> CallTimes:
         return CallTimes(frames=self.frames, compute_ms=round(self.compute_s * 1000, 2),
                          drawing_ms=round(self.drawing_s * 1000, 2),
-                         sending_ms=round(max(0.0, self.outside_s - self.drawing_s) * 1000, 2))
+                         sending_ms=round(max(0.0, self.outside_s - self.drawing_s) * 1000, 2),
+                         quiet_wait_ms=round(self.quiet_wait_s * 1000, 2))
 
 
 @dataclass
@@ -135,16 +138,27 @@ class Lab:
             for message in self._call(CallAction.STEP, max_new_tokens, budget=budget):
                 self.message = message
 
-    def run(self, max_new_tokens: int, every_s: float = RUN_FRAME_S, budget: CallBudget = UNLIMITED):
+    def run(self, max_new_tokens: int, every_s: float = RUN_FRAME_S, budget: CallBudget = UNLIMITED,
+            quiet_first: Callable[[], float] | None = None):
         """Generator for Run: steps until done or stopped, yielding at most every every_s seconds (one model
         call; Stop closes it). The session's lock is held while the call works, not while the page shows a
-        reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting."""
+        reply: a Run that Stop cancelled and nobody resumes must not keep the next Step waiting.
+        quiet_first() (the page's: runtime.machine_load.wait_until_quiet) waits, before the first forward, for the
+        other processes on the cores this call computes on to go quiet, and says how long it waited: the click's
+        own drawing in a browser on the same two cores took 1.3-1.5 cores for 0.1-0.2 s, and the prefill under it,
+        charged to both the run and its ar, read long prompts' speedups 13-19% under bench's (docs/benchmarks.md,
+        "Issue 70: the prefill under the click"). Never where the cores are no browser's (model_calls)."""
         self.replay, self.at, self.selected_node = None, None, None
         self.end_autoplay()
         self.stop_requested, self.streaming = False, True
         replies = self._call(CallAction.RUN, max_new_tokens, every_s, budget)
         generation = self.generation
         clock = self.clock = RunClock()
+        if quiet_first is not None and self.wanted is not None:
+            from specviz.lab import model_calls
+
+            if model_calls.computes_beside_the_browser():
+                clock.quiet_wait_s = quiet_first()
         try:
             while True:
                 with self.stepping:

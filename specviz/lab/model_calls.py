@@ -20,7 +20,7 @@ from specviz.studies.static_study import StaticTreeStudy, StudyProgress, last_st
 from specviz.errors import SpecvizError
 from specviz.engine.checkpoints import stopping_with
 from specviz.runtime.compute_thread import COMPUTE
-from specviz.runtime.placement import on_zero_gpu, placed_on_cpu
+from specviz.runtime.placement import on_space, on_zero_gpu, placed_on_cpu
 from specviz.lab.fair_share import UNLIMITED, CallBudget
 from specviz.lab.call_activity import ACTIVITY
 from specviz.lab.fork_guard import GUARD
@@ -146,6 +146,12 @@ def models_device() -> str:
     import torch
 
     return "cuda" if zero_gpu() or torch.cuda.is_available() else "cpu"
+
+
+def computes_beside_the_browser() -> bool:
+    """Whether calls compute on the CPU cores a visitor's browser may share: this machine's, off a Space (a Space's
+    visitors browse from their own machines) and with no GPU doing the work."""
+    return not on_space() and models_device() == "cpu"
 
 
 def call_models(call: ModelCall) -> list[str]:

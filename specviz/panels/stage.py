@@ -23,6 +23,7 @@ from specviz.render.page_style import PRESENT_JS, TITLE_HTML
 from specviz.render.session_view import drawn_view
 from specviz.render.tree_svg import TREE_JS
 from specviz.render.views import LabView
+from specviz.runtime.machine_load import wait_until_quiet
 
 # a click on a token of the generated text sends its index
 TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = event.target.closest('[data-token]'); "
@@ -132,7 +133,7 @@ class Stage:
         wanted = self._request(settings, max_new_tokens)
         lab.choose(wanted)
         with model_call(request, wanted.max_new_tokens, lab) as budget:
-            for _ in lab.run(wanted.max_new_tokens, budget=budget):
+            for _ in lab.run(wanted.max_new_tokens, budget=budget, quiet_first=wait_until_quiet):
                 with lab.clock.drawing():  # the frame's views, drawn here: the breakdown counts them apart
                     shown = self.out.shown(lab)
                 yield shown

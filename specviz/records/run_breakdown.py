@@ -63,6 +63,7 @@ class CallTimes:
     compute_ms: float        # on the compute thread: the runs' steps, the ar run's, diffs and curves between them
     drawing_ms: float        # the page's views of each frame, drawn on the server
     sending_ms: float        # from a frame handed to Gradio until the next steps began
+    quiet_wait_ms: float = 0.0  # before computing: waiting for other processes on these cores (a browser) to go quiet
 
 
 @dataclass(frozen=True)

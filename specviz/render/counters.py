@@ -95,5 +95,8 @@ def breakdown_markdown(b: RunBreakdown) -> str:
         text += (f"\n\nNot counted by either (this Run's call on the server): {call.frames} frames sent to the page, "
                  f"drawn in {call.drawing_ms:.0f} ms and handed on in {call.sending_ms:.0f} ms; "
                  f"{b.bookkeeping_ms:.0f} ms of bookkeeping between steps (the diff against greedy, the accounting's "
-                 "curve, ar's result).")
+                 "curve, ar's result)")
+        text += (f"; {call.quiet_wait_ms:.0f} ms waited before the first forward, until the other processes on these "
+                 "cores (a browser drawing the click) went quiet: the prefill is counted on both sides, so taken under "
+                 "their burst it understated the speedup." if call.quiet_wait_ms >= 1 else ".")
     return f"\n\n<details><summary>Where this run's time went</summary>\n\n{text}\n\n</details>"

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 # other processes may use this share of one core while we measure (a quiet machine here: 0.00-0.05; one
 # busy loop beside us: about 1.0)
@@ -114,3 +115,24 @@ def sample(seconds: float = 0.5) -> MachineLoad:
     with LoadWatch() as watch:
         time.sleep(seconds)
     return watch.result
+
+
+# a Run waits for the other processes to go quiet before it computes (wait_until_quiet): they may use this share of
+# one core over a window, read every QUIET_WINDOW_S (100 ms: /proc/stat counts in 10 ms ticks), for at most
+# QUIET_WAIT_CAP_S. A click in a browser on the same two cores took 1.3-1.5 cores for the first 100 ms and under 0.2
+# for the next (docs/benchmarks.md, "Issue 70: the prefill under the click")
+QUIET_START_CORES = 0.3
+QUIET_WINDOW_S = 0.1
+QUIET_WAIT_CAP_S = 0.5
+
+
+def wait_until_quiet(cap_s: float = QUIET_WAIT_CAP_S, window_s: float = QUIET_WINDOW_S,
+                     cores: float = QUIET_START_CORES, read: Callable[[float], MachineLoad] | None = None) -> float:
+    """Sleep window by window until the other processes used at most `cores` of a core over one window, at most
+    cap_s / window_s windows; the seconds waited. read(seconds) is one window's reading (sample; tests give theirs)."""
+    read = read or sample
+    started = time.monotonic()
+    for _ in range(max(1, round(cap_s / window_s))):
+        if read(window_s).others_cores <= cores:
+            break
+    return time.monotonic() - started

@@ -22,6 +22,12 @@ def on_zero_gpu() -> bool:
     return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
 
 
+def on_space() -> bool:
+    """Whether this process runs on a Hugging Face Space (the hub sets SPACE_ID there): its visitors' browsers run on
+    their own machines, never on its cores."""
+    return bool(os.environ.get("SPACE_ID"))
+
+
 def cpu_models() -> tuple[str, ...]:
     setting = os.environ.get("SPECVIZ_CPU_MODELS")
     if setting is None:
