@@ -147,7 +147,7 @@ class Lab:
         other processes on the cores this call computes on to go quiet, and says how long it waited: the click's
         own drawing in a browser on the same two cores took 1.3-1.5 cores for 0.1-0.2 s, and the prefill under it,
         charged to both the run and its ar, read long prompts' speedups 13-19% under bench's (docs/benchmarks.md,
-        "Issue 70: the prefill under the click"). Never where the cores are no browser's (model_calls)."""
+        "Issue 70: the prefill under the click"). Never where no browser can share the cores (model_calls)."""
         self.replay, self.at, self.selected_node = None, None, None
         self.end_autoplay()
         self.stop_requested, self.streaming = False, True
