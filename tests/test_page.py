@@ -250,6 +250,10 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
 
 def test_a_step_is_animated_at_the_play_pace(page_url, browser):
     page = paused_page(browser, page_url)
+    # a tick answered late on a busy machine can still move the step after Pause (beside two busy loops the
+    # step read here was passed by one, and the next step's tree was waited for in vain): read it once it holds
+    wait_until_quiet(lambda: page.evaluate(CAPTION), QUIET_PACES * FIRST_PACE_S, WAIT_MS / 1000,
+                     "the caption after Pause")
     shown = shown_step(page)
     caption = page.evaluate(f"() => {CAPTION}")
     if shown >= int(caption.split(" of ")[1].split(" ")[0]):  # a slow machine's autoplay reached the last step
