@@ -20,6 +20,7 @@ from specviz.lab.fair_share import ShareLimits
 from specviz.lab.input_values import MAX_TOKENS_PRIVATE, whole_number
 from specviz.runtime.loading import DEFAULT_MODEL
 from specviz.runtime.draft_model_spec import SELF_DRAFT
+from specviz.runtime.placement import on_space
 
 DEFAULT_ALLOWED = (DEFAULT_MODEL, "HuggingFaceTB/SmolLM2-360M-Instruct")
 # on ZeroGPU (SPACES_ZERO_GPU set) a larger target fits: every training-free method runs on it
@@ -63,7 +64,7 @@ PRIVATE_ONLY_PARAMS = {"datastore_grow": 0}
 
 def public_requested(flag: bool = False) -> bool:
     """Public mode: asked for (--public, SPECVIZ_PUBLIC=1) or on a Hugging Face Space (SPACE_ID set)."""
-    return flag or bool(os.environ.get("SPACE_ID")) or os.environ.get("SPECVIZ_PUBLIC", "") == "1"
+    return flag or on_space() or os.environ.get("SPECVIZ_PUBLIC", "") == "1"
 
 
 def allowed_models() -> tuple[str, ...]:
