@@ -172,6 +172,40 @@ def test_a_first_visit_plays_the_recording_from_its_first_step_until_touched():
     assert not again.tick(16) and not again.playing  # no longer a first visit: it stops at the end
 
 
+def test_a_click_on_the_first_paint_before_the_load_event_acts_on_the_recording_and_stays():
+    """The first paint shows the recording before the page's load event has made the visitor's Lab; on a busy
+    machine that event waited in the queue while Pause (or ▶) ran first. Pause then made a blank Lab ("No step
+    yet"), and the load event made another, which played on: CI's browser saw an empty page after Pause. Now the
+    click opens the recording as the load event would, and the load event shows that same Lab as it was left."""
+    from types import SimpleNamespace
+
+    from app_page import page_for
+    from specviz.lab import visitors
+
+    page, stage = page_for(), None
+    early, racing = SimpleNamespace(session_hash="click-before-load"), SimpleNamespace(session_hash="both-at-once")
+    try:
+        stage = page.stage
+        paused = stage.on_pause(early, None)  # the session's state is still None: the load event has not run
+        lab = paused[page.out.lab]
+        assert lab.recording() is not None and lab.shown_step() == 0 and not lab.autoplay and not lab.playing
+        assert "Showing step **0**" in paused[stage.caption]
+        loaded = stage.on_first_view(None, None, early)  # the load event, its state input read before Pause wrote
+        assert loaded[page.out.lab] is lab and not lab.autoplay and loaded[stage.timer].active is False
+        assert "Showing step **0**" in loaded[stage.caption] and "stopped playing" in loaded[stage.message]
+        # both events running at once, each seeing no state: one Lab between them, ▶'s move kept by the load event
+        moved = stage.on_go(racing, None, 1)
+        loaded = stage.on_first_view(None, None, racing)
+        assert loaded[page.out.lab] is moved[page.out.lab] and "Showing step **1**" in loaded[stage.caption]
+        # a visitor whose load event came first still gets the recording playing by itself
+        fresh = stage.on_first_view(None, None, SimpleNamespace(session_hash="load-first"))
+        assert fresh[page.out.lab].autoplay and fresh[stage.timer].active is True
+    finally:
+        for session in ("click-before-load", "both-at-once", "load-first"):
+            visitors.release(session)
+        page.blocks.close()
+
+
 def test_a_step_on_a_first_visit_stops_its_recording_playing(lm):
     """The page sends no Pause with a first visit's Step or Run (page_style.PAGE_JS): the step ends the autoplay
     itself, so that the next tick (panels.stage.on_tick reads `playing`) stops Play instead of stepping on."""

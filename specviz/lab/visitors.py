@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Callable
 
 _open: dict[str, list[weakref.ref]] = {}
 _lock = threading.Lock()
@@ -35,6 +36,30 @@ def register(session_hash: str | None, *objects) -> None:
         known = [r for r in _open.get(session_hash, []) if r() is not None]
         known += [weakref.ref(o) for o in objects if all(r() is not o for r in known)]
         _open[session_hash] = known
+
+
+def session_object(session_hash: str | None, kind: type, make: Callable[[], object]) -> tuple[object, bool]:
+    """The session's registered object of this kind, else one made now and registered; and whether it was made
+    here. Two events of one session can both arrive before either has written the session's state (a click on
+    the first paint while the page's load event is still queued): both get the same object, so the later reply
+    never replaces what the earlier did to it."""
+    if not session_hash:
+        return make(), True
+    with _lock:
+        found = _registered(session_hash, kind)
+    if found is not None:
+        return found, False
+    made = make()  # outside the lock: opening the first visit's recording reads a file
+    with _lock:
+        found = _registered(session_hash, kind)
+        if found is None:
+            _open.setdefault(session_hash, []).append(weakref.ref(made))
+    return (found, False) if found is not None else (made, True)
+
+
+def _registered(session_hash: str, kind: type):
+    """The session's live registered object of this kind, or None; call with the lock held."""
+    return next((o for o in (r() for r in _open.get(session_hash, [])) if isinstance(o, kind)), None)
 
 
 def release(session_hash: str | None) -> int:

@@ -31,6 +31,15 @@ TOKEN_CLICK_JS = ("element.addEventListener('click', (event) => { const token = 
 LIVE_STATUS_EVERY_S = 2.0  # the start-up line asks this often until live steps are ready
 
 
+def _first_visit_lab(stage: "Stage") -> Lab:
+    return stage.first_visit_lab()
+
+
+# the stage's handlers act on the visitor's Lab; one made by a click that came before the page's load event (the
+# first paint already shows the recording) opens the recording, as the load event would have
+VISITOR_LAB = dict(session=Lab, made_by=_first_visit_lab)
+
+
 def _refused(stage: "Stage", lab: Lab, error) -> dict:
     """Bad input: the message shown, the session (and what it generated) kept as it was."""
     return stage.out.failed(lab, error)
@@ -117,7 +126,7 @@ class Stage:
         return VisitorRequest.from_inputs(settings, max_new_tokens, self.policy)
 
     # ---- events: generation -----------------------------------------------------------------------------
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_step(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
         """One step: a draft tree, verified. Named parameters: max_new_tokens, the settings (model, draft_model,
         mode, prompt, method, auto_budget, budget, temperature, top_p, seed) and any method parameter by name."""
@@ -127,7 +136,7 @@ class Stage:
             lab.step(wanted.max_new_tokens, budget)
         return self.out.shown(lab)
 
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_run(self, request: gr.Request, lab, max_new_tokens, **settings):
         """Steps to max_new_tokens or EOS, shown as they come (the same named parameters as /step)."""
         wanted = self._request(settings, max_new_tokens)
@@ -138,34 +147,34 @@ class Stage:
                     shown = self.out.shown(lab)
                 yield shown
 
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_stop(self, request: gr.Request, lab) -> dict:
         lab.stop()
         return self.out.shown(lab)
 
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_reset(self, request: gr.Request, lab) -> dict:
         lab.reset()
         return self.out.shown(lab)
 
     # ---- events: timeline, play, linked views -----------------------------------------------------------
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_go(self, request: gr.Request, lab, delta) -> dict:
         lab.go(whole_number("delta", delta, -1_000_000, 1_000_000))
         return self.out.shown(lab)
 
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_go_to(self, request: gr.Request, lab, step) -> dict:
         lab.go_to(whole_number("step", step, 0, 10_000_000))
         return self.out.shown(lab)
 
-    @visitor_handler(_refused, session=Lab)
+    @visitor_handler(_refused, **VISITOR_LAB)
     def on_token(self, request: gr.Request, lab, evt: gr.EventData) -> dict:
         token = getattr(evt, "token", None) if evt is not None else None
         lab.select_token(token if isinstance(token, int) and not isinstance(token, bool) else None)
         return self.out.shown(lab)
 
-    @visitor_handler(_refused_play, session=Lab)
+    @visitor_handler(_refused_play, **VISITOR_LAB)
     def on_play(self, request: gr.Request, lab, pace) -> dict:
         # the pace slider's range: a timer of 0 s would tick as fast as the server answers
         pace_s = number_in("pace (seconds per step)", pace, 0.2, 5.0)
@@ -173,12 +182,12 @@ class Stage:
             return {**self.out.shown(lab), self.timer: gr.Timer(active=True)}
         return {**self.out.shown(lab), self.timer: gr.Timer(value=pace_s, active=True)}
 
-    @visitor_handler(_refused_play, session=Lab)
+    @visitor_handler(_refused_play, **VISITOR_LAB)
     def on_pause(self, request: gr.Request, lab) -> dict:
         lab.pause()
         return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
 
-    @visitor_handler(_refused_play, session=Lab)
+    @visitor_handler(_refused_play, **VISITOR_LAB)
     def on_tick(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
         if not lab.playing:  # what stopped Play (Pause, a Step, a Run) showed the page as it is: no new view
             return {self.timer: gr.Timer(active=False)}
@@ -194,18 +203,31 @@ class Stage:
         return {**self.out.shown(lab, silent_keeps_message=True), self.timer: gr.Timer(active=going)}
 
     # ---- events: the page's life ------------------------------------------------------------------------
+    def first_visit_lab(self) -> Lab:
+        """A new visitor's Lab: the shipped recording at its first step, playing by itself."""
+        first = self.context.first_trace
+        return open_first_visit(Lab(), self.context.traces.get(first), first)
+
     def on_first_view(self, lab, compare, request: gr.Request) -> dict:
         """A new visitor: the shipped trace plays from its first step at once (no model needed) until the
-        visitor touches the page; the session's objects are registered so that closing the tab frees them."""
-        lab, compare = lab or Lab(), compare or Compare()
-        first = self.context.first_trace
-        open_first_visit(lab, self.context.traces.get(first), first)
+        visitor touches the page; the session's objects are registered so that closing the tab frees them. A
+        click on the first paint can come first (the load event waits in the queue on a busy machine): the Lab
+        it made is shown as the click left it, never restarted."""
+        session = getattr(request, "session_hash", None)
+        made = False
+        if lab is None:
+            lab, made = visitors.session_object(session, Lab, self.first_visit_lab)
+        if not made:  # a blank Lab another panel's event made: the recording opens on it as on a new one
+            open_first_visit(lab, self.context.traces.get(self.context.first_trace), self.context.first_trace)
+        if compare is None:
+            compare, _ = visitors.session_object(session, Compare, Compare)
         register_session(request, lab, compare)
         # drawn once per process: every page load asks for it, and its figures took the most Python time of a
         # crowd's page loads in the soak (docs/hostile-round-three.md)
-        if self._first_session_view is None:
+        if made and self._first_session_view is None:
             self._first_session_view = drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
-        return {**self.out.shown(lab, self._first_session_view), self._compare_state: compare,
+        view = self._first_session_view if made else None
+        return {**self.out.shown(lab, view), self._compare_state: compare,
                 self.timer: gr.Timer(value=FIRST_PACE_S, active=lab.autoplay)}
 
     def on_live_status(self):

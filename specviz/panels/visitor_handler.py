@@ -24,22 +24,29 @@ STEP_TOKENS = 16  # what a Step is charged: more than most steps commit, far les
 Refusal = Callable[[object, object, SpecvizError], object]
 
 
-def visitor_handler(refused: Refusal, session: Callable[[], object] | None = None):
+def visitor_handler(refused: Refusal, session: type | None = None,
+                    made_by: Callable[[object], object] | None = None):
     """Decorate a panel's handler `fn(panel, request, [state,] *inputs, **settings)`. With `session` (Lab, Compare),
-    the argument after the request is the visitor's session object: made when the page holds none yet, and registered
-    with their Gradio session. A SpecvizError raised by fn answers refused(panel, state, error); a streaming handler
-    yields it after the replies it had yielded. The signature stays fn's, so Gradio passes the same arguments."""
+    the argument after the request is the visitor's session object: the one their Gradio session holds, else the
+    one another of their events made a moment ago (visitors.session_object), else made now (made_by(panel), or
+    session()) and registered with their Gradio session. A SpecvizError raised by fn answers refused(panel, state,
+    error); a streaming handler yields it after the replies it had yielded. The signature stays fn's, so Gradio
+    passes the same arguments."""
     def decorate(fn):
-        def opened(request, args):
+        def opened(panel, request, args):
             if session is None:
                 return None, args
-            state = register_session(request, args[0] if args and args[0] is not None else session())
+            state = args[0] if args else None
+            if state is None:
+                state, _ = visitors.session_object(getattr(request, "session_hash", None), session,
+                                                   lambda: made_by(panel) if made_by else session())
+            register_session(request, state)
             return state, (state, *args[1:])
 
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def streaming(panel, request, *args, **kwargs):
-                state, args = opened(request, args)
+                state, args = opened(panel, request, args)
                 try:
                     yield from fn(panel, request, *args, **kwargs)
                 except SpecvizError as error:
@@ -48,7 +55,7 @@ def visitor_handler(refused: Refusal, session: Callable[[], object] | None = Non
 
         @functools.wraps(fn)
         def answering(panel, request, *args, **kwargs):
-            state, args = opened(request, args)
+            state, args = opened(panel, request, args)
             try:
                 return fn(panel, request, *args, **kwargs)
             except SpecvizError as error:
