@@ -118,11 +118,12 @@ class StepRoute:
 
 
 def step_route(max_new_tokens: int = 4, method: str = "pld", depth: int = 2) -> StepRoute:
-    """One Step of the page, from the stage's handler (Stage.on_step on a page built here, the default model, the
-    first example prompt) until it answers: its package stack (panels, lab, render, or "below": the engine, the
-    model and the rest of specviz as one) cut to its outer `depth` packages each time that changes, and the calls
-    from one of these packages into another. A package that calls itself stays one entry of the stack. Traced on the
-    compute thread, where the page's model calls run, so the call's own work is in it."""
+    """One Step of the page (a session's second: the first made its Lab), from the stage's handler (Stage.on_step
+    on a page built here, the default model, the first example prompt) until it answers: its package stack
+    (panels, lab, render, or "below": the engine, the model and the rest of specviz as one) cut to its outer
+    `depth` packages each time that changes, and the calls from one of these packages into another. A package
+    that calls itself stays one entry of the stack. Traced on the compute thread, where the page's model calls
+    run, so the call's own work is in it."""
     from specviz.lab.public_policy import Policy
     from specviz.panels.page import build_page
     from specviz.panels.page_context import PageContext
@@ -157,10 +158,12 @@ def step_route(max_new_tokens: int = 4, method: str = "pld", depth: int = 2) -> 
             route.append(shown)
 
     def traced_step():
-        page.stage.on_step(None, None, max_new_tokens, **settings)   # the model loaded and warm first: not traced
+        # the session's first Step, not traced: it loads and warms the model and makes the visitor's Lab (the
+        # first visit's, as a page's load event would)
+        lab = page.stage.on_step(None, None, max_new_tokens, **settings)[page.out.lab]
         sys.setprofile(profile)
         try:
-            page.stage.on_step(None, None, max_new_tokens, **settings)
+            page.stage.on_step(None, lab, max_new_tokens, **settings)
         finally:
             sys.setprofile(None)
 

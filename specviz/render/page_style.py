@@ -31,6 +31,10 @@ body:has(#tree-box .tv[data-has-diff="0"]) #token-diff { display: none !importan
 .prose table, table { word-break: normal !important; overflow-wrap: normal !important; }
 .prose th, .prose td { white-space: nowrap; }
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
+/* the Run's breakdown sits in the narrow right column: its cells wrap, small, so that both sides' figures show */
+#counters table { font-size: 12px; }
+#counters th, #counters td { white-space: normal; padding: 3px 6px; }
+#counters td:first-child { min-width: 9em; }
 /* presentation mode: no controls, everything larger (Gradio prefixes each rule with its container's
    classes, so rules keyed on <body> need !important to win) */
 body.presenting #settings-panel, body.presenting .sidebar, body.presenting #topbar > :not(#present-btn),
