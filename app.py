@@ -20,6 +20,7 @@ from specviz.methods import DEFAULT_METHOD  # noqa: E402
 from specviz.panels.page import build_page, launch_options  # noqa: E402
 from specviz.panels.page_context import PageContext  # noqa: E402
 from specviz.runtime.compute_thread import short_gil_turns  # noqa: E402
+from specviz.runtime.placement import on_space  # noqa: E402
 from specviz.runtime.shared_resources import set_model_slots  # noqa: E402
 from specviz.runtime.threads import follow_cpu_quota  # noqa: E402
 
@@ -29,7 +30,7 @@ QUEUE_CONCURRENCY = 8  # events of any kind at once (model events have their own
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="specviz app")
     # a Hugging Face Space (SPACE_ID set) routes traffic to 0.0.0.0; everywhere else stay on loopback
-    default_host = "0.0.0.0" if os.environ.get("SPACE_ID") else "127.0.0.1"
+    default_host = "0.0.0.0" if on_space() else "127.0.0.1"
     parser.add_argument("--host", default=os.environ.get("SPECVIZ_HOST", default_host))
     parser.add_argument("--port", type=int, default=int(os.environ.get("SPECVIZ_PORT", "7860")))
     parser.add_argument("--public", action="store_true",

@@ -22,6 +22,7 @@ from pathlib import Path
 from specviz.errors import SpecvizError
 from specviz.runtime.draft_head import TRAIN_HINT, head_path
 from specviz.runtime.loaded_model import LoadedModel
+from specviz.runtime.placement import on_space
 from specviz.runtime.shared_resources import loaded_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,7 @@ def _running_pid(lm: LoadedModel) -> int | None:
 def enabled() -> bool:
     """SPECVIZ_HEAD_TRAINING: the button is offered by default, not on a Hugging Face Space (SPACE_ID set), whose
     bundle ships its heads (runtime.shipped) and whose visitors would wait behind minutes of both vCPUs."""
-    default = "off" if os.environ.get("SPACE_ID") else "on"
+    default = "off" if on_space() else "on"
     return os.environ.get("SPECVIZ_HEAD_TRAINING", default).strip().lower() not in ("off", "0", "no", "false")
 
 

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from specviz.runtime.placement import on_space
+
 TRUSTED_PROXIES_VARIABLE = "SPECVIZ_TRUSTED_PROXIES"
 SPACE_PROXIES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
 UNKNOWN = "unknown"
@@ -41,7 +43,7 @@ class TrustedProxies:
         given = os.environ.get(TRUSTED_PROXIES_VARIABLE)
         if given is not None:
             return cls.parse(given)
-        return cls.parse(",".join(SPACE_PROXIES)) if os.environ.get("SPACE_ID") else cls(())
+        return cls.parse(",".join(SPACE_PROXIES)) if on_space() else cls(())
 
     def trusts(self, host: str | None) -> bool:
         ip = _ip(host)

