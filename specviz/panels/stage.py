@@ -203,10 +203,10 @@ class Stage:
         return {**self.out.shown(lab, silent_keeps_message=True), self.timer: gr.Timer(active=going)}
 
     # ---- events: the page's life ------------------------------------------------------------------------
-    def first_visit_lab(self) -> Lab:
-        """A new visitor's Lab: the shipped recording at its first step, playing by itself."""
+    def first_visit_lab(self, lab: Lab | None = None) -> Lab:
+        """A new visitor's Lab (or lab, where blank): the shipped recording at its first step, playing by itself."""
         first = self.context.first_trace
-        return open_first_visit(Lab(), self.context.traces.get(first), first)
+        return open_first_visit(lab if lab is not None else Lab(), self.context.traces.get(first), first)
 
     def on_first_view(self, lab, compare, request: gr.Request) -> dict:
         """A new visitor: the shipped trace plays from its first step at once (no model needed) until the
@@ -218,7 +218,7 @@ class Stage:
         if lab is None:
             lab, made = visitors.session_object(session, Lab, self.first_visit_lab)
         if not made:  # a blank Lab another panel's event made: the recording opens on it as on a new one
-            open_first_visit(lab, self.context.traces.get(self.context.first_trace), self.context.first_trace)
+            self.first_visit_lab(lab)
         if compare is None:
             compare, _ = visitors.session_object(session, Compare, Compare)
         register_session(request, lab, compare)
