@@ -109,6 +109,37 @@ def test_calibration_is_per_source_and_stops_paying_for_broken_promises():
     assert model.checkpoint() == saved
 
 
+def test_after_a_step_the_planner_expects_of_the_same_tree_what_it_learnt_from_it(lm):
+    """Each planned step records what the planner expected of its verified tree after learning from the step, and
+    what the drafters' estimates alone expected of it: where it predicted badly, the lesson moves its expectation
+    towards what the target accepted."""
+    from specviz.engine.planner import AcceptanceModel
+    from specviz.engine.prediction import PredictionError
+
+    session = Session(lm, "unified")
+    seen = []  # what the drafters' estimates alone expected of every step's verified tree
+
+    def priced_then_learnt(tree, statuses):
+        fresh = AcceptanceModel(control=lm.control_ids)
+        seen.append(sum(fresh.calibrated(tree, fresh.node_chances(tree))[1:]))
+        learn(tree, statuses)
+
+    session.start(REPEAT_PROMPT)
+    learn = session.acceptance.update
+    session.acceptance.update = priced_then_learnt
+    session.run(40)
+    planned = [r for r in session.records if r.plan is not None]
+    assert planned and all(r.plan.learnt_accepted is not None for r in planned)
+    assert [r.plan.unlearnt_accepted for r in planned] == pytest.approx(seen, abs=1e-3)
+    bad = [r for r in planned if abs(r.plan.predicted_accepted - r.num_accepted_drafts) >= 1.0]
+    assert bad, "no step was predicted badly: the prompt no longer tests the lesson"
+    nearer = [abs(r.plan.learnt_accepted - r.num_accepted_drafts) < abs(r.plan.predicted_accepted
+                                                                        - r.num_accepted_drafts) for r in bad]
+    assert sum(nearer) >= 0.8 * len(bad)
+    error = PredictionError.of(session.records)
+    assert error.learnt_mae < error.mae
+
+
 def test_a_calibrated_chance_is_never_above_its_parents_or_one():
     """A source that delivers more than it promised gets a factor above 1; a node of it must still be no
     likelier than the path to it (and so than 1), or the planner values deep chains it cannot get."""

@@ -82,3 +82,27 @@ def test_the_chances_are_set_beside_what_the_target_accepted_per_source_set_and_
     assert chance_reliability([record]) == [ChanceBand("retrieval+search", 0.25, 2, 0.35, 0.5),
                                             ChanceBand("search", 0.25, 1, 0.3, 0.0),
                                             ChanceBand("search", 0.75, 1, 0.9, 0.0)]
+
+
+def test_the_errors_after_each_steps_lesson_and_never_learnt_are_set_beside_the_prediction():
+    from dataclasses import replace
+
+    from specviz.engine.prediction import PredictionError
+    from specviz.render.step_panels import prediction_figure
+
+    missed = planned_tree([(0, 1, 0.8), (1, 2, 0.7)], accepted=0)   # predicted 1.5, got nothing
+    missed.plan = replace(missed.plan, learnt_accepted=0.5, unlearnt_accepted=1.0)
+    hit = planned_tree([(0, 1, 0.5)], accepted=1)                     # predicted 0.5, got 1
+    hit.plan = replace(hit.plan, learnt_accepted=0.75, unlearnt_accepted=0.5)
+    error = PredictionError.of([missed, hit])
+    assert error.mae == pytest.approx((1.5 + 0.5) / 2)
+    assert error.learnt_mae == pytest.approx((0.5 + 0.25) / 2) and error.unlearnt_mae == pytest.approx(0.75)
+    figure = prediction_figure([missed, hit])
+    assert [trace.name for trace in figure.data] == ["predicted E(T) - 1", "measured", "after learning from the step"]
+    assert list(figure.data[2].y) == [0.5, 0.75]
+    assert "after learning from their step: 0.38; never learnt: 0.75" in figure.layout.title.text
+    # a trace recorded before they were kept: no such error, no such series, the rest as before
+    old = planned_tree([(0, 1, 0.5)], accepted=1)
+    assert PredictionError.of([missed, old]).learnt_mae is None
+    assert [trace.name for trace in prediction_figure([old]).data] == ["predicted E(T) - 1", "measured"]
+    assert "never learnt" not in prediction_figure([old]).layout.title.text

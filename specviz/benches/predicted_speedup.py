@@ -65,6 +65,9 @@ def format_table(report: dict) -> str:
     if error:
         lines.append(f"predicted vs measured accepted drafts over {error['steps']} planned steps: mean abs. error "
                      f"{error['mae']:.2f} (exact chances would miss by {error['spread']:.2f}), bias {error['bias']:+.2f}")
+        if error.get("learnt_mae") is not None and error.get("unlearnt_mae") is not None:
+            lines.append(f"the same trees after learning from their own step: {error['learnt_mae']:.2f}; priced by the "
+                         f"drafters' estimates alone, never learnt: {error['unlearnt_mae']:.2f}")
     bands = [b for b in report.get("reliability", []) if b["nodes"] >= RELIABILITY_MIN_NODES]
     if bands:
         lines.append(f"the planner's chances against the target, per source set and band ({RELIABILITY_MIN_NODES}+ "

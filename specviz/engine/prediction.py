@@ -99,17 +99,32 @@ class PredictionError:
     mae: float           # mean |predicted - measured| accepted drafts
     bias: float          # mean predicted - measured (> 0: the planner promised more than it got)
     spread: float        # mean of each step's own_spread: the MAE exact chances would expect
+    # the same error of what the planner expected of each step's tree after learning from that step (how much one
+    # step teaches it), and of the drafters' own estimates, never learnt (whether the run's learning helps its
+    # predictions); None where a record lacks them (a trace recorded before they were kept)
+    learnt_mae: float | None = None
+    unlearnt_mae: float | None = None
 
     @classmethod
     def of(cls, records: list[StepRecord]) -> "PredictionError | None":
         """Over the planned steps (None: none was planned)."""
-        rows = [(r.plan.predicted_accepted, r.num_accepted_drafts, accepted_at_least(r)) for r in records
-                if r.plan is not None]
-        if not rows:
+        planned = [r for r in records if r.plan is not None]
+        if not planned:
             return None
-        n = len(rows)
-        return cls(n, sum(abs(p - m) for p, m, _ in rows) / n, sum(p - m for p, m, _ in rows) / n,
-                   sum(own_spread(tail) for _, _, tail in rows if tail is not None) / n)
+        n = len(planned)
+        measured = [r.num_accepted_drafts for r in planned]
+
+        def error(predicted: list[float | None]) -> float | None:
+            if any(p is None for p in predicted):
+                return None
+            return sum(abs(p - m) for p, m in zip(predicted, measured)) / n
+
+        predicted = [r.plan.predicted_accepted for r in planned]
+        tails = [accepted_at_least(r) for r in planned]
+        return cls(n, error(predicted), sum(p - m for p, m in zip(predicted, measured)) / n,
+                   sum(own_spread(tail) for tail in tails if tail is not None) / n,
+                   error([r.plan.learnt_accepted for r in planned]),
+                   error([r.plan.unlearnt_accepted for r in planned]))
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,7 @@ class Session:
         prompt = replace(prompt, ids=tuple(prompt_ids)) if prompt is not None else None
         self.method = self.method_class(self.lm, self.params, self.draft, self.sampling, self.generator, prompt)
         self.acceptance = AcceptanceModel(control=self.lm.control_ids)
+        self.unlearnt = AcceptanceModel(control=self.lm.control_ids)  # never learns: the drafters' estimates alone
         # a stage drafts from the target's features: compute them, of the layers it taps (runtime.feature_tap)
         self.features = self.method.feature_tap if self.method.needs_features else None
         self.prefill_from = None
@@ -470,13 +471,14 @@ class Session:
                               cost_ms=self._cost_model.cost_ms if self._cost_model is not None else None)
         self.method.observe(outcome)
         drafter_notes = self.method.step_notes()
-        decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=drafted.curve, cut=drafted.cut,
-                                verify_ms=drafted.plan.verify_ms if drafted.plan is not None else None)
         # sampling: p (q, p_hat) at the visited nodes, for the app's chart
         sampling = (SamplingCharts(charts=verification.charts, empty_residuals=verification.empty_residuals)
                     if verification.charts is not None else None)
         self.acceptance.update(tree, verification.statuses)
         self.acceptance.observe_step(tree, chances, verification.statuses)
+        decision = PlanDecision(predicted_accepted=round(predicted, 3), expected_curve=drafted.curve, cut=drafted.cut,
+                                verify_ms=drafted.plan.verify_ms if drafted.plan is not None else None,
+                                **self._hindsight(tree))
         if self.budget.auto:
             self.online_cost.observe(len(tree), forward_ms)
         # reaching max_new_tokens is no finish: a later run with a higher limit carries on
@@ -494,6 +496,15 @@ class Session:
         self.step_s += t3 - t0
         self._outside_ms.append(timings.total - timings.draft - timings.forward)
         return record
+
+    def _hindsight(self, tree: DraftTree) -> dict[str, float]:
+        """PlanDecision's learnt_accepted and unlearnt_accepted of the verified tree (call after the step's learning):
+        whether the planner learns from a step, and whether what it learnt helps (the prediction chart shows both)."""
+        if not tree.num_drafted:
+            return {"learnt_accepted": 0.0, "unlearnt_accepted": 0.0}
+        learnt, unlearnt = self.acceptance, self.unlearnt
+        return {"learnt_accepted": round(sum(learnt.calibrated(tree, learnt.node_chances(tree))[1:]), 3),
+                "unlearnt_accepted": round(sum(unlearnt.calibrated(tree, unlearnt.node_chances(tree))[1:]), 3)}
 
     @property
     def overhead_ms(self) -> float:

@@ -51,12 +51,18 @@ class PlanDecision:
     # budget=auto: the verify cost (ms) the planner priced keeping the first k nodes at, k = 0.. (1 + k tree
     # tokens, the calibrated curve under this session's online correction); None where it priced nothing
     verify_ms: list[float] | None = None
+    # what the planner expected of the same verified tree once it had learnt from this step (it moves towards what
+    # the target accepted as far as one step teaches it), and what the drafters' own estimates alone, never
+    # learnt, expected of it (the planner's chances at a run's start); None: a trace recorded before they were kept
+    learnt_accepted: float | None = None
+    unlearnt_accepted: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "PlanDecision":
         cut = data.get("cut")
         return cls(predicted_accepted=data["predicted_accepted"], expected_curve=data.get("expected_curve"),
-                   cut=None if cut is None else BudgetCut(**cut), verify_ms=data.get("verify_ms"))
+                   cut=None if cut is None else BudgetCut(**cut), verify_ms=data.get("verify_ms"),
+                   learnt_accepted=data.get("learnt_accepted"), unlearnt_accepted=data.get("unlearnt_accepted"))
 
     def promised_tokens_per_s(self, keep: int) -> float | None:
         """What keeping the first `keep` best-first nodes promised: (1 + expected) / (draft + overhead + verify)."""

@@ -238,31 +238,48 @@ def search_step_markdown(record: StepRecord | None) -> str:
         at_least = accepted_at_least(record)
         spread = f" (exact chances would miss by {own_spread(at_least):.2f})" if at_least is not None else ""
         lines.append(f"**Predicted** {record.plan.predicted_accepted:.2f} accepted drafts{spread} · **measured** "
-                     f"{record.num_accepted_drafts}")
+                     f"{record.num_accepted_drafts}" + _lesson_text(record.plan))
     return "  \n".join(lines)
 
 
+def _lesson_text(plan) -> str:
+    """' · after learning from this step it expects 0.40 of the same tree (never learnt: 1.20)', or ''."""
+    if plan.learnt_accepted is None:
+        return ""
+    unlearnt = f" (never learnt: {plan.unlearnt_accepted:.2f})" if plan.unlearnt_accepted is not None else ""
+    return f" · after learning from this step it expects **{plan.learnt_accepted:.2f}** of the same tree{unlearnt}"
+
+
 def prediction_figure(records: list[StepRecord]) -> go.Figure:
-    """Per step, the planner's predicted accepted drafts E(T) - 1 beside the measured accepted drafts."""
+    """Per step, the planner's predicted accepted drafts E(T) - 1 beside the measured accepted drafts, and what
+    it expected of the same tree once it had learnt from the step: a bad prediction, then the lesson."""
     planned = [r for r in records if r.plan is not None]
     steps = [r.step for r in planned]
     predicted = [r.plan.predicted_accepted for r in planned]
     measured = [r.num_accepted_drafts for r in planned]
     layout = dict(margin=dict(l=10, r=10, t=36, b=10), height=240, plot_bgcolor="white",
                   xaxis=dict(title="step", gridcolor="#eee"), yaxis=dict(title="accepted drafts", gridcolor="#eee"),
-                  legend=dict(orientation="h", y=-0.3), title="predicted vs measured accepted drafts: no step yet")
+                  legend=dict(orientation="h", y=-0.36), title="predicted vs measured accepted drafts: no step yet")
     error = PredictionError.of(planned)
     if error is not None:
-        # the error beside the one the planner's own chances expect: spread, not a wrong estimate, when they match
+        # the error beside the one the planner's own chances expect: spread, not a wrong estimate, when they match;
+        # then the same error after each step's lesson and with nothing learnt (does the run's learning help?)
+        lessons = (f"<br>the same trees after learning from their step: {error.learnt_mae:.2f}; never learnt: "
+                   f"{error.unlearnt_mae:.2f}" if error.learnt_mae is not None and error.unlearnt_mae is not None
+                   else "")
         layout.update(title=dict(text=f"predicted vs measured accepted drafts: mean abs. error {error.mae:.2f}"
                                  f"<br><sup>exact chances would miss by {error.spread:.2f} a step; bias "
-                                 f"{error.bias:+.2f}</sup>", font=dict(size=13)),
-                      margin=dict(l=10, r=10, t=48, b=10))
+                                 f"{error.bias:+.2f}{lessons}</sup>", font=dict(size=13)),
+                      margin=dict(l=10, r=10, t=62 if lessons else 48, b=10), height=270 if lessons else 240)
+    series = [go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
+                         line=dict(color="#7f7f7f", dash="dot")),
+              go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured", line=dict(color="#2a2a2a"))]
+    learnt = [r.plan.learnt_accepted for r in planned]
+    if planned and all(value is not None for value in learnt):
+        series.append(go.Scatter(x=steps, y=learnt, mode="markers", name="after learning from the step",
+                                 marker=dict(color="#9467bd", symbol="x", size=7)))
     # built whole by one constructor: update_layout's paths cost several times more (every step's view draws it)
-    return go.Figure(data=[go.Scatter(x=steps, y=predicted, mode="lines+markers", name="predicted E(T) - 1",
-                                      line=dict(color="#7f7f7f", dash="dot")),
-                           go.Scatter(x=steps, y=measured, mode="lines+markers", name="measured",
-                                      line=dict(color="#2a2a2a"))], layout=layout)
+    return go.Figure(data=series, layout=layout)
 
 
 # ---- RAPID and sampling ---------------------------------------------------------------------------------
