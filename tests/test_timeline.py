@@ -184,6 +184,7 @@ def test_a_click_on_the_first_paint_before_the_load_event_acts_on_the_recording_
 
     page, stage = page_for(), None
     early, racing = SimpleNamespace(session_hash="click-before-load"), SimpleNamespace(session_hash="both-at-once")
+    reset_first = SimpleNamespace(session_hash="reset-before-load")
     try:
         stage = page.stage
         paused = stage.on_pause(early, None)  # the session's state is still None: the load event has not run
@@ -197,11 +198,17 @@ def test_a_click_on_the_first_paint_before_the_load_event_acts_on_the_recording_
         moved = stage.on_go(racing, None, 1)
         loaded = stage.on_first_view(None, None, racing)
         assert loaded[page.out.lab] is moved[page.out.lab] and "Showing step **1**" in loaded[stage.caption]
+        # Reset pressed on the first paint: the load event leaves the Lab blank, as the visitor asked
+        reset = stage.on_reset(reset_first, None)  # its reply holds the Lab, as Gradio's state then does
+        loaded = stage.on_first_view(None, None, reset_first)
+        assert loaded[page.out.lab] is reset[page.out.lab]
+        assert loaded[page.out.lab].recording() is None and not loaded[page.out.lab].autoplay
+        assert loaded[stage.timer].active is False
         # a visitor whose load event came first still gets the recording playing by itself
         fresh = stage.on_first_view(None, None, SimpleNamespace(session_hash="load-first"))
         assert fresh[page.out.lab].autoplay and fresh[stage.timer].active is True
     finally:
-        for session in ("click-before-load", "both-at-once", "load-first"):
+        for session in ("click-before-load", "both-at-once", "reset-before-load", "load-first"):
             visitors.release(session)
         page.blocks.close()
 

@@ -217,8 +217,8 @@ class Stage:
         made = False
         if lab is None:
             lab, made = visitors.session_object(session, Lab, self.first_visit_lab)
-        if not made:  # a blank Lab another panel's event made: the recording opens on it as on a new one
-            self.first_visit_lab(lab)
+        if not made and lab.generation == 0:  # a blank Lab another panel's event made: the recording opens on it as
+            self.first_visit_lab(lab)         # on a new one (a Reset pressed on the first paint left it blank: stays)
         if compare is None:
             compare, _ = visitors.session_object(session, Compare, Compare)
         register_session(request, lab, compare)
