@@ -222,3 +222,44 @@ def test_a_step_on_a_first_visit_stops_its_recording_playing(lm):
     lab.choose_values("", PROMPT, "racer", 8, {})
     lab.step(32)
     assert not lab.playing and not lab.autoplay and len(lab.session.records) == 1
+
+
+def test_a_pause_during_an_autoplay_ticks_drawing_waits_for_it_so_its_reply_stands(replay_lab):
+    """CI's page once said "stopped playing" and still carried the autoplay flag: a Pause flipped the Lab while a
+    tick of the first visit's recording worked, and the tick's reply (the flag, its timer running) reached the page
+    after the Pause's. Now the Pause waits for the tick: the tick's view is drawn and sent first, and the Pause's,
+    which the page keeps, has no flag and no timer."""
+    import threading
+
+    from app_page import page_for
+    from specviz.render.session_view import AUTOPLAY_FLAG
+
+    page = page_for()
+    try:
+        lab, stage = replay_lab, page.stage
+        lab.go_to(0)
+        lab.playing = lab.autoplay = True
+        drawing, finish = threading.Event(), threading.Event()
+        tick = lab.tick
+
+        def slow_tick(*args):  # the tick's work, held until the Pause has been sent
+            drawing.set()
+            finish.wait(10)
+            return tick(*args)
+
+        lab.tick = slow_tick
+        replies = {}
+        ticker = threading.Thread(target=lambda: replies.setdefault("tick", stage.on_tick(None, lab, 64)))
+        pauser = threading.Thread(target=lambda: replies.setdefault("pause", stage.on_pause(None, lab)))
+        ticker.start()
+        assert drawing.wait(10)
+        pauser.start()
+        pauser.join(0.5)
+        assert pauser.is_alive() and lab.autoplay  # the Pause waits for the tick's drawing ...
+        finish.set()
+        ticker.join(10), pauser.join(10)
+        assert AUTOPLAY_FLAG in replies["tick"][page.out.widgets["text_html"]]  # ... which was drawn while it played,
+        assert AUTOPLAY_FLAG not in replies["pause"][page.out.widgets["text_html"]]  # and the Pause's view, the last, stops it
+        assert replies["pause"][stage.timer].active is False and not lab.playing and not lab.autoplay
+    finally:
+        page.blocks.close()

@@ -77,6 +77,10 @@ class Lab:
     # one call at a time per session: a Run that Stop cancelled may still be inside its last step when
     # the next Step arrives, and two steps at once would corrupt the KV cache
     stepping: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # the first visit's autoplay tick and Pause one at a time (panels.stage): a Pause that came while a tick drew its
+    # view let the tick's reply, carrying the autoplay flag and a running timer, reach the page after the Pause's;
+    # the page then said "stopped playing" while it still took the next touch for its first (CI saw it)
+    playing_turn: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     replay: Trace | None = None        # a loaded trace shown instead of the live run (no model needed)
     replay_name: str = ""
     at: int | None = None              # the timeline's step; None follows the newest one

@@ -184,11 +184,18 @@ class Stage:
 
     @visitor_handler(_refused_play, **VISITOR_LAB)
     def on_pause(self, request: gr.Request, lab) -> dict:
-        lab.pause()
-        return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
+        with lab.playing_turn:  # after a tick that is drawing: its reply goes first, this one's stands
+            lab.pause()
+            return {**self.out.shown(lab), self.timer: gr.Timer(active=False)}
 
     @visitor_handler(_refused_play, **VISITOR_LAB)
     def on_tick(self, request: gr.Request, lab, max_new_tokens, **settings) -> dict:
+        if not lab.autoplay:  # a live tick may wait its turn for the model: Pause must not wait with it
+            return self._tick(request, lab, max_new_tokens, settings)
+        with lab.playing_turn:  # the first visit's recording: a Pause waits for this draw (Lab.playing_turn)
+            return self._tick(request, lab, max_new_tokens, settings)
+
+    def _tick(self, request: gr.Request, lab, max_new_tokens, settings: dict) -> dict:
         if not lab.playing:  # what stopped Play (Pause, a Step, a Run) showed the page as it is: no new view
             return {self.timer: gr.Timer(active=False)}
         if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
