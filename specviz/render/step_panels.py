@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from specviz.engine.prediction import PredictionError, accepted_at_least, own_spread
 from specviz.tree import sources
+from specviz.records.plan import PlanDecision
 from specviz.records.notes import DeepenNote, MeasuredChoice, ModelStageNote, ReSpecNote, SearchNote
 from specviz.records.status import BENT_STATUSES, NodeStatus
 from specviz.records.step import CommitOrigin, StepRecord
@@ -242,7 +243,7 @@ def search_step_markdown(record: StepRecord | None) -> str:
     return "  \n".join(lines)
 
 
-def _lesson_text(plan) -> str:
+def _lesson_text(plan: PlanDecision) -> str:
     """' · after learning from this step it expects 0.40 of the same tree (never learnt: 1.20)', or ''."""
     if plan.learnt_accepted is None:
         return ""
