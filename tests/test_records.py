@@ -325,18 +325,3 @@ def test_an_unknown_status_is_a_damaged_trace():
     data["steps"][0]["nodes"][2]["status"] = "maybe"
     with pytest.raises(SpecvizError, match="damaged"):
         Trace.from_dict(data)
-
-
-def test_a_trace_that_names_a_drafters_own_source_loads_before_any_method_is_imported():
-    """SuffixDecoding registers its source when its drafter module is imported: a trace read first (a script, this
-    file run alone) refused the shipped suffix recording as damaged."""
-    import subprocess
-    import sys
-
-    code = ("import sys; from specviz.records.trace import Trace; from specviz.tree import sources\n"
-            "assert 'suffix' not in sources.SOURCES and 'specviz.methods' not in sys.modules\n"
-            "print(len(Trace.load('assets/traces/suffix-code-rename.json').steps))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[-1]) > 0

@@ -129,7 +129,7 @@ def _check_tree(step, where: str) -> None:
         depths.append(node.depth)
     _check_commits(step, max(depths), where)
     for name, count in step.allocation.items():
-        if not _known_source(name) or not 0 <= count <= MAX_NODES:
+        if not is_source(name) or not 0 <= count <= MAX_NODES:
             raise SpecvizError(f"This trace is damaged: the allocation of {where} names {_short(name)} with "
                                f"{count}; it maps source names to node counts up to {MAX_NODES:,}.")
     timings = step.timings_ms
@@ -161,19 +161,9 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _known_source(name: str) -> bool:
-    """A registered source. A drafter registers its own when its module is imported (tree.sources: SuffixDecoding's
-    `suffix`), so a trace read before the methods were (a script, a test file run alone) refused a shipped trace:
-    a name not yet known loads every method once, then is looked up again."""
-    if is_source(name):
-        return True
-    import specviz.methods  # noqa: F401  (every method's drafters, each registering its source)
-    return is_source(name)
-
-
 def _check_sources(names, where: str) -> None:
     """A node's sources: registered names (tree.sources), each once, so a node names at most every source."""
-    if len(set(names)) != len(names) or not all(_known_source(name) for name in names):
+    if len(set(names)) != len(names) or not all(is_source(name) for name in names):
         raise SpecvizError(f"This trace is damaged: {where} names sources that no drafter has (or one twice); "
                            "each source is a registered name, named once.")
 
