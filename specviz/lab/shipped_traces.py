@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import specviz.methods  # noqa: F401  (each drafter registers its own source; a recording names them)
 from specviz.records.trace import Trace
 
 TRACES = Path(__file__).resolve().parents[2] / "assets" / "traces"

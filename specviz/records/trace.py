@@ -84,6 +84,8 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
+        """A trace read and checked. Its sources are checked against the registry, which a drafter fills when it
+        is imported (a source lives in its drafter's file): a caller loads the drafters first."""
         path = Path(path)
         size = path.stat().st_size
         if size > MAX_TRACE_BYTES:
