@@ -93,13 +93,14 @@ def test_the_start_up_trains_nothing_and_shows_its_stages(tiny_models, tmp_path,
     # with every stage done the line still takes two lines (the list of stages wrapped to five at 1280x720)
     line = status.markdown()
     assert line.count("\n") == 1 and len(line) < 420 and status.stages[-1][0] in line, line
+    assert startup.READY_LINE not in line  # what a page waiting for live steps reads (benches.browser_run)
     status.ready_s = ready_s
     assert started == []
     names = [name for name, _ in status.stages]
     assert names[0] == "model loaded" and names[-1].startswith("quick cost curve"), names
     assert not COMPUTE.run(costmodel.settled, lm)   # the quick curve serves this process only
     status.ready_s, status.background = 3.0, "measuring the full cost curve"
-    assert "still measuring the full cost curve" in status.markdown()
+    assert "still measuring the full cost curve" in status.markdown() and startup.READY_LINE in status.markdown()
     startup.settle(lm, status, idle_before_s=0, retry_s=0, tries=3)
     # asked where the curve was measured: the compute thread (its thread count names the file)
     assert COMPUTE.run(costmodel.settled, lm) and status.background is None and status.settled_s is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specviz.benches.app_load import Server, params_list, process_tree_cpu_s, step_settings
 from specviz.errors import SpecvizError
+from specviz.lab.startup import READY_LINE
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -48,7 +49,7 @@ def open_ready_page(browser, url: str, viewport: tuple[int, int] = (1440, 900), 
     page.goto(url, wait_until="load")
     page.wait_for_selector("#run-btn", timeout=60_000)
     deadline = time.time() + timeout_s
-    while "ready" not in (page.text_content("#live-status") or ""):
+    while READY_LINE not in (page.text_content("#live-status") or ""):
         if time.time() > deadline:
             page.close()
             raise SpecvizError("live steps never became ready")

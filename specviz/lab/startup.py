@@ -31,6 +31,11 @@ RETRY_BUSY_S = 60.0        # and tries again this long after finding the machine
 MAX_TRIES = 30             # at most this many tries a process (then the next start measures again)
 
 
+# what the start-up line says once live steps are ready (a page waiting for them reads it; its line before that,
+# "Getting live steps ready", holds the word "ready" too)
+READY_LINE = "Live steps are ready"
+
+
 @dataclass
 class Startup:
     stages: list[tuple[str, float]] = field(default_factory=list)   # (what, seconds since the process started)
@@ -59,7 +64,7 @@ class Startup:
         if self.error:
             return f"⚠️ Live steps are not available: {self.error} The recorded runs still replay."
         if self.ready:
-            line = f"✅ Live steps are ready (the model warmed up {self.ready_s:.0f} s after start-up)."
+            line = f"✅ {READY_LINE} (the model warmed up {self.ready_s:.0f} s after start-up)."
             if self.background:
                 line += (f" Between your steps this machine is still {self.background}; until then the planner "
                          "prices trees by a quick measurement.")
