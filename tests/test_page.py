@@ -86,6 +86,30 @@ def visible_area(page, selector: str) -> float:
     }""", selector)
 
 
+_LABELS_AND_MARKERS = """() => {
+    const box = (r) => [r.left, r.top, r.right, r.bottom];
+    const svg = '#tree-box svg.tv-offered';
+    return [Array.from(document.querySelectorAll(svg + ' text.lbl')).map(t => [...box(t.getBoundingClientRect()), t.textContent]),
+            Array.from(document.querySelectorAll(svg + ' g.n')).map(g => box(g.querySelector('.m-final').getBoundingClientRect()))];
+}"""
+
+
+def still_labels_and_markers(page, timeout_s: float = WAIT_MS / 1000) -> tuple[list, list]:
+    """The offered tree's label boxes and node markers, read at once and the same twice 0.3 s apart: the box's
+    script fits a tall tree to its height and scrolls it to the accepted path after Gradio patches it in, and two
+    reads apart could mix two geometries. CI beside two busy loops once saw the root's marker over a label of the
+    next band (3 px), which five runs of this test alone beside the same loops did not repeat."""
+    deadline = time.time() + timeout_s
+    last = page.evaluate(_LABELS_AND_MARKERS)
+    while time.time() < deadline:
+        time.sleep(0.3)
+        now = page.evaluate(_LABELS_AND_MARKERS)
+        if now == last:
+            return now[0], now[1]
+        last = now
+    raise AssertionError("the offered tree's geometry never stood still")
+
+
 @pytest.mark.parametrize("width,height", [(1280, 720), (1440, 900)])
 def test_the_first_screen_shows_the_tree_first_and_it_plays_by_itself(page_url, browser, width, height):
     page = browser.new_page(viewport={"width": width, "height": height})
@@ -200,8 +224,7 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.evaluate("() => window.scrollTo(0, 0)")
     page.mouse.move(1270, 600)  # off the tree: no hover tip in the screenshots
     wait_until_still(page)  # the step's animation, to its end
-    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered text.lbl')).map(t => {
-        const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom, t.textContent]; })""")
+    boxes, markers = still_labels_and_markers(page)
     assert len(boxes) == 64 + 2  # the root, 64 offered nodes, the bonus
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
@@ -209,8 +232,6 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
             assert not overlap, (a, b)
     heights = [b[3] - b[1] for b in boxes]
     assert min(heights) >= 14  # the labels' glyph boxes: at least 14 px text
-    markers = page.evaluate("""() => Array.from(document.querySelectorAll('#tree-box svg.tv-offered g.n')).map(g => {
-        const r = g.querySelector('.m-final').getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })""")
     for i, m in enumerate(markers):  # no label over another node's marker
         for j, b in enumerate(boxes):
             assert i == j or not (m[0] < b[2] and b[0] < m[2] and m[1] < b[3] and b[1] < m[3]), (m, b)
