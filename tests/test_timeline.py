@@ -263,3 +263,26 @@ def test_a_pause_during_an_autoplay_ticks_drawing_waits_for_it_so_its_reply_stan
         assert replies["pause"][stage.timer].active is False and not lab.playing and not lab.autoplay
     finally:
         page.blocks.close()
+
+
+def test_a_tick_after_play_stopped_draws_the_page_again_without_the_autoplay_flag(replay_lab):
+    """Gradio keeps no order between one session's events: the reply of a tick drawn while the first visit's
+    recording played (the autoplay flag, its timer running) can reach the page after the Pause's, as in CI beside
+    two busy loops. The timer it restarted ticks once more; that tick finds Play stopped and draws the page as the
+    Lab is, without the flag, and stops the timer."""
+    from app_page import page_for
+    from specviz.render.session_view import AUTOPLAY_FLAG
+
+    page = page_for()
+    try:
+        lab, stage = replay_lab, page.stage
+        lab.go_to(0)
+        lab.playing = lab.autoplay = True
+        stale = stage.on_tick(None, lab, 64)  # drawn while it played ...
+        assert AUTOPLAY_FLAG in stale[page.out.widgets["text_html"]] and stale[stage.timer].active is True
+        stage.on_pause(None, lab)             # ... and reaching the page after the Pause's reply
+        mended = stage.on_tick(None, lab, 64)
+        assert AUTOPLAY_FLAG not in mended[page.out.widgets["text_html"]] and mended[stage.timer].active is False
+        assert "stopped playing" in lab.message and not lab.playing and lab.shown_step() == 1
+    finally:
+        page.blocks.close()

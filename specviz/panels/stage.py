@@ -196,8 +196,10 @@ class Stage:
             return self._tick(request, lab, max_new_tokens, settings)
 
     def _tick(self, request: gr.Request, lab, max_new_tokens, settings: dict) -> dict:
-        if not lab.playing:  # what stopped Play (Pause, a Step, a Run) showed the page as it is: no new view
-            return {self.timer: gr.Timer(active=False)}
+        if not lab.playing:  # what stopped Play (Pause, a Step, a Run) showed the page as it is; this view says it
+            # again: a tick's reply sent before that stop can still reach the page after it (Gradio keeps no order
+            # between events), bringing back the autoplay flag and its timer, whose next tick lands here and mends it
+            return {**self.out.shown(lab, silent_keeps_message=True), self.timer: gr.Timer(active=False)}
         if lab.follows_live_run:  # a live step uses the page's settings, through the same door as Step
             wanted = self._request(settings, max_new_tokens)
             lab.choose(wanted)
