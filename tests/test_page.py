@@ -86,28 +86,16 @@ def visible_area(page, selector: str) -> float:
     }""", selector)
 
 
+# the offered tree's label boxes and node markers in one read: the box's script fits a tall tree to its height and
+# scrolls it to the accepted path after Gradio patches it in, and two reads apart could mix two geometries (CI beside
+# two busy loops once saw the root's marker over a label of the next band, 3 px, which five runs of the test alone
+# beside the same loops did not repeat)
 _LABELS_AND_MARKERS = """() => {
     const box = (r) => [r.left, r.top, r.right, r.bottom];
     const svg = '#tree-box svg.tv-offered';
     return [Array.from(document.querySelectorAll(svg + ' text.lbl')).map(t => [...box(t.getBoundingClientRect()), t.textContent]),
             Array.from(document.querySelectorAll(svg + ' g.n')).map(g => box(g.querySelector('.m-final').getBoundingClientRect()))];
 }"""
-
-
-def still_labels_and_markers(page, timeout_s: float = WAIT_MS / 1000) -> tuple[list, list]:
-    """The offered tree's label boxes and node markers, read at once and the same twice 0.3 s apart: the box's
-    script fits a tall tree to its height and scrolls it to the accepted path after Gradio patches it in, and two
-    reads apart could mix two geometries. CI beside two busy loops once saw the root's marker over a label of the
-    next band (3 px), which five runs of this test alone beside the same loops did not repeat."""
-    deadline = time.time() + timeout_s
-    last = page.evaluate(_LABELS_AND_MARKERS)
-    while time.time() < deadline:
-        time.sleep(0.3)
-        now = page.evaluate(_LABELS_AND_MARKERS)
-        if now == last:
-            return now[0], now[1]
-        last = now
-    raise AssertionError("the offered tree's geometry never stood still")
 
 
 @pytest.mark.parametrize("width,height", [(1280, 720), (1440, 900)])
@@ -224,7 +212,8 @@ def test_a_64_node_offered_tree_has_no_two_labels_overlapping(page_url, browser,
     page.evaluate("() => window.scrollTo(0, 0)")
     page.mouse.move(1270, 600)  # off the tree: no hover tip in the screenshots
     wait_until_still(page)  # the step's animation, to its end
-    boxes, markers = still_labels_and_markers(page)
+    boxes, markers = wait_until_quiet(lambda: page.evaluate(_LABELS_AND_MARKERS), 0.3, WAIT_MS / 1000,
+                                      "the offered tree's labels and markers")
     assert len(boxes) == 64 + 2  # the root, 64 offered nodes, the bonus
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
