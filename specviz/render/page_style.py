@@ -34,10 +34,10 @@ body:has(#tree-box .tv[data-has-diff="0"]) #token-diff { display: none !importan
 /* the Run's breakdown sits in the narrow right column: its cells wrap, small, so that both sides' figures show */
 #counters table { font-size: 12px; }
 #counters th, #counters td { white-space: normal; padding: 3px 6px; }
+#counters td:first-child { min-width: 9em; }
 /* the budget split's six columns in half the page's width (at 1440x900 its last column was cut off) */
 #budget-split table { font-size: 13px; }
 #budget-split th, #budget-split td { padding: 3px 8px; }
-#counters td:first-child { min-width: 9em; }
 /* presentation mode: no controls, everything larger (Gradio prefixes each rule with its container's
    classes, so rules keyed on <body> need !important to win) */
 body.presenting #settings-panel, body.presenting .sidebar, body.presenting #topbar > :not(#present-btn),
